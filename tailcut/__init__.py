@@ -1,0 +1,1 @@
+"""tailcut: a testbed for ML-aware network transport."""

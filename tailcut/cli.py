@@ -1,0 +1,93 @@
+"""The `tailcut` command: run, validate, clean and doctor."""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from tailcut import spec
+from tailcut.errors import SpecError, TailcutError
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except SpecError as err:
+        print(f"tailcut: {err}", file=sys.stderr)
+        return 2
+    except TailcutError as err:
+        print(f"tailcut: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tailcut: interrupted; the job's network was removed", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tailcut", description=__doc__)
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a TrainingJob on this host (needs root)")
+    run.add_argument("job", help="TrainingJob YAML file")
+    run.add_argument("--results-dir", type=Path,
+                     help="where to write results (default: results/<job>-<time>)")
+    run.set_defaults(handler=_run)
+
+    validate = sub.add_parser("validate", help="check a TrainingJob file without running it")
+    validate.add_argument("job", nargs="+", help="TrainingJob YAML file(s)")
+    validate.set_defaults(handler=_validate)
+
+    clean = sub.add_parser("clean", help="remove what killed runs left behind")
+    clean.add_argument("job", nargs="?", help="only this job (default: every tailcut job)")
+    clean.set_defaults(handler=_clean)
+
+    doctor = sub.add_parser("doctor", help="what this kernel and machine support")
+    doctor.set_defaults(handler=_doctor)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tailcut.runtime import local
+    job = spec.load_file(args.job)
+    out = args.results_dir or Path("results") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    result = local.run(job, out, progress=lambda line: print(line, flush=True))
+    target = job.spec.training.target_accuracy
+    print(f"\n{job.name}: JCT {result.jct_s:.1f} s, {result.epochs} epochs "
+          f"({result.iterations} iterations), final test accuracy "
+          f"{result.final_accuracy:.3f}, final test loss {result.final_loss:.4f}")
+    print(f"results: {result.results_dir}")
+    if target is not None and not result.converged:
+        print(f"tailcut: the job ended without reaching targetAccuracy={target}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    for path in args.job:
+        job = spec.load_file(path)
+        s = job.spec
+        print(f"{path}: ok: job {job.name}, {s.replicas.parameter_servers} PS + "
+              f"{s.replicas.workers} workers in {len(s.network.racks)} rack(s), "
+              f"model {s.training.model}, transport {s.transport.type}")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from tailcut.net import clean
+    removed = clean.remove_job(args.job) if args.job else clean.remove_all()
+    for name in removed:
+        print(f"removed {name}")
+    print(f"clean: {len(removed)} namespace(s) removed")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from tailcut import doctor
+    return doctor.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

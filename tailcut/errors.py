@@ -1,0 +1,40 @@
+"""Every exception tailcut raises on purpose, in one tree.
+
+    TailcutError
+    ├── SpecError            a TrainingJob is invalid; the message names the field
+    ├── KernelFeatureMissing this kernel lacks what the job asks for (netem, XDP, ...)
+    ├── NetError             building or tearing down the emulated network failed
+    │   └── AlreadyExists    a job with this name still has namespaces on this host
+    ├── DatapathError        a BPF program failed to compile, load or attach
+    └── RunError             a training run failed (a role exited, a timeout)
+
+Callers catch TailcutError to print a one-line message; anything else is a bug.
+"""
+
+
+class TailcutError(Exception):
+    """Base of every error tailcut raises deliberately."""
+
+
+class SpecError(TailcutError):
+    """A TrainingJob spec is invalid. The message names the field and the fix."""
+
+
+class KernelFeatureMissing(TailcutError):
+    """The running kernel lacks a feature the job needs."""
+
+
+class NetError(TailcutError):
+    """Building or removing the emulated network failed."""
+
+
+class AlreadyExists(NetError):
+    """Objects of a job with this name already exist on the host."""
+
+
+class DatapathError(TailcutError):
+    """A BPF program failed to compile, load or attach."""
+
+
+class RunError(TailcutError):
+    """A training run failed."""

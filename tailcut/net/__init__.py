@@ -1,0 +1,1 @@
+"""The emulated network: namespaces, bridges, veth links and their shaping."""

@@ -1,0 +1,82 @@
+"""The naming scheme of everything the local runtime creates.
+
+Every kernel object a run creates carries the job's name, so `tailcut clean` can find
+leftovers of a crashed run and remove only what is tailcut's:
+
+    network namespaces   tailcut-<job>.<pod>      one per pod, e.g. tailcut-quick.worker-0
+                         tailcut-<job>.rack-<r>   one per rack, holds the ToR bridge
+                         tailcut-<job>.spine      the spine router joining the racks
+                         (job names are DNS labels and never hold a dot, so the dot
+                         keeps job "a" from owning job "a-b"'s namespaces)
+    interfaces           live only inside those namespaces, so names can be short and
+                         fixed (Linux allows 15 characters):
+                           pod:   eth0             its access link, peer in the rack ns
+                           rack:  tor              the rack's bridge
+                                  p<i>             rack end of pod i's access link
+                                  up               rack end of the uplink
+                           spine: r<r>             spine end of rack r's uplink
+                         each also carries the ifalias "tailcut:<job>".
+    qdiscs (HTB)         root 1:, class 1:1 = link rate, leaf 1:10 = default traffic;
+                         netem (when the kernel has it) hangs under 1:10 as 10:.
+    addresses            rack r is 10.<r+1>.0.0/24 (r < 250); the spine is .1 of every
+                         rack subnet and routes between them; pod i of a rack is .<i+2>.
+"""
+
+import re
+
+PREFIX = "tailcut-"
+ALIAS_PREFIX = "tailcut:"
+MAX_IFNAME = 15
+
+_JOB_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+
+
+def valid_job_name(name: str) -> bool:
+    """Job names are DNS labels of at most 40 characters (they prefix netns names)."""
+    return bool(_JOB_NAME.match(name))
+
+
+def pod_netns(job: str, pod: str) -> str:
+    return f"{PREFIX}{job}.{pod}"
+
+
+def rack_netns(job: str, rack_index: int) -> str:
+    return f"{PREFIX}{job}.rack-{rack_index}"
+
+
+def spine_netns(job: str) -> str:
+    return f"{PREFIX}{job}.spine"
+
+
+def job_prefix(job: str) -> str:
+    """Every namespace of `job` starts with this, and no other job's does."""
+    return f"{PREFIX}{job}."
+
+
+def alias(job: str) -> str:
+    return f"{ALIAS_PREFIX}{job}"
+
+
+POD_IF = "eth0"
+TOR_BRIDGE = "tor"
+RACK_UPLINK_IF = "up"
+
+
+def rack_port(pod_slot: int) -> str:
+    return f"p{pod_slot}"
+
+
+def spine_port(rack_index: int) -> str:
+    return f"r{rack_index}"
+
+
+def rack_subnet(rack_index: int) -> str:
+    return f"10.{rack_index + 1}.0.0/24"
+
+
+def gateway_ip(rack_index: int) -> str:
+    return f"10.{rack_index + 1}.0.1"
+
+
+def pod_ip(rack_index: int, pod_slot: int) -> str:
+    return f"10.{rack_index + 1}.0.{pod_slot + 2}"

@@ -1,0 +1,118 @@
+"""Link shaping: plan the qdiscs for one direction of a link, then apply them.
+
+Every shaped interface gets the same HTB tree on its egress. For a 1 Gbit link with
+1% loss and 5 ms delay on a kernel with netem, `plan` returns what tc would write as
+
+    tc qdisc replace dev X root handle 1: htb default 10
+    tc class replace dev X parent 1:  classid 1:1  htb rate 1gbit ceil 1gbit
+    tc class replace dev X parent 1:1 classid 1:10 htb rate 1gbit ceil 1gbit
+    tc qdisc replace dev X parent 1:10 handle 10: netem delay 5ms loss 1%
+
+1:1 holds the link rate so that priority classes (CadentFlow) can later share it as
+siblings of 1:10. Without netem, loss becomes a Drop op (the eBPF dropper on the
+clsact egress hook, in front of HTB) and delay or jitter is refused.
+"""
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+from tailcut.errors import KernelFeatureMissing
+from tailcut.spec.model import Link
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
+
+ROOT = 0x10000          # 1:
+LINK_CLASS = 0x10001    # 1:1
+DEFAULT_CLASS = 0x10010  # 1:10
+NETEM_HANDLE = 0x100000  # 10:
+MTU_BYTES = 1514
+HTB_QUANTUM_MAX = 200_000  # bytes; the kernel warns about (and clamps) larger quanta
+GSO_BYTES = 65_536         # a veth hands HTB up to 64 KiB at once
+
+
+@dataclass(frozen=True)
+class Htb:
+    rate_bit: int
+
+    @property
+    def burst_bytes(self) -> int:
+        # One millisecond at line rate, but never less than one GSO packet: a smaller
+        # bucket makes HTB undershoot its rate with TSO/GSO super-packets.
+        return max(self.rate_bit // 8 // 1000, GSO_BYTES + MTU_BYTES)
+
+    @property
+    def quantum_bytes(self) -> int:
+        return max(MTU_BYTES, min(HTB_QUANTUM_MAX, self.rate_bit // 8 // 10))
+
+
+@dataclass(frozen=True)
+class Netem:
+    delay_ms: float
+    jitter_ms: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class Drop:
+    loss: float
+
+
+Op = Union[Htb, Netem, Drop]
+
+
+def plan(link: Link, has_netem: bool, field: str) -> list[Op]:
+    """The ops that shape one egress of `link`. `field` names the link in the spec
+    (e.g. 'spec.network.uplink') for the error when the kernel cannot do it."""
+    ops: list[Op] = [Htb(rate_bit=link.bandwidth)]
+    wants_netem = link.delay_ms > 0 or link.jitter_ms > 0
+    if has_netem and (wants_netem or link.loss > 0):
+        ops.append(Netem(delay_ms=link.delay_ms, jitter_ms=link.jitter_ms, loss=link.loss))
+    elif wants_netem:
+        which = "delayMs" if link.delay_ms > 0 else "jitterMs"
+        raise KernelFeatureMissing(
+            f"{field}.{which}={getattr(link, which.replace('Ms', '_ms'))}: this kernel has "
+            "no netem qdisc (CONFIG_NET_SCH_NETEM), so delay and jitter cannot be "
+            "emulated; set them to 0 or use a kernel with netem (`tailcut doctor` "
+            "shows what this one has)")
+    elif link.loss > 0:
+        ops.append(Drop(loss=link.loss))
+    return ops
+
+
+def describe(ops: list[Op]) -> str:
+    """What was applied, in words, for the results and the job status."""
+    parts = []
+    for op in ops:
+        if isinstance(op, Htb):
+            parts.append(f"htb {op.rate_bit / 1e6:g} Mbit/s")
+        elif isinstance(op, Netem):
+            parts.append(f"netem delay {op.delay_ms:g} ms jitter {op.jitter_ms:g} ms "
+                         f"loss {op.loss:g}")
+        else:
+            parts.append(f"ebpf dropper loss {op.loss:g}")
+    return ", ".join(parts)
+
+
+def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[object]:
+    """Apply `ops` to the egress of `ifname`, using `ipr` bound in `netns_name`.
+    Replace, never add, so re-applying is harmless. Returns the attached eBPF
+    droppers, which the caller keeps to read their counters and to detach."""
+    index = ipr.link_lookup(ifname=ifname)[0]
+    attached: list[object] = []
+    for op in ops:
+        if isinstance(op, Htb):
+            ipr.tc("replace", "htb", index, ROOT, default=DEFAULT_CLASS & 0xFFFF)
+            for classid, parent in ((LINK_CLASS, ROOT), (DEFAULT_CLASS, LINK_CLASS)):
+                ipr.tc("replace-class", "htb", index, classid, parent=parent,
+                       rate=f"{op.rate_bit}bit", ceil=f"{op.rate_bit}bit",
+                       burst=op.burst_bytes, cburst=op.burst_bytes,
+                       quantum=op.quantum_bytes)
+        elif isinstance(op, Netem):
+            ipr.tc("replace", "netem", index, NETEM_HANDLE, parent=DEFAULT_CLASS,
+                   delay=int(op.delay_ms * 1000), jitter=int(op.jitter_ms * 1000),
+                   loss=op.loss * 100)
+        else:
+            from tailcut.datapath import dropper  # BCC loads only when a link drops
+            attached.append(dropper.attach(netns_name, ifname, op.loss))
+    return attached

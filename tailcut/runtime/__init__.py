@@ -1,0 +1,1 @@
+"""Runtimes that turn a TrainingJob into a running job: `local` (namespaces on this host)."""

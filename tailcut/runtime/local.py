@@ -1,0 +1,212 @@
+"""The local runtime: run a TrainingJob on this host, one network namespace per pod.
+
+Builds the job's network, starts the parameter server and the workers in their pods,
+shows progress from the PS's event stream, and always tears the network down again,
+whether the run succeeds, fails, times out or is interrupted."""
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import yaml
+
+from tailcut import features
+from tailcut.errors import RunError
+from tailcut.net import build, topology
+from tailcut.net.topology import Pod, Topology
+from tailcut.reports import plots
+from tailcut.runtime import procs
+from tailcut.spec.model import TrainingJob
+from tailcut.training.config import RoleConfig
+
+PS_PORT = 7000
+LOG_TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class RunResult:
+    job: str
+    results_dir: str
+    converged: bool
+    jct_s: float
+    epochs: int
+    iterations: int
+    final_accuracy: float
+    final_loss: float
+
+
+def run(job: TrainingJob, results_dir: Path,
+        progress: Callable[[str], None] = print) -> RunResult:
+    """Run `job` to completion and write its results under `results_dir`."""
+    if os.geteuid() != 0:
+        raise RunError("the local runtime needs root (it creates network namespaces); "
+                       "run as root or through sudo")
+    topo = topology.plan(job)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "logs").mkdir(exist_ok=True)
+    (results_dir / "spec.yaml").write_text(
+        yaml.safe_dump(job.model_dump(by_alias=True, mode="json"), sort_keys=False))
+    _write_json(results_dir / "topology.json",
+                {"job": topo.job, "spine": topo.spine_netns,
+                 "racks": [{"name": r.name, "netns": r.netns, "subnet": r.subnet,
+                            "pods": [asdict(p) for p in r.pods]} for r in topo.racks]})
+
+    has_netem = features.netem().available
+    progress(f"building network for {job.name}: {len(topo.pods)} pods in "
+             f"{len(topo.racks)} rack(s) ({'netem' if has_netem else 'no netem'})")
+    with _terminate_as_exit():
+        network = build.build(topo, has_netem)
+        running: list[subprocess.Popen[bytes]] = []
+        try:
+            _write_json(results_dir / "network.json", {"applied": network.applied})
+            ps, workers = _launch(job, topo, results_dir, running)
+            done = _watch(job, ps, workers, results_dir, progress)
+            for w in workers:
+                w.wait(timeout=10)
+        finally:
+            for proc in running:
+                procs.stop(proc)
+            _record_network(network, results_dir)
+            for dropper in network.droppers:
+                dropper.detach()  # type: ignore[attr-defined]
+            build.teardown(job.name)
+
+    result = RunResult(job=job.name, results_dir=str(results_dir),
+                       converged=bool(done["converged"]), jct_s=float(done["jct_s"]),
+                       epochs=int(done["epochs"]), iterations=int(done["iterations"]),
+                       final_accuracy=float(done["final_accuracy"]),
+                       final_loss=float(done["final_loss"]))
+    _write_json(results_dir / "metrics.json",
+                {**asdict(result), "transport": job.spec.transport.type,
+                 "model": job.spec.training.model,
+                 "target_accuracy": job.spec.training.target_accuracy})
+    epochs_csv = results_dir / "epochs.csv"
+    if epochs_csv.exists():
+        plots.plot_loss_vs_epoch(epochs_csv, results_dir / "loss.png")
+    return result
+
+
+def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
+            running: list[subprocess.Popen[bytes]]
+            ) -> tuple[subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
+    ps_pod = topo.pod("ps-0")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    ps: Optional[subprocess.Popen[bytes]] = None
+    workers = []
+    for pod in topo.pods:
+        config_path = results_dir / "logs" / f"{pod.name}.json"
+        _role_config(job, pod, ps_pod, results_dir).to_json(config_path)
+        argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
+        log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
+        with log:
+            stdout = subprocess.PIPE if pod.role == "ps" else log
+            proc = procs.spawn(pod.netns, argv, stdout=stdout, stderr=log, env=env)
+        running.append(proc)
+        if pod.role == "ps":
+            ps = proc
+        else:
+            workers.append(proc)
+    assert ps is not None
+    return ps, workers
+
+
+def _role_config(job: TrainingJob, pod: Pod, ps_pod: Pod, results_dir: Path) -> RoleConfig:
+    t = job.spec.training
+    return RoleConfig(
+        job=job.name, role=pod.role, index=pod.index, ps_host=ps_pod.ip, ps_port=PS_PORT,
+        num_workers=job.spec.replicas.workers, model=t.model, batch_size=t.batch_size,
+        learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
+        target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
+        transport={"type": job.spec.transport.type}, results_dir=str(results_dir),
+        timeout_s=t.timeout_s)
+
+
+def _watch(job: TrainingJob, ps: subprocess.Popen[bytes],
+           workers: list[subprocess.Popen[bytes]], results_dir: Path,
+           progress: Callable[[str], None]) -> dict[str, Any]:
+    """Follow the PS's JSON events until it reports done; fail fast if any role dies."""
+    events: "queue.Queue[Optional[dict[str, Any]]]" = queue.Queue()
+    threading.Thread(target=_read_events, args=(ps, events), daemon=True).start()
+    t = job.spec.training
+    deadline = time.monotonic() + t.timeout_s + 30  # the PS enforces timeout_s itself
+    while True:
+        if time.monotonic() > deadline:
+            raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
+                           "(spec.training.timeoutS); logs in " + str(results_dir / "logs"))
+        for i, w in enumerate(workers):
+            if w.poll() not in (None, 0):
+                raise RunError(f"worker-{i} exited with code {w.returncode}:\n"
+                               + _tail(results_dir / "logs" / f"worker-{i}.log"))
+        try:
+            event = events.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if event is None:
+            ps.wait()
+            raise RunError(f"ps-0 exited with code {ps.returncode} before finishing:\n"
+                           + _tail(results_dir / "logs" / "ps-0.log"))
+        kind = event.get("event")
+        if kind == "epoch":
+            progress(f"epoch {event['epoch']:>3}/{t.epochs}  iteration {event['iteration']:>5}"
+                     f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
+                     f"  test accuracy {event['test_accuracy']:.3f}  {event['elapsed_s']:.1f} s")
+        elif kind == "error":
+            raise RunError(f"ps-0: {event.get('message')}")
+        elif kind == "done":
+            return event
+
+
+def _read_events(ps: subprocess.Popen[bytes],
+                 events: "queue.Queue[Optional[dict[str, Any]]]") -> None:
+    assert ps.stdout is not None
+    for line in ps.stdout:
+        try:
+            events.put(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a stray print is not an event
+    events.put(None)
+
+
+def _record_network(network: build.Network, results_dir: Path) -> None:
+    passed, dropped = network.dropper_counts()
+    _write_json(results_dir / "network.json",
+                {"applied": network.applied,
+                 "ebpf_dropper": {"passed": passed, "dropped": dropped}})
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + line for line in lines[-LOG_TAIL_LINES:])
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """Turn SIGTERM (and SIGHUP) into SystemExit so `finally` blocks tear down."""
+    def handler(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+

@@ -1,0 +1,43 @@
+"""Start a process inside a pod's network namespace, tied to our lifetime.
+
+The child enters the namespace with setns(2) between fork and exec, and asks the
+kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG): a `kill -9` of the
+runner then leaves no training process behind, only namespaces for `tailcut clean`."""
+
+import ctypes
+import os
+import signal
+import subprocess
+from typing import IO, Optional
+
+from tailcut.net import netns
+
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def spawn(namespace: str, argv: list[str], stdout: Optional[IO[bytes]] | int,
+          stderr: Optional[IO[bytes]] | int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    fd = netns.enter_fd(namespace)
+
+    def enter() -> None:  # runs in the child, before exec
+        netns.setns_fd(fd)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    try:
+        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env,
+                                preexec_fn=enter, stdin=subprocess.DEVNULL)
+    finally:
+        os.close(fd)
+
+
+def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; reap either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,120 @@
+"""Building real namespaces, bridges and shaped veths, and removing them again."""
+
+import math
+import subprocess
+
+import pytest
+
+from tailcut import spec
+from tailcut.errors import AlreadyExists, KernelFeatureMissing
+from tailcut.net import build, clean, naming, netns, topology
+from tests import netutil
+
+pytestmark = pytest.mark.netns
+
+
+def job(name: str, network: str = "{}", workers: int = 2):
+    return spec.load_text(
+        f"kind: TrainingJob\nmetadata: {{name: {name}}}\n"
+        f"spec: {{replicas: {{workers: {workers}}}, network: {network}}}\n")
+
+
+@pytest.fixture
+def built(request):
+    """Build the given job's network; always tear it down."""
+    made = []
+
+    def make(j, has_netem=False):
+        topo = topology.plan(j)
+        made.append(topo.job)
+        return build.build(topo, has_netem)
+
+    yield make
+    for name in made:
+        build.teardown(name)
+        assert clean.leftovers(name) == []
+
+
+def links_in(ns: str) -> list[str]:
+    with netns.ipr(ns) as ipr:
+        return [link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
+
+
+def test_two_racks_route_between_them_through_the_spine(built):
+    net = built(job("route2", "{racks: [{name: a}, {name: b}]}", workers=3))
+    topo = net.topology
+    ps, far = topo.pod("ps-0"), topo.pod("worker-2")
+    assert ps.rack != far.rack
+    assert netutil.udp_delivered(far.netns, ps.netns, ps.ip, 100) == 100
+    assert netutil.udp_delivered(ps.netns, far.netns, far.ip, 100) == 100
+
+
+def test_every_interface_carries_the_jobs_alias_and_shaping(built):
+    net = built(job("alias", "{accessLink: {bandwidth: 200Mbit}}"))
+    pod = net.topology.pod("worker-0")
+    with netns.ipr(pod.netns) as ipr:
+        eth0 = ipr.get_links(ipr.link_lookup(ifname="eth0")[0])[0]
+        assert eth0.get_attr("IFLA_IFALIAS") == naming.alias("alias")
+        kinds = {q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(eth0["index"])}
+    assert "htb" in kinds
+    assert net.applied[f"{pod.netns}/eth0"] == "htb 200 Mbit/s"
+
+
+def test_a_link_shaped_to_100_mbit_carries_100_mbit_within_10_percent(built):
+    net = built(job("rate", "{accessLink: {bandwidth: 100Mbit}}"))
+    a, b = net.topology.pod("worker-0"), net.topology.pod("worker-1")
+    measured = netutil.tcp_goodput_mbit(a.netns, b.netns, b.ip, seconds=3)
+    print(f"measured {measured:.1f} Mbit/s through a 100 Mbit/s access link")
+    assert 90 <= measured <= 110
+
+
+def test_both_directions_of_a_link_are_shaped(built):
+    net = built(job("bidir", "{accessLink: {bandwidth: 1Gbit}, uplink: {bandwidth: 50Mbit}}",
+                    workers=1))
+    ps = net.topology.pod("ps-0")
+    spine_ip = net.topology.racks[0].gateway
+    up = netutil.tcp_goodput_mbit(ps.netns, net.topology.spine_netns, spine_ip, seconds=2)
+    down = netutil.tcp_goodput_mbit(net.topology.spine_netns, ps.netns, ps.ip, seconds=2,
+                                    port=5203)
+    print(f"pod->spine {up:.1f}, spine->pod {down:.1f} Mbit/s over a 50 Mbit/s uplink")
+    assert 45 <= up <= 55 and 45 <= down <= 55
+
+
+@pytest.mark.bpf
+def test_a_5_percent_loss_link_drops_5_percent_of_20000_packets(built):
+    net = built(job("loss", "{accessLink: {loss: 0.05}}", workers=1))
+    ps = net.topology.pod("ps-0")
+    # Pod -> spine crosses exactly one lossy egress (the pod's own eth0).
+    got = netutil.udp_delivered(ps.netns, net.topology.spine_netns,
+                                net.topology.racks[0].gateway, 20_000)
+    dropped = 20_000 - got
+    sigma = math.sqrt(20_000 * 0.05 * 0.95)
+    print(f"dropped {dropped} of 20000 (expected 1000 +- {sigma:.0f})")
+    assert abs(dropped - 1000) <= 4 * sigma
+    passed, bpf_dropped = net.dropper_counts()
+    assert bpf_dropped >= dropped  # ARP and the like may be dropped too
+
+
+def test_delay_on_a_kernel_without_netem_fails_before_anything_is_created():
+    topo = topology.plan(job("nodelay", "{uplink: {delayMs: 5}}"))
+    with pytest.raises(KernelFeatureMissing, match=r"spec.network.uplink.delayMs=5"):
+        build.build(topo, has_netem=False)
+    assert clean.leftovers("nodelay") == []
+
+
+def test_a_second_build_of_the_same_job_is_refused_and_leaves_the_first_intact(built):
+    built(job("twice"))
+    with pytest.raises(AlreadyExists, match="tailcut clean twice"):
+        build.build(topology.plan(job("twice")), False)
+    assert len(clean.leftovers("twice")) == 1 + 1 + 3
+
+
+def test_teardown_leaves_no_namespace_link_or_process(built):
+    net = built(job("tidy", "{racks: [{name: a}, {name: b}]}"))
+    topo = net.topology
+    sleeper = netutil.start(topo.pod("ps-0").netns, "import time; time.sleep(60)")
+    build.teardown("tidy")
+    assert sleeper.wait(timeout=5) != 0
+    assert clean.leftovers("tidy") == []
+    host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "tailcut" not in host_links

@@ -1,0 +1,34 @@
+"""Planning a topology from a spec: pure, no root needed."""
+
+from tailcut import spec
+from tailcut.net import naming, topology
+
+
+def quickstart():
+    return topology.plan(spec.load_file("examples/quickstart.yaml"))
+
+
+def test_every_pod_gets_a_namespace_rack_slot_and_address_of_its_rack():
+    topo = quickstart()
+    w2 = topo.pod("worker-2")
+    assert (w2.role, w2.index, w2.rack, w2.slot) == ("worker", 2, 1, 0)
+    assert w2.netns == "tailcut-quickstart.worker-2"
+    assert w2.ip == "10.2.0.2"
+    assert topo.racks[1].gateway == "10.2.0.1"
+    assert [p.ip for p in topo.racks[0].pods] == ["10.1.0.2", "10.1.0.3", "10.1.0.4"]
+
+
+def test_every_namespace_carries_the_job_prefix_and_is_unique():
+    names = quickstart().namespaces()
+    assert len(names) == len(set(names)) == 1 + 2 + 5
+    assert all(n.startswith(naming.job_prefix("quickstart")) for n in names)
+
+
+def test_one_jobs_prefix_never_matches_another_jobs_namespaces():
+    assert not naming.pod_netns("a-b", "ps-0").startswith(naming.job_prefix("a"))
+
+
+def test_interface_names_fit_the_kernel_limit():
+    longest = [naming.POD_IF, naming.TOR_BRIDGE, naming.RACK_UPLINK_IF,
+               naming.rack_port(249), naming.spine_port(249)]
+    assert max(len(n) for n in longest) <= naming.MAX_IFNAME

@@ -1,0 +1,93 @@
+"""Traffic for tests: small Python senders and receivers run inside pod namespaces."""
+
+import subprocess
+import sys
+import textwrap
+
+from tailcut.runtime import procs
+
+TCP_RECEIVER = """
+import socket, sys, time
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", {port})); srv.listen(1); print("ready", flush=True)
+conn, _ = srv.accept(); total = 0; first = None
+while True:
+    data = conn.recv(1 << 20)
+    if not data:
+        break
+    if first is None:
+        first = time.monotonic()
+    total += len(data)
+    if time.monotonic() - first < {warmup}:
+        start_bytes = total
+        start = time.monotonic()
+print((total - start_bytes) * 8 / (time.monotonic() - start) / 1e6)
+"""
+
+TCP_SENDER = """
+import socket, time
+s = socket.create_connection(("{ip}", {port}), timeout=5)
+buf = b"x" * (1 << 16); end = time.monotonic() + {seconds}
+while time.monotonic() < end:
+    s.sendall(buf)
+s.close()
+"""
+
+UDP_RECEIVER = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+s.bind(("0.0.0.0", {port})); s.settimeout(2.0); print("ready", flush=True)
+got = 0
+try:
+    while True:
+        s.recv(2048); got += 1
+except socket.timeout:
+    pass
+print(got)
+"""
+
+UDP_SENDER = """
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range({count}):
+    s.sendto(i.to_bytes(4, "big") * 64, ("{ip}", {port}))
+    if i % 200 == 199:
+        time.sleep(0.002)  # pace: no socket or queue drop may blur the link's loss
+"""
+
+
+def start(ns: str, code: str) -> subprocess.Popen:
+    return procs.spawn(ns, [sys.executable, "-c", textwrap.dedent(code)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
+
+
+def _wait_ready(proc: subprocess.Popen) -> None:
+    line = proc.stdout.readline()
+    assert line.strip() == b"ready", proc.stderr.read().decode()
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> str:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err.decode()
+    return out.decode().strip()
+
+
+def tcp_goodput_mbit(src_ns: str, dst_ns: str, dst_ip: str, seconds: float = 3.0,
+                     port: int = 5201) -> float:
+    """Goodput seen by a receiver in `dst_ns`, after a 0.5 s warm-up."""
+    rx = start(dst_ns, TCP_RECEIVER.format(port=port, warmup=0.5))
+    _wait_ready(rx)
+    tx = start(src_ns, TCP_SENDER.format(ip=dst_ip, port=port, seconds=seconds))
+    _finish(tx, seconds + 10)
+    return float(_finish(rx, 10))
+
+
+def udp_delivered(src_ns: str, dst_ns: str, dst_ip: str, count: int,
+                  port: int = 5202) -> int:
+    """How many of `count` paced UDP datagrams a receiver in `dst_ns` got."""
+    rx = start(dst_ns, UDP_RECEIVER.format(port=port))
+    _wait_ready(rx)
+    tx = start(src_ns, UDP_SENDER.format(ip=dst_ip, port=port, count=count))
+    _finish(tx, 60)
+    return int(_finish(rx, 30))
