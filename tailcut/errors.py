@@ -6,7 +6,13 @@
     ├── NetError             building or tearing down the emulated network failed
     │   └── AlreadyExists    a job with this name still has namespaces on this host
     ├── DatapathError        a BPF program failed to compile, load or attach
-    └── RunError             a training run failed (a role exited, a timeout)
+    ├── RunError             a training run failed (a role exited, a timeout)
+    │   └── PSGone           (training.worker) the parameter server went away
+    ├── ConfigError          (training.config) a role's config file is invalid
+    └── TransportError       (transports.base) sending or receiving failed
+        ├── ProtocolError    the peer's bytes do not follow the framing
+        ├── PeerClosed       the peer closed the connection or is gone
+        └── TransportTimeout nothing arrived in time
 
 Callers catch TailcutError to print a one-line message; anything else is a bug.
 """

@@ -1,11 +1,16 @@
 """Shared test set-up: skip privileged tests for non-root users, and fail the
-session if any test left a tailcut namespace behind."""
+session if the tests left anything of tailcut's behind: a namespace, a host link or
+a BPF program that was not there before (so another person's run on the same host
+does not fail ours)."""
 
+import json
 import os
+import shutil
+import subprocess
 
 import pytest
 
-from tailcut.net import netns, naming
+from tailcut.net import naming, netns
 
 PRIVILEGED = ("netns", "bpf", "e2e")
 
@@ -19,8 +24,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def tailcut_objects() -> set[str]:
+    """Namespaces, host links and BPF programs that carry tailcut's names."""
+    found = {f"netns {n}" for n in netns.list_names(naming.PREFIX)}
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found |= {f"link {line.split(':')[1].strip()}" for line in links.splitlines()
+              if naming.ALIAS_PREFIX in line}
+    if os.geteuid() == 0 and shutil.which("bpftool"):
+        progs = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True,
+                               text=True).stdout
+        found |= {f"bpf prog {p['id']} {p.get('name')}" for p in json.loads(progs or "[]")
+                  if str(p.get("name", "")).startswith("tailcut")}
+    return found
+
+
+def pytest_sessionstart(session):
+    session.config.tailcut_before = tailcut_objects()
+
+
 def pytest_sessionfinish(session, exitstatus):
-    left = netns.list_names(naming.PREFIX)
+    left = sorted(tailcut_objects() - session.config.tailcut_before)
     if left:
-        print(f"\nleftover tailcut namespaces after the suite: {left}")
+        print(f"\nthe tests left tailcut objects behind: {left}")
         session.exitstatus = 1

@@ -20,6 +20,7 @@ from tailcut.net.topology import Rack, Topology
 
 UP_TIMEOUT_S = 5.0
 BR_FORWARDING = 3  # IFLA_BRPORT_STATE value of a forwarding bridge port
+NUD_PERMANENT = 0x80  # a neighbour entry that never expires or gets probed
 
 
 @dataclass
@@ -29,6 +30,13 @@ class Network:
     topology: Topology
     applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
     droppers: list[object] = field(default_factory=list)
+
+    def destroy(self) -> None:
+        """Detach the eBPF droppers (releasing our hold on their programs) and remove
+        every namespace of the job."""
+        for d in self.droppers:
+            d.detach()  # type: ignore[attr-defined]
+        teardown(self.topology.job)
 
     def dropper_counts(self) -> tuple[int, int]:
         """(passed, dropped) packets summed over every eBPF dropper of the run."""
@@ -60,12 +68,11 @@ def build(topo: Topology, has_netem: bool) -> Network:
         for rack in topo.racks:
             _build_rack(topo, rack, sockets)
         _shape_all(topo, network, sockets, access_ops, uplink_ops)
+        _pin_neighbours(topo, sockets)
         _wait_until_up(topo, sockets)
         return network
     except BaseException:
-        for d in network.droppers:
-            d.detach()  # type: ignore[attr-defined]
-        teardown(topo.job)
+        network.destroy()
         raise
     finally:
         for sock in sockets.values():
@@ -117,12 +124,40 @@ def _shape_all(topo: Topology, network: Network, sockets: dict[str, IPRoute],
         network.droppers += shaping.apply(ops, sockets[ns], ns, ifname)
         network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
 
+    wire_packets = shaping.drops_packets(access_ops) or shaping.drops_packets(uplink_ops)
     for rack in topo.racks:
         shape(rack.netns, naming.RACK_UPLINK_IF, uplink_ops)                # rack -> spine
         shape(topo.spine_netns, naming.spine_port(rack.index), uplink_ops)  # spine -> rack
         for pod in rack.pods:
             shape(pod.netns, naming.POD_IF, access_ops)                     # pod -> rack
             shape(rack.netns, naming.rack_port(pod.slot), access_ops)       # rack -> pod
+            if wire_packets:  # pods are the only senders: their skbs cross every hop
+                ipr = sockets[pod.netns]
+                ipr.link("set", index=ipr.link_lookup(ifname=naming.POD_IF)[0],
+                         gso_max_segs=1)
+                network.applied[f"{pod.netns}/{naming.POD_IF}"] += ", gso_max_segs 1"
+
+
+def _pin_neighbours(topo: Topology, sockets: dict[str, IPRoute]) -> None:
+    """Fill every ARP table with permanent entries. Address resolution is not what a
+    job emulates, and on a lossy link a lost ARP request stalls a flow for a whole
+    second (its retry timer) while every packet queued behind it is dropped."""
+    def mac(ns: str, ifname: str) -> tuple[int, str]:
+        idx = sockets[ns].link_lookup(ifname=ifname)[0]
+        return idx, sockets[ns].get_links(idx)[0].get_attr("IFLA_ADDRESS")
+
+    spine = sockets[topo.spine_netns]
+    for rack in topo.racks:
+        gw_index, gw_mac = mac(topo.spine_netns, naming.spine_port(rack.index))
+        hosts = {pod.ip: (pod.netns, *mac(pod.netns, naming.POD_IF)) for pod in rack.pods}
+        for ip, (_, _, pod_mac) in hosts.items():
+            spine.neigh("replace", dst=ip, lladdr=pod_mac, ifindex=gw_index, state=NUD_PERMANENT)
+        for ns, index, _ in hosts.values():
+            known = [(rack.gateway, gw_mac)] + [(ip, h[2]) for ip, h in hosts.items()
+                                                if h[0] != ns]
+            for ip, lladdr in known:
+                sockets[ns].neigh("replace", dst=ip, lladdr=lladdr, ifindex=index,
+                                  state=NUD_PERMANENT)
 
 
 def _wait_until_up(topo: Topology, sockets: dict[str, IPRoute]) -> None:

@@ -47,7 +47,9 @@ def remove(names: list[str], wait_s: float = 5.0) -> list[str]:
 def _kill_inside(names: list[str], wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while True:
-        pids = [pid for name in names for pid in netns.pids_inside(name)]
+        # Never ourselves: a thread of this process may be inside one while building.
+        pids = [pid for name in names for pid in netns.pids_inside(name)
+                if pid != os.getpid()]
         if not pids or time.monotonic() > deadline:
             return
         for pid in pids:

@@ -80,6 +80,13 @@ def plan(link: Link, has_netem: bool, field: str) -> list[Op]:
     return ops
 
 
+def drops_packets(ops: list[Op]) -> bool:
+    """Whether these ops lose packets. A lossy path needs its senders to hand the
+    kernel one wire packet per skb: loss acts on skbs, and a TSO/GSO skb carries up
+    to ~43 TCP segments, so 1% loss would drop 1% of bursts rather than of packets."""
+    return any(isinstance(op, Drop) or (isinstance(op, Netem) and op.loss > 0) for op in ops)
+
+
 def describe(ops: list[Op]) -> str:
     """What was applied, in words, for the results and the job status."""
     parts = []
@@ -96,8 +103,9 @@ def describe(ops: list[Op]) -> str:
 
 def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[object]:
     """Apply `ops` to the egress of `ifname`, using `ipr` bound in `netns_name`.
-    Replace, never add, so re-applying is harmless. Returns the attached eBPF
-    droppers, which the caller keeps to read their counters and to detach."""
+    Qdiscs and classes are replaced, so re-applying them is harmless; an eBPF
+    dropper is attached, so detach the returned ones (the caller keeps them to read
+    their counters) before applying again."""
     index = ipr.link_lookup(ifname=ifname)[0]
     attached: list[object] = []
     for op in ops:

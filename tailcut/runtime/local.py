@@ -26,6 +26,7 @@ from tailcut.net.topology import Pod, Topology
 from tailcut.reports import plots
 from tailcut.runtime import procs
 from tailcut.spec.model import TrainingJob
+from tailcut.training import exits
 from tailcut.training.config import RoleConfig
 
 PS_PORT = 7000
@@ -76,9 +77,7 @@ def run(job: TrainingJob, results_dir: Path,
             for proc in running:
                 procs.stop(proc)
             _record_network(network, results_dir)
-            for dropper in network.droppers:
-                dropper.detach()  # type: ignore[attr-defined]
-            build.teardown(job.name)
+            network.destroy()
 
     result = RunResult(job=job.name, results_dir=str(results_dir),
                        converged=bool(done["converged"]), jct_s=float(done["jct_s"]),
@@ -91,7 +90,9 @@ def run(job: TrainingJob, results_dir: Path,
                  "target_accuracy": job.spec.training.target_accuracy})
     epochs_csv = results_dir / "epochs.csv"
     if epochs_csv.exists():
-        plots.plot_loss_vs_epoch(epochs_csv, results_dir / "loss.png")
+        plots.plot_loss_vs_epoch(
+            epochs_csv, results_dir / "loss.png",
+            title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
     return result
 
 
@@ -143,27 +144,39 @@ def _watch(job: TrainingJob, ps: subprocess.Popen[bytes],
         if time.monotonic() > deadline:
             raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
                            "(spec.training.timeoutS); logs in " + str(results_dir / "logs"))
-        for i, w in enumerate(workers):
-            if w.poll() not in (None, 0):
-                raise RunError(f"worker-{i} exited with code {w.returncode}:\n"
-                               + _tail(results_dir / "logs" / f"worker-{i}.log"))
+        if any(w.poll() not in (None, 0) for w in workers):
+            raise RunError(_diagnose(ps, workers, results_dir, None))
         try:
             event = events.get(timeout=0.2)
         except queue.Empty:
             continue
-        if event is None:
-            ps.wait()
-            raise RunError(f"ps-0 exited with code {ps.returncode} before finishing:\n"
-                           + _tail(results_dir / "logs" / "ps-0.log"))
-        kind = event.get("event")
+        kind = event.get("event") if event else None
         if kind == "epoch":
             progress(f"epoch {event['epoch']:>3}/{t.epochs}  iteration {event['iteration']:>5}"
                      f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
                      f"  test accuracy {event['test_accuracy']:.3f}  {event['elapsed_s']:.1f} s")
-        elif kind == "error":
-            raise RunError(f"ps-0: {event.get('message')}")
         elif kind == "done":
-            return event
+            return event  # type: ignore[return-value]
+        elif event is None or kind == "error":
+            raise RunError(_diagnose(ps, workers, results_dir, event))
+
+
+def _diagnose(ps: subprocess.Popen[bytes], workers: list[subprocess.Popen[bytes]],
+              results_dir: Path, ps_event: Optional[dict[str, Any]]) -> str:
+    """Name the role that failed first. A role that exits with EXIT_PEER_GONE only saw
+    another one go away, so any other failure is the root cause."""
+    time.sleep(0.5)  # let the exit statuses of dying roles arrive
+    roles = [("ps-0", ps)] + [(f"worker-{i}", w) for i, w in enumerate(workers)]
+    failed = [(name, p.poll()) for name, p in roles if p.poll() not in (None, 0)]
+    failed.sort(key=lambda item: item[1] == exits.PEER_GONE)
+    if failed:
+        name, code = failed[0]
+        how = f" (killed by {signal.Signals(-code).name})" if code < 0 else ""
+        return (f"{name} exited with code {code}{how}:\n"
+                + _tail(results_dir / "logs" / f"{name}.log"))
+    if ps_event is not None:
+        return f"ps-0: {ps_event.get('message')}"
+    return "ps-0 closed its output before finishing; logs in " + str(results_dir / "logs")
 
 
 def _read_events(ps: subprocess.Popen[bytes],

@@ -25,14 +25,13 @@ def built(request):
     made = []
 
     def make(j, has_netem=False):
-        topo = topology.plan(j)
-        made.append(topo.job)
-        return build.build(topo, has_netem)
+        made.append(build.build(topology.plan(j), has_netem))
+        return made[-1]
 
     yield make
-    for name in made:
-        build.teardown(name)
-        assert clean.leftovers(name) == []
+    for net in made:
+        net.destroy()
+        assert clean.leftovers(net.topology.job) == []
 
 
 def links_in(ns: str) -> list[str]:
@@ -95,6 +94,16 @@ def test_a_5_percent_loss_link_drops_5_percent_of_20000_packets(built):
     assert bpf_dropped >= dropped  # ARP and the like may be dropped too
 
 
+@pytest.mark.bpf
+def test_lossy_links_make_senders_emit_one_wire_packet_per_skb(built):
+    net = built(job("gso", "{uplink: {loss: 0.01}}", workers=1))
+    pod = net.topology.pod("ps-0")
+    with netns.ipr(pod.netns) as ipr:
+        eth0 = ipr.get_links(ipr.link_lookup(ifname="eth0")[0])[0]
+    assert eth0.get_attr("IFLA_GSO_MAX_SEGS") == 1
+    assert net.applied[f"{pod.netns}/eth0"].endswith("gso_max_segs 1")
+
+
 def test_delay_on_a_kernel_without_netem_fails_before_anything_is_created():
     topo = topology.plan(job("nodelay", "{uplink: {delayMs: 5}}"))
     with pytest.raises(KernelFeatureMissing, match=r"spec.network.uplink.delayMs=5"):
@@ -118,3 +127,14 @@ def test_teardown_leaves_no_namespace_link_or_process(built):
     assert clean.leftovers("tidy") == []
     host_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "tailcut" not in host_links
+
+
+def test_neighbour_tables_are_pinned_so_no_arp_crosses_a_lossy_link(built):
+    net = built(job("arp", "{racks: [{name: a}, {name: b}]}", workers=2))
+    pod = net.topology.pod("worker-0")
+    rack = net.topology.racks[pod.rack]
+    with netns.ipr(pod.netns) as ipr:
+        pinned = {n.get_attr("NDA_DST") for n in ipr.get_neighbours()
+                  if n["state"] == 0x80}
+    expected = {rack.gateway} | {p.ip for p in rack.pods if p != pod}
+    assert pinned == expected

@@ -42,3 +42,10 @@ def test_htb_burst_holds_a_gso_packet_and_quantum_stays_below_the_kernel_warning
 def test_describe_says_what_was_applied():
     ops = shaping.plan(Link(bandwidth="100Mbit", loss=0.05), False, "f")
     assert shaping.describe(ops) == "htb 100 Mbit/s, ebpf dropper loss 0.05"
+
+
+def test_only_lossy_ops_ask_for_one_wire_packet_per_skb():
+    assert shaping.drops_packets(shaping.plan(Link(loss=0.01), False, "f"))
+    assert shaping.drops_packets(shaping.plan(Link(loss=0.01), True, "f"))
+    assert not shaping.drops_packets(shaping.plan(Link(delay_ms=1), True, "f"))
+    assert not shaping.drops_packets(shaping.plan(Link(), False, "f"))

@@ -50,11 +50,15 @@ def start_cli(job_file: Path, results: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_training(job: str, pod: str, timeout_s: float = 30) -> list[int]:
-    """Wait until pod `pod` of `job` has a process in it; return the pids."""
+def wait_for_training(run: subprocess.Popen, job: str, pod: str,
+                      timeout_s: float = 30) -> list[int]:
+    """Wait until pod `pod` of `job` has a process in it; return the pids. The
+    runner itself may be inside for a moment while it builds: never count it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        pids = netns.pids_inside(naming.pod_netns(job, pod))
+        if run.poll() is not None:
+            raise AssertionError(f"the run ended early: {run.communicate()}")
+        pids = [p for p in netns.pids_inside(naming.pod_netns(job, pod)) if p != run.pid]
         if pids:
             time.sleep(1.0)  # let it get past start-up into training
             return pids
@@ -84,11 +88,11 @@ def test_a_run_whose_worker_dies_fails_clearly_and_leaves_nothing(tmp_path):
     job_file = tmp_path / "job.yaml"
     job_file.write_text(LONG_JOB.format(name="dies"))
     run = start_cli(job_file, tmp_path / "results")
-    for pid in wait_for_training("dies", "worker-1"):
+    for pid in wait_for_training(run, "dies", "worker-1"):
         os.kill(pid, signal.SIGKILL)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 1, out + err
-    assert "worker-1 exited with code -9" in err
+    assert "worker-1 exited with code -9 (killed by SIGKILL)" in err
     nothing_of("dies")
 
 
@@ -96,7 +100,7 @@ def test_a_killed_run_leaves_namespaces_that_tailcut_clean_removes(tmp_path):
     job_file = tmp_path / "job.yaml"
     job_file.write_text(LONG_JOB.format(name="killed"))
     run = start_cli(job_file, tmp_path / "results")
-    wait_for_training("killed", "worker-0")
+    wait_for_training(run, "killed", "worker-0")
     run.send_signal(signal.SIGKILL)
     run.communicate(timeout=10)
     assert clean.leftovers("killed"), "a kill -9 cannot tear down; clean's job is to"
@@ -115,7 +119,7 @@ def test_sigterm_tears_the_network_down(tmp_path):
     job_file = tmp_path / "job.yaml"
     job_file.write_text(LONG_JOB.format(name="termed"))
     run = start_cli(job_file, tmp_path / "results")
-    wait_for_training("termed", "ps-0")
+    wait_for_training(run, "termed", "ps-0")
     run.send_signal(signal.SIGTERM)
     run.communicate(timeout=30)
     assert run.returncode != 0

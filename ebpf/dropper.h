@@ -1,0 +1,29 @@
+/* dropper.h: what the tc loss dropper (dropper.bpf.c) shares with its loader,
+ * tailcut/datapath/dropper.py. BCC builds the Python view of the map from these
+ * C types, so no byte offsets are written by hand anywhere. */
+#ifndef TAILCUT_DROPPER_H
+#define TAILCUT_DROPPER_H
+
+/* Counter slots per compiled program. One program is compiled per distinct loss and
+ * shared by every interface that uses that loss; each attachment gets its own slot,
+ * which the loader passes as the tc filter's classid. cls_bpf copies that classid's
+ * minor into skb->tc_classid before running the program, so the shared program knows
+ * which attachment a packet went through. Slot 0 is never handed out. */
+#define TAILCUT_DROP_SLOTS 1024
+
+struct tailcut_drop_counts {
+	__u64 passed;   /* packets handed on (TC_ACT_UNSPEC) */
+	__u64 dropped;  /* packets dropped (TC_ACT_SHOT) */
+};
+
+/* Map drop_counts
+ *   type         BPF_MAP_TYPE_PERCPU_ARRAY (per CPU: counting needs no atomics)
+ *   key          __u32, an attachment's slot (its tc filter classid, 1..SLOTS-1)
+ *   value        struct tailcut_drop_counts, one per CPU
+ *   max_entries  TAILCUT_DROP_SLOTS
+ *   written by   tailcut_drop (dropper.bpf.c): one increment per packet
+ *   read by      AttachedDropper.counts() (tailcut/datapath/dropper.py), summed over
+ *                CPUs; attach() zeroes a slot before handing it out again
+ */
+
+#endif /* TAILCUT_DROPPER_H */

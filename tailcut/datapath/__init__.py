@@ -1,0 +1,11 @@
+"""The datapath: loaders for the BPF programs under ebpf/, one module per program.
+
+Each program `ebpf/<stem>.bpf.c` (with its shared types and map descriptions in
+`ebpf/<stem>.h`) has its loader here in `<stem>.py`; a test keeps the two lists equal.
+The modules in HELPERS are shared plumbing, not loaders:
+
+    bcc      compile ebpf/<stem>.bpf.c with BCC, turning failures into DatapathError
+    bpfsys   raw bpf(2) calls (tiny programs, maps) for the kernel feature probes
+"""
+
+HELPERS = frozenset({"bcc", "bpfsys"})

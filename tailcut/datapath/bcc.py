@@ -1,0 +1,118 @@
+"""Compile a program under ebpf/ with BCC and load its functions, or raise DatapathError.
+
+BCC prints the compiler's and the verifier's messages on the process's stderr and
+raises a bare Exception that says only "Failed to compile". The message is what a
+person needs, so fd 2 is captured while BCC works and put into the DatapathError.
+"""
+
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tailcut.errors import DatapathError
+
+# ebpf/ sits next to the tailcut package; found from this file, not the cwd.
+EBPF_DIR = Path(__file__).resolve().parent.parent.parent / "ebpf"
+
+ProgType = Literal["sched_cls", "xdp"]
+
+log = logging.getLogger(__name__)
+
+# Redirecting fd 2 is process-wide: one compile at a time.
+_stderr_lock = threading.Lock()
+
+
+@dataclass
+class Program:
+    """A compiled BPF module and the fds of its loaded functions."""
+
+    stem: str
+    bpf: Any  # bcc.BPF; bcc ships no type hints
+    fds: dict[str, int]
+    compile_s: float = field(default=0.0)
+
+    def prog_id(self, function: str) -> int:
+        """The kernel's id of a loaded function, as `bpftool prog show id N` takes it."""
+        with open(f"/proc/self/fdinfo/{self.fds[function]}") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key == "prog_id":
+                    return int(value)
+        raise DatapathError(f"fd {self.fds[function]} of {function} is not a BPF program")
+
+    def table(self, name: str) -> Any:
+        """The BCC view of map `name` (types come from the C declaration)."""
+        return self.bpf[name.encode()]
+
+    def close(self) -> None:
+        """Close the program and map fds. Programs still attached stay in the kernel."""
+        self.bpf.cleanup()
+
+
+def source(stem: str) -> Path:
+    return EBPF_DIR / f"{stem}.bpf.c"
+
+
+@contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """Collect what C code writes to fd 2 during the body; yields a one-item list."""
+    out: list[str] = []
+    with _stderr_lock, tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            out.append(tmp.read().decode(errors="replace").strip())
+
+
+def load(stem: str, functions: Mapping[str, ProgType],
+         cflags: Sequence[str] = ()) -> Program:
+    """Compile ebpf/<stem>.bpf.c (its directory on the include path) and load each
+    function in `functions` as the given program type."""
+    path = source(stem)
+    if not path.is_file():
+        raise DatapathError(f"BPF source {path} is missing (is tailcut installed from a "
+                            "checkout? ebpf/ must sit next to the tailcut package)")
+    try:
+        from bcc import BPF  # imported here so that importing tailcut never needs BCC
+    except ImportError as err:
+        raise DatapathError("BCC is not importable: run scripts/setup.sh (it installs "
+                            "python3-bpfcc and links it into .venv)") from err
+    types = {"sched_cls": BPF.SCHED_CLS, "xdp": BPF.XDP}
+    flags = [f"-I{EBPF_DIR}", *cflags]
+    started = time.monotonic()
+    bpf = None
+    with _captured_stderr() as messages:
+        try:
+            bpf = BPF(src_file=str(path).encode(), cflags=flags)
+            fds = {name: bpf.load_func(name.encode(), types[kind]).fd
+                   for name, kind in functions.items()}
+        except Exception as err:  # BCC raises bare Exception for every failure
+            failure: Exception | None = err
+        else:
+            failure = None
+    text = messages[0]
+    if failure is not None:
+        if bpf is not None:
+            bpf.cleanup()
+        step = "compile" if bpf is None else "load"
+        # BCC compiles the file's text under the name /virtual/main.c; name the file.
+        said = text.replace("/virtual/main.c", str(path)) or str(failure)
+        raise DatapathError(f"cannot {step} {path.name} with cflags {list(cflags)}:\n"
+                            f"{said}") from failure
+    if text:
+        log.debug("BCC said while compiling %s: %s", path.name, text)
+    return Program(stem, bpf, fds, time.monotonic() - started)

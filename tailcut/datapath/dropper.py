@@ -1,0 +1,237 @@
+"""Random packet loss on one interface by the tc program ebpf/dropper.bpf.c (no netem here).
+
+    d = dropper.attach("tailcut-quick.worker-0", "eth0", 0.05)   # egress by default
+    ...
+    passed, dropped = d.counts()     # what was actually applied, for the job's status
+    d.detach()
+
+What attach() puts on the interface, inside its namespace, as `tc qdisc show dev eth0`
+and `tc filter show dev eth0 egress` show it:
+
+    qdisc clsact ffff: parent ffff:fff1          (added only if absent)
+    filter protocol all pref 1 bpf chain 0 handle 0x1 flowid :3
+           tailcut_drop:loss=0.05 direct-action ... name tailcut_drop
+
+The root qdisc (HTB, for rates) is untouched: clsact hangs off its own hook, so both
+coexist, and on egress a packet meets the dropper before HTB, so a dropped packet
+never spends HTB tokens. The program is compiled once per distinct loss and shared by
+every interface with that loss; the filter's classid (":3" above) is the attachment's
+counter slot in the program's map (see ebpf/dropper.h). detach() deletes the filter,
+and the clsact qdisc too if this process added it and no filter is left on it.
+"""
+
+import errno
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+from pyroute2 import IPRoute, NetlinkError
+
+from tailcut.datapath import bcc
+from tailcut.errors import DatapathError, NetError
+from tailcut.net import netns
+
+Direction = Literal["egress", "ingress"]
+
+STEM = "dropper"
+FUNCTION = "tailcut_drop"  # the name bpftool shows; distinctive so leftovers are findable
+COUNTS_MAP = "drop_counts"
+
+# clsact's two hooks, as tc filter parents (TC_H_CLSACT major, TC_H_MIN_* minor).
+PARENTS: dict[str, str] = {"egress": "ffff:fff3", "ingress": "ffff:fff2"}
+# Preference 1 runs first on its hook, so a classifier added later at a higher
+# preference still sees every packet the dropper keeps (it returns TC_ACT_UNSPEC).
+FILTER_PRIO = 1
+# One dropper per hook of an interface: a second one would compound the loss.
+FILTER_HANDLE = 1
+
+# Errnos that mean the thing to delete is already gone (interface or filter).
+_GONE = (errno.ENOENT, errno.ENODEV)
+
+_lock = threading.Lock()
+
+
+@dataclass
+class _Shared:
+    """One compiled program (for one threshold) and the counter slots in use."""
+
+    program: bcc.Program
+    slots: set[int]
+
+
+_programs: dict[int, _Shared] = {}  # by threshold
+_owned_clsact: set[tuple[str, int]] = set()  # (netns, ifindex) where we added clsact
+
+
+def threshold(loss: float) -> int:
+    """The u32 the program compares bpf_get_prandom_u32() against: round(loss * 2^32),
+    saturated to 0xffffffff, which the program reads as "drop everything"."""
+    return min(round(loss * 2**32), 0xFFFFFFFF)
+
+
+def _check(loss: float, direction: str) -> None:
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss <= 1:
+        raise ValueError(f"loss={loss!r}: must be a fraction in [0, 1] "
+                         "(0.05 drops 5% of packets, 0 none, 1 all)")
+    if direction not in PARENTS:
+        raise ValueError(f"direction={direction!r}: must be one of {sorted(PARENTS)}")
+
+
+def _acquire(thr: int) -> tuple[_Shared, int]:
+    """The program for `thr` (compiled on first use) and a fresh, zeroed slot."""
+    shared = _programs.get(thr)
+    if shared is None:
+        program = bcc.load(STEM, {FUNCTION: "sched_cls"},
+                           cflags=[f"-DTAILCUT_DROP_THRESHOLD={thr}U"])
+        shared = _programs[thr] = _Shared(program, set())
+    table = shared.program.table(COUNTS_MAP)
+    free = (s for s in range(1, len(table)) if s not in shared.slots)
+    slot = next(free, None)
+    if slot is None:
+        raise DatapathError(f"{len(table) - 1} droppers already share loss threshold "
+                            f"{thr}; raise TAILCUT_DROP_SLOTS in ebpf/dropper.h")
+    del table[table.Key(slot)]  # BCC zeroes a per-CPU array entry on delete
+    shared.slots.add(slot)
+    return shared, slot
+
+
+def _release(thr: int, slot: int) -> None:
+    shared = _programs[thr]
+    shared.slots.discard(slot)
+    if not shared.slots:
+        # Closing our fds unloads the program once no filter holds it.
+        shared.program.close()
+        del _programs[thr]
+
+
+def _ifindex(ipr: IPRoute, netns_name: str, ifname: str) -> int:
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise DatapathError(f"no interface {ifname} in network namespace {netns_name}")
+    return int(found[0])
+
+
+def _has_clsact(ipr: IPRoute, index: int) -> bool:
+    return any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index))
+
+
+def _filters_left(ipr: IPRoute, index: int) -> int:
+    # A dump lists each tcf_proto once with handle 0, then its filters.
+    return sum(1 for parent in PARENTS.values()
+               for f in ipr.get_filters(index, parent=parent) if f["handle"])
+
+
+class AttachedDropper:
+    """A dropper on one hook of one interface; counts() tells what it did."""
+
+    def __init__(self, netns_name: str, ifname: str, ifindex: int, direction: Direction,
+                 loss: float, slot: int, prog_id: int) -> None:
+        self.netns = netns_name
+        self.ifname = ifname
+        self.ifindex = ifindex
+        self.direction = direction
+        self.loss = loss
+        self.slot = slot
+        self.prog_id = prog_id  # for `bpftool prog show id N`; shared by equal losses
+        self.threshold = threshold(loss)
+        self._final: tuple[int, int] | None = None
+
+    def __repr__(self) -> str:
+        return (f"AttachedDropper({self.netns}:{self.ifname} {self.direction} "
+                f"loss={self.loss:g} prog_id={self.prog_id} slot={self.slot})")
+
+    def counts(self) -> tuple[int, int]:
+        """(passed, dropped) packets since attach, summed over CPUs; after detach,
+        the final numbers."""
+        if self._final is not None:
+            return self._final
+        with _lock:
+            table = _programs[self.threshold].program.table(COUNTS_MAP)
+            per_cpu = table[table.Key(self.slot)]
+            return (sum(int(c.passed) for c in per_cpu),
+                    sum(int(c.dropped) for c in per_cpu))
+
+    def detach(self) -> None:
+        """Remove the filter (and clsact if we added it and it is now empty). Harmless
+        twice, and after the namespace or interface is gone."""
+        if self._final is not None:
+            return
+        self._final = self.counts()
+        key = (self.netns, self.ifindex)
+        try:
+            try:
+                ipr = netns.ipr(self.netns)
+            except NetError:
+                with _lock:  # namespace gone: the interface and its filters went with it
+                    _owned_clsact.discard(key)
+                return
+            with ipr:
+                try:
+                    ipr.tc("del-filter", "bpf", self.ifindex, handle=FILTER_HANDLE,
+                           parent=PARENTS[self.direction], prio=FILTER_PRIO)
+                except NetlinkError as err:
+                    # EINVAL is what the kernel says when the clsact itself is gone.
+                    gone = err.code in _GONE or (err.code == errno.EINVAL and
+                                                 not _has_clsact(ipr, self.ifindex))
+                    if not gone:
+                        raise DatapathError(f"cannot remove the dropper from {self.ifname} "
+                                            f"in {self.netns}: {err}") from err
+                with _lock:
+                    # The last filter out removes a clsact we added; one that still
+                    # holds another dropper or someone else's classifier stays.
+                    if key in _owned_clsact and _has_clsact(ipr, self.ifindex) \
+                            and not _filters_left(ipr, self.ifindex):
+                        ipr.tc("del", "clsact", self.ifindex)
+                        _owned_clsact.discard(key)
+        finally:
+            with _lock:
+                _release(self.threshold, self.slot)
+
+    def __enter__(self) -> "AttachedDropper":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+
+def attach(netns_name: str, ifname: str, loss: float,
+           direction: Direction = "egress") -> AttachedDropper:
+    """Drop each packet leaving (or entering) `ifname` in namespace `netns_name` with
+    probability `loss` in [0, 1]."""
+    _check(loss, direction)
+    thr = threshold(loss)
+    with _lock:
+        shared, slot = _acquire(thr)
+    try:
+        prog_id = shared.program.prog_id(FUNCTION)
+        with netns.ipr(netns_name) as ipr:
+            index = _ifindex(ipr, netns_name, ifname)
+            with _lock:
+                added = not _has_clsact(ipr, index)
+                # replace, not add: harmless if a clsact appeared meanwhile.
+                ipr.tc("replace", "clsact", index)
+                if added:
+                    _owned_clsact.add((netns_name, index))
+            try:
+                ipr.tc("add-filter", "bpf", index, handle=FILTER_HANDLE,
+                       parent=PARENTS[direction], prio=FILTER_PRIO,
+                       fd=shared.program.fds[FUNCTION],
+                       name=f"{FUNCTION}:loss={loss:g}", classid=slot,
+                       direct_action=True)
+            except NetlinkError as err:
+                with _lock:
+                    if added and not _filters_left(ipr, index):
+                        ipr.tc("del", "clsact", index)
+                        _owned_clsact.discard((netns_name, index))
+                if err.code == errno.EEXIST:
+                    raise DatapathError(
+                        f"{ifname} in {netns_name} already has a filter at {direction} "
+                        f"pref {FILTER_PRIO} handle {FILTER_HANDLE} (another dropper?); "
+                        "detach it first") from err
+                raise DatapathError(f"cannot attach the dropper to {ifname} in "
+                                    f"{netns_name}: {err}") from err
+    except BaseException:
+        with _lock:
+            _release(thr, slot)
+        raise
+    return AttachedDropper(netns_name, ifname, index, direction, loss, slot, prog_id)

@@ -1,0 +1,56 @@
+"""Plots of a run's results as PNG files (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: pods and CI have no display
+
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+
+
+def plot_loss_vs_epoch(
+    epochs_csv: str | Path, out_png: str | Path, title: str | None = None
+) -> Path:
+    """Train and test loss per epoch, with test accuracy on a second y axis.
+
+    ``epochs_csv`` is the PS's epochs.csv (columns epoch, train_loss, test_loss,
+    test_accuracy, ...). Returns the path of the PNG written.
+    """
+    with open(epochs_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{epochs_csv} has no epochs to plot (did the job finish one epoch?)")
+    epoch = [int(r["epoch"]) for r in rows]
+    train_loss = [float(r["train_loss"]) for r in rows]
+    test_loss = [float(r["test_loss"]) for r in rows]
+    accuracy = [float(r["test_accuracy"]) for r in rows]
+
+    fig, ax_loss = plt.subplots(figsize=(7, 4.5), dpi=100)
+    try:
+        ax_loss.plot(epoch, train_loss, "o-", color="tab:blue", label="train loss")
+        ax_loss.plot(epoch, test_loss, "s-", color="tab:orange", label="test loss")
+        ax_loss.set_xlabel("epoch")
+        ax_loss.set_ylabel("cross-entropy loss")
+        ax_loss.set_ylim(bottom=0)
+        ax_loss.grid(alpha=0.3)
+        ax_acc = ax_loss.twinx()
+        ax_acc.plot(epoch, accuracy, "^--", color="tab:green", label="test accuracy")
+        ax_acc.set_ylabel("test accuracy")
+        ax_acc.set_ylim(0, 1)
+        # One legend for both axes, so a reader sees which line belongs to which.
+        lines = ax_loss.get_lines() + ax_acc.get_lines()
+        ax_loss.legend(lines, [str(line.get_label()) for line in lines], loc="center right")
+        if len(epoch) <= 20:
+            ax_loss.set_xticks(epoch)
+        ax_loss.set_title(title or f"Loss and accuracy per epoch ({Path(epochs_csv).parent.name})")
+        fig.tight_layout()
+        out = Path(out_png)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out)
+    finally:
+        plt.close(fig)
+    return out

@@ -1,0 +1,158 @@
+"""RoleConfig: everything one PS or worker process needs, as a JSON file the runtime writes.
+
+The runtime fills one RoleConfig per pod from the validated TrainingJob and runs
+``python -m tailcut.training.role CONFIG.json`` in it. The file is a flat JSON
+object with exactly the fields below; unknown or missing fields are an error, so
+a runtime and a role from different versions fail loudly instead of guessing::
+
+    {"job": "demo", "role": "worker", "index": 2, "ps_host": "10.0.0.1",
+     "ps_port": 7000, "num_workers": 4, "results_dir": "/tmp/demo", "model": "mlp",
+     "batch_size": 32, "learning_rate": 0.3, "max_epochs": 20,
+     "max_iterations": null, "target_accuracy": 0.9, "seed": 0, "sync_mode": "bsp",
+     "transport": {"type": "tcp"}, "timeout_s": 180.0}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tailcut import errors, transports
+from tailcut.training import models
+
+ROLES = ("ps", "worker")
+SYNC_MODES = ("bsp",)
+
+
+class ConfigError(errors.TailcutError):
+    """A role config file is unreadable or invalid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """One process's part in a job. Defaults are the ones the MLP was tuned with."""
+
+    job: str
+    role: str  # "ps" or "worker"
+    index: int  # worker index 0..num_workers-1; 0 for the PS
+    ps_host: str  # the PS binds it; workers connect to it
+    ps_port: int
+    num_workers: int
+    results_dir: str  # CSVs go here; created if missing
+    model: str = "mlp"
+    batch_size: int = 32  # examples per worker per iteration
+    learning_rate: float = 0.3  # SGD step on the worker-averaged gradient
+    max_epochs: int = 20
+    max_iterations: int | None = None  # stop after this many iterations, if set
+    target_accuracy: float | None = 0.9  # stop once test accuracy reaches it, if set
+    seed: int = 0  # data, initial parameters and minibatch order
+    sync_mode: str = "bsp"
+    transport: dict[str, Any] = field(default_factory=lambda: {"type": "tcp"})
+    timeout_s: float = 180.0  # whole-job limit; the PS stops the job when it passes
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path) -> None:
+        """Write this config as JSON to ``path``."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RoleConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
+            )
+        required = {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+        missing = sorted(required - set(raw))
+        if missing:
+            raise ConfigError(f"missing field(s) {', '.join(missing)}")
+        return cls(**raw)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> RoleConfig:
+        """Read and validate a config written by ``to_json`` (or by the runtime)."""
+        try:
+            raw = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ConfigError(f"cannot read role config {path}: {err}") from err
+        if not isinstance(raw, dict):
+            raise ConfigError(
+                f"role config {path} must hold a JSON object, not {type(raw).__name__}"
+            )
+        return cls.from_dict(raw)
+
+
+def _check(c: RoleConfig) -> None:
+    """Validate field by field; the runtime validated the spec, this guards the file."""
+    _typed(c, "job", str)
+    _typed(c, "ps_host", str)
+    _typed(c, "results_dir", str)
+    for name in ("index", "ps_port", "num_workers", "batch_size", "max_epochs", "seed"):
+        _typed(c, name, int)
+    if c.role not in ROLES:
+        raise ConfigError(f"role={c.role!r}: must be one of {', '.join(ROLES)}")
+    if c.num_workers < 1:
+        raise ConfigError(f"num_workers={c.num_workers}: must be >= 1")
+    if c.role == "worker" and not 0 <= c.index < c.num_workers:
+        raise ConfigError(
+            f"index={c.index}: a worker's index must be in [0, num_workers={c.num_workers})"
+        )
+    if c.role == "ps" and c.index != 0:
+        raise ConfigError(f"index={c.index}: there is one PS, its index must be 0")
+    if not 1 <= c.ps_port <= 65535:
+        raise ConfigError(f"ps_port={c.ps_port}: must be in 1..65535")
+    if c.model not in models.names():
+        raise ConfigError(f"model={c.model!r}: supported models are {', '.join(models.names())}")
+    if c.batch_size < 1:
+        raise ConfigError(f"batch_size={c.batch_size}: must be >= 1")
+    if not (
+        isinstance(c.learning_rate, (int, float))
+        and math.isfinite(c.learning_rate)
+        and c.learning_rate > 0
+    ):
+        raise ConfigError(f"learning_rate={c.learning_rate}: must be a finite number > 0")
+    if c.max_epochs < 1:
+        raise ConfigError(f"max_epochs={c.max_epochs}: must be >= 1")
+    if c.max_iterations is not None and (
+        not isinstance(c.max_iterations, int) or c.max_iterations < 1
+    ):
+        raise ConfigError(f"max_iterations={c.max_iterations}: must be >= 1 or null for no limit")
+    if c.target_accuracy is not None and not (
+        isinstance(c.target_accuracy, (int, float)) and 0 < c.target_accuracy <= 1
+    ):
+        raise ConfigError(
+            f"target_accuracy={c.target_accuracy}: must be in (0, 1] or null for none"
+        )
+    if c.sync_mode not in SYNC_MODES:
+        raise ConfigError(f"sync_mode={c.sync_mode!r}: supported: {', '.join(SYNC_MODES)}")
+    if not isinstance(c.transport, dict) or not isinstance(c.transport.get("type"), str):
+        raise ConfigError(
+            f'transport={c.transport!r}: must be an object with a "type", e.g. {{"type": "tcp"}}'
+        )
+    if c.transport["type"] not in transports.names():
+        raise ConfigError(
+            f"transport.type={c.transport['type']!r}: supported: {', '.join(transports.names())}"
+        )
+    if not (isinstance(c.timeout_s, (int, float)) and c.timeout_s > 0):
+        raise ConfigError(f"timeout_s={c.timeout_s}: must be > 0")
+
+
+def _typed(c: RoleConfig, name: str, kind: type) -> None:
+    value = getattr(c, name)
+    # bool is an int in Python; a true/false where a number belongs is a mistake.
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r}: must be {kind.__name__}")

@@ -1,0 +1,85 @@
+"""Entry point of a PS or worker process: ``python -m tailcut.training.role CONFIG.json``.
+
+Prints JSON lines on stdout, one per event, flushed at once so the runtime can
+follow progress: the PS's start/epoch/done events, a worker's worker_done, and on
+failure ``{"event": "error", "role": ..., "index": ..., "message": ...}``.
+
+Exit status: 0 the role finished (for the PS: the job stopped, converged or not,
+see "done"), 1 the run failed (error event), 2 the command line or config file is
+wrong, 3 the run failed because another role went away first, so the runtime can
+name the role that failed first rather than its victims (see exits.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if "numpy" in sys.modules:  # e.g. a package __init__ imported it: too late to limit threads
+    print(
+        "tailcut role: numpy was imported before the thread limit; set OMP_NUM_THREADS=1",
+        file=sys.stderr,
+    )
+
+# Five or more roles share two cores: one BLAS thread each, or they oversubscribe
+# the CPU and every iteration waits for descheduled threads. Set before numpy loads.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import json  # noqa: E402 - after the thread settings above
+import traceback  # noqa: E402
+from typing import Any  # noqa: E402
+
+from tailcut import errors  # noqa: E402
+from tailcut.training import config, exits, ps, worker  # noqa: E402
+from tailcut.transports.base import PeerClosed  # noqa: E402
+
+USAGE = "usage: python -m tailcut.training.role CONFIG.json"
+
+
+def emit(event: dict[str, Any]) -> None:
+    """Print one event as a JSON line and flush it."""
+    print(json.dumps(event), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        return exits.USAGE
+    try:
+        cfg = config.RoleConfig.from_json(args[0])
+    except (config.ConfigError, TypeError) as err:
+        _fail("?", -1, f"{args[0]}: {err}")
+        return exits.USAGE
+    try:
+        if cfg.role == "ps":
+            ps.run(cfg, emit)
+        else:
+            emit(worker.run(cfg))
+    except errors.TailcutError as err:
+        _fail(cfg.role, cfg.index, str(err))
+        return exits.PEER_GONE if _peer_went_away(err) else exits.FAILED
+    except Exception as err:  # anything else is our bug: say so, keep the traceback
+        traceback.print_exc()
+        _fail(cfg.role, cfg.index, f"internal error (a tailcut bug, please report it): {err!r}")
+        return exits.FAILED
+    return exits.OK
+
+
+def _peer_went_away(err: BaseException | None) -> bool:
+    """True when `err` (or what caused it) is another role disappearing."""
+    while err is not None:
+        if isinstance(err, (worker.PSGone, PeerClosed)):
+            return True
+        err = err.__cause__
+    return False
+
+
+def _fail(role: str, index: int, message: str) -> None:
+    print(f"tailcut {role} {index}: {message}", file=sys.stderr, flush=True)
+    emit({"event": "error", "role": role, "index": index, "message": message})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The transport interface: Message, Connection and Transport, shared by every transport.
+
+A job switches transport (tcp, udp, bounded-loss, app-drop) by changing one spec
+line, so the PS and workers only ever see these three types:
+
+- ``Message``: one PUSH (gradient), PARAMS (model), HELLO or STOP, with the float32
+  vector and, for lossy transports, a mask of the coordinates that arrived.
+- ``Connection``: one peer; ``send`` a message, ``recv`` the next one.
+- ``Transport``: ``listen`` for a known number of peers (the PS) or ``connect``
+  to one (a worker), and ``gather`` one message from each of several connections.
+
+Errors, under ``tailcut.errors.TailcutError``::
+
+    TransportError           a transport could not deliver or accept a message
+    ├── ProtocolError        the peer's bytes do not follow the framing (says what)
+    ├── PeerClosed           the peer closed the connection or went away
+    └── TransportTimeout     nothing arrived (or nobody connected) in time
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import numpy as np
+
+from tailcut import errors
+
+# Sender id the parameter server uses; workers use their index 0..N-1.
+PS_SENDER = -1
+
+
+class TransportError(errors.TailcutError):
+    """A transport failed to deliver or accept a message."""
+
+
+class ProtocolError(TransportError):
+    """The peer sent bytes that do not follow the framing; the message says which field."""
+
+
+class PeerClosed(TransportError):
+    """The peer closed the connection or is gone."""
+
+
+class TransportTimeout(TransportError, TimeoutError):
+    """No message arrived, or no peer connected, within the timeout."""
+
+
+class Kind(enum.IntEnum):
+    """What a message carries. Values are on the wire: never renumber."""
+
+    HELLO = 1  # worker -> PS after connecting: "I am worker <sender>"
+    PUSH = 2  # worker -> PS: the gradient of one minibatch
+    PARAMS = 3  # PS -> worker: the model for the next iteration
+    STOP = 4  # PS -> worker: training is over, exit cleanly
+
+
+@dataclass
+class Message:
+    """One message between PS and worker.
+
+    ``mask`` is None when every coordinate arrived; otherwise ``mask[i]`` is True
+    when ``values[i]`` arrived (a missing coordinate's value is meaningless).
+    ``sent_at_ns`` is the sender's ``time.time_ns()`` when it started sending; leave
+    it 0 and ``Connection.send`` stamps it. All pods share one host clock, so the
+    receiver computes completion time as ``received_at_ns - sent_at_ns``.
+    ``received_at_ns`` and ``wire_bytes`` are set by the receiving transport.
+    """
+
+    kind: Kind
+    iteration: int
+    sender: int
+    values: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    mask: np.ndarray | None = None
+    sent_at_ns: int = 0
+    received_at_ns: int = 0
+    wire_bytes: int = 0
+
+    @property
+    def completion_s(self) -> float:
+        """Seconds from the start of sending to the end of receiving."""
+        return (self.received_at_ns - self.sent_at_ns) / 1e9
+
+    @property
+    def missing(self) -> int:
+        """Number of coordinates that did not arrive."""
+        return 0 if self.mask is None else int(self.mask.size - np.count_nonzero(self.mask))
+
+
+class Connection(abc.ABC):
+    """A link to one peer over some transport."""
+
+    peer: str = "?"  # "host:port", for error messages
+
+    @abc.abstractmethod
+    def send(self, msg: Message, timeout_s: float | None = None) -> None:
+        """Send ``msg`` (a lossy transport may deliver part); raise TransportTimeout if slow."""
+
+    @abc.abstractmethod
+    def recv(self, timeout_s: float | None = None) -> Message:
+        """Block for the next message; raise TransportTimeout after ``timeout_s``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connection; safe to call twice."""
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Transport(abc.ABC):
+    """Makes connections; one instance per process."""
+
+    name: str = "?"
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+
+    @abc.abstractmethod
+    def listen(self, host: str, port: int, count: int, timeout_s: float) -> list[Connection]:
+        """Accept exactly ``count`` peers on ``host:port`` within ``timeout_s`` seconds."""
+
+    @abc.abstractmethod
+    def connect(self, host: str, port: int, timeout_s: float) -> Connection:
+        """Connect to ``host:port``, retrying until ``timeout_s`` (the peer may start later)."""
+
+    def gather(self, conns: Sequence[Connection], timeout_s: float | None) -> list[Message]:
+        """Receive one message from each connection, concurrently, in ``conns`` order.
+
+        Concurrent so that each message's completion time is its own, not the time
+        spent waiting for the receiver to finish reading the others. The default
+        uses one thread per connection (socket reads release the GIL); a transport
+        with one shared socket can override it.
+        """
+        if self._pool is None or self._pool_size < len(conns):
+            self.close()
+            self._pool_size = max(len(conns), 1)
+            self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="gather")
+        futures = [self._pool.submit(c.recv, timeout_s) for c in conns]
+        # Wait for all before raising, so no thread is left reading a socket the
+        # caller is about to close.
+        results: list[Message] = []
+        first_error: Exception | None = None
+        for fut in futures:
+            try:
+                results.append(fut.result())
+            except Exception as err:  # re-raised below, once every thread is done
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def close(self) -> None:
+        """Stop helper threads; connections are closed by their owners."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+def deadline_after(timeout_s: float | None) -> float | None:
+    """A ``time.monotonic()`` deadline, or None for no timeout."""
+    return None if timeout_s is None else time.monotonic() + timeout_s
+
+
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (never negative), or None for no deadline."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)

@@ -1,0 +1,283 @@
+"""TCP transport: every coordinate is delivered, in order; the baseline the others beat.
+
+Each message is one frame: a fixed 28-byte header, then the values as raw
+little-endian float32, then (only if flag bit 0 is set) the mask as packed bits::
+
+    offset size field       notes
+    0      4    magic       b"TCUT"
+    4      2    version     1
+    6      1    kind        tailcut.transports.base.Kind
+    7      1    flags       bit 0: a mask follows the values; other bits must be 0
+    8      4    iteration   signed
+    12     4    sender      signed; the PS is -1, workers 0..N-1
+    16     4    count       number of float32 values, at most max_elements
+    20     8    sent_at_ns  sender's time.time_ns() when it started sending
+    28     4*count          values
+    ...    ceil(count/8)    mask, np.packbits(bitorder="little"), if flag bit 0
+
+Header integers are big-endian (network order), so a packet dump reads
+naturally; a 64714-float MLP gradient is 28 + 258856 bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import time
+
+import numpy as np
+
+from tailcut.transports import base
+from tailcut.transports.base import Kind, Message
+
+MAGIC = b"TCUT"
+VERSION = 1
+HEADER = struct.Struct("!4sHBBiiIq")
+FLAG_MASK = 0x01
+# Refuse frames that claim more than this many values, before allocating: 2**26
+# floats is 256 MiB, far above any model here (the MLP has ~65k).
+DEFAULT_MAX_ELEMENTS = 1 << 26
+# connect() retries only these: the PS may not be listening yet, or its netns
+# link may not be up yet. Anything else (a bad host name) fails at once.
+_TRANSIENT_CONNECT_ERRNOS = frozenset(
+    {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
+)
+_CONNECT_RETRY_S = 0.1
+_VALUE_DTYPE = np.dtype("<f4")
+_KINDS = frozenset(int(k) for k in Kind)
+
+
+def encode(msg: Message, max_elements: int = DEFAULT_MAX_ELEMENTS) -> bytes:
+    """The frame for ``msg`` (``sent_at_ns`` 0 is stamped with now)."""
+    values = np.ascontiguousarray(msg.values, dtype=_VALUE_DTYPE).reshape(-1)
+    if values.size > max_elements:
+        raise ValueError(
+            f"message has {values.size} values; the limit is max_elements={max_elements}"
+        )
+    flags = 0
+    parts = [b"", values.tobytes()]
+    if msg.mask is not None:
+        if msg.mask.shape != (values.size,):
+            raise ValueError(f"mask has shape {msg.mask.shape}; values have {values.size} elements")
+        flags |= FLAG_MASK
+        parts.append(np.packbits(msg.mask.astype(bool), bitorder="little").tobytes())
+    sent_at_ns = msg.sent_at_ns or time.time_ns()
+    parts[0] = HEADER.pack(
+        MAGIC, VERSION, int(msg.kind), flags, msg.iteration, msg.sender, values.size, sent_at_ns
+    )
+    return b"".join(parts)
+
+
+def parse_header(
+    header: bytes, peer: str, max_elements: int
+) -> tuple[Kind, int, int, int, int, int]:
+    """Check a header; return (kind, flags, iteration, sender, count, sent_at_ns)."""
+    magic, version, kind, flags, iteration, sender, count, sent_at_ns = HEADER.unpack(header)
+    if magic != MAGIC:
+        raise base.ProtocolError(
+            f"bad magic {magic!r} from {peer}: expected {MAGIC!r}; is something other "
+            "than a tailcut TCP transport sending to this port?"
+        )
+    if version != VERSION:
+        raise base.ProtocolError(
+            f"protocol version {version} from {peer}: this side speaks version {VERSION}; "
+            "run the same tailcut version on every pod"
+        )
+    if kind not in _KINDS:
+        raise base.ProtocolError(
+            f"unknown message kind {kind} from {peer}: known kinds are {sorted(_KINDS)}"
+        )
+    if flags & ~FLAG_MASK:
+        raise base.ProtocolError(
+            f"unknown flag bits {flags:#04x} from {peer}: only {FLAG_MASK:#04x} is defined"
+        )
+    if count > max_elements:
+        raise base.ProtocolError(
+            f"element count {count} from {peer} exceeds max_elements={max_elements}; "
+            "refusing to allocate (raise max_elements in the transport options if the model "
+            "is that big)"
+        )
+    return Kind(kind), flags, iteration, sender, count, sent_at_ns
+
+
+def _socket_timeout(deadline: float | None) -> float | None:
+    """A socket timeout for ``deadline``; never 0, which would mean non-blocking."""
+    left = base.remaining(deadline)
+    return None if left is None else max(left, 1e-6)
+
+
+class TcpConnection(base.Connection):
+    """One TCP stream to a peer, carrying framed messages."""
+
+    def __init__(self, sock: socket.socket, peer: str, max_elements: int) -> None:
+        self._sock: socket.socket | None = sock
+        self.peer = peer
+        self.max_elements = max_elements
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, msg: Message, timeout_s: float | None = None) -> None:
+        frame = encode(msg, self.max_elements)
+        sock = self._live()
+        # Never a timeout of 0: to a socket that means non-blocking, not "no time left".
+        sock.settimeout(None if timeout_s is None else max(timeout_s, 1e-6))
+        try:
+            sock.sendall(frame)
+        except TimeoutError:
+            # Part of the frame may be out: the stream is no longer usable.
+            self.close()
+            raise base.TransportTimeout(
+                f"sending to {self.peer} took more than {timeout_s} s"
+            ) from None
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as err:
+            self.close()
+            raise base.PeerClosed(f"{self.peer} closed the connection while we sent to it") from err
+
+    def recv(self, timeout_s: float | None = None) -> Message:
+        deadline = base.deadline_after(timeout_s)
+        header = self._read(HEADER.size, deadline, what="header", frame_started=False)
+        kind, flags, iteration, sender, count, sent_at_ns = parse_header(
+            bytes(header), self.peer, self.max_elements
+        )
+        values = np.empty(count, dtype=_VALUE_DTYPE)
+        self._read_into(values.data.cast("B"), deadline, what="values")
+        mask = None
+        mask_bytes = 0
+        if flags & FLAG_MASK:
+            mask_bytes = (count + 7) // 8
+            packed = self._read(mask_bytes, deadline, what="mask")
+            mask = np.unpackbits(
+                np.frombuffer(packed, np.uint8), count=count, bitorder="little"
+            ).astype(bool)
+        return Message(
+            kind=kind,
+            iteration=iteration,
+            sender=sender,
+            values=values,
+            mask=mask,
+            sent_at_ns=sent_at_ns,
+            received_at_ns=time.time_ns(),
+            wire_bytes=HEADER.size + values.nbytes + mask_bytes,
+        )
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already disconnected: closing is all that is left to do
+        sock.close()
+
+    def _live(self) -> socket.socket:
+        if self._sock is None:
+            raise base.PeerClosed(f"connection to {self.peer} is closed")
+        return self._sock
+
+    def _read(
+        self, n: int, deadline: float | None, what: str, frame_started: bool = True
+    ) -> bytearray:
+        buf = bytearray(n)
+        self._read_into(memoryview(buf), deadline, what, frame_started)
+        return buf
+
+    def _read_into(
+        self, view: memoryview, deadline: float | None, what: str, frame_started: bool = True
+    ) -> None:
+        """Fill ``view`` from the socket or raise; a frame cut short is a ProtocolError."""
+        sock = self._live()
+        got = 0
+        while got < len(view):
+            sock.settimeout(_socket_timeout(deadline))
+            try:
+                n = sock.recv_into(view[got:])
+            except TimeoutError:
+                if frame_started or got:
+                    # We hold half a frame: the stream cannot be resynchronised.
+                    self.close()
+                raise base.TransportTimeout(
+                    f"no complete message from {self.peer} in time (waiting for the {what})"
+                ) from None
+            except (ConnectionResetError, ConnectionAbortedError) as err:
+                self.close()
+                raise base.PeerClosed(f"{self.peer} reset the connection") from err
+            if n == 0:
+                self.close()
+                if not frame_started and got == 0:
+                    raise base.PeerClosed(f"{self.peer} closed the connection")
+                raise base.ProtocolError(
+                    f"truncated frame from {self.peer}: expected {len(view)} bytes of {what}, "
+                    f"the connection closed after {got}"
+                )
+            got += n
+
+
+class TcpTransport(base.Transport):
+    """Framed messages over TCP with TCP_NODELAY (no Nagle delay on small frames)."""
+
+    name = "tcp"
+
+    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+        super().__init__()
+        if max_elements < 1:
+            raise ValueError(f"max_elements={max_elements}: must be >= 1")
+        self.max_elements = max_elements
+
+    def listen(self, host: str, port: int, count: int, timeout_s: float) -> list[base.Connection]:
+        deadline = base.deadline_after(timeout_s)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # A PS restarted on the same port must not wait out TIME_WAIT.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        conns: list[base.Connection] = []
+        try:
+            try:
+                listener.bind((host, port))
+            except OSError as err:
+                raise base.TransportError(
+                    f"cannot listen on {host}:{port}: {err.strerror} (is another job or PS "
+                    "using the port, or is the address not on this host?)"
+                ) from err
+            listener.listen(count)
+            while len(conns) < count:
+                listener.settimeout(_socket_timeout(deadline))
+                try:
+                    sock, addr = listener.accept()
+                except TimeoutError:
+                    raise base.TransportTimeout(
+                        f"only {len(conns)} of {count} peers connected to {host}:{port} "
+                        f"within {timeout_s} s"
+                    ) from None
+                sock.settimeout(None)
+                conns.append(TcpConnection(sock, f"{addr[0]}:{addr[1]}", self.max_elements))
+        except BaseException:
+            for conn in conns:
+                conn.close()
+            raise
+        finally:
+            listener.close()
+        return conns
+
+    def connect(self, host: str, port: int, timeout_s: float) -> base.Connection:
+        deadline = base.deadline_after(timeout_s)
+        last: OSError | None = None
+        while True:
+            left = base.remaining(deadline) or 0.0
+            try:
+                sock = socket.create_connection((host, port), timeout=max(min(left, 1.0), 0.01))
+            except TimeoutError as err:
+                last = err
+            except OSError as err:
+                if err.errno not in _TRANSIENT_CONNECT_ERRNOS:
+                    raise base.TransportError(f"cannot connect to {host}:{port}: {err}") from err
+                last = err
+            else:
+                sock.settimeout(None)
+                return TcpConnection(sock, f"{host}:{port}", self.max_elements)
+            if (base.remaining(deadline) or 0.0) <= _CONNECT_RETRY_S:
+                raise base.TransportTimeout(
+                    f"could not connect to {host}:{port} within {timeout_s} s "
+                    f"(last error: {last}); "
+                    "is the parameter server running and reachable?"
+                )
+            time.sleep(_CONNECT_RETRY_S)

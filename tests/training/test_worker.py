@@ -1,0 +1,89 @@
+"""Tests of the worker: missing parameters, minibatches, and a PS that goes away."""
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from tailcut.training import exits, models, worker
+from tailcut.training.config import RoleConfig
+from tailcut.transports import base, tcp
+from tailcut.transports.base import Kind, Message
+
+
+def test_worker_keeps_its_previous_value_for_parameter_coordinates_missing_from_params() -> None:
+    params = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    msg = Message(
+        Kind.PARAMS,
+        5,
+        -1,
+        np.array([10.0, np.nan, 30.0], np.float32),
+        np.array([True, False, True]),
+    )
+    worker.apply_params(params, msg)
+    np.testing.assert_array_equal(params, [10.0, 2.0, 30.0])
+    worker.apply_params(params, Message(Kind.PARAMS, 6, -1, np.array([7.0, 8.0, 9.0], np.float32)))
+    np.testing.assert_array_equal(params, [7.0, 8.0, 9.0])
+
+
+def test_minibatches_are_full_and_each_pass_visits_every_row_at_most_once() -> None:
+    batches = worker.minibatches(10, 3, np.random.default_rng(0))
+    first_pass = [next(batches) for _ in range(3)]
+    assert all(len(b) == 3 for b in first_pass)
+    seen = np.concatenate(first_pass)
+    assert len(set(seen.tolist())) == 9
+    assert len(next(batches)) == 3  # the next pass starts without a short batch
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_worker_exits_non_zero_naming_the_ps_when_the_ps_goes_away(tmp_path: Path) -> None:
+    port = _free_port()
+    cfg = RoleConfig(
+        job="gone",
+        role="worker",
+        index=0,
+        ps_host="127.0.0.1",
+        ps_port=port,
+        num_workers=1,
+        results_dir=str(tmp_path),
+        timeout_s=30,
+    )
+    cfg.to_json(tmp_path / "worker.json")
+    num_params = models.create("mlp", models.dataset("mlp", 0)).num_params
+    seen: list[Message] = []
+
+    def flaky_ps() -> None:
+        transport = tcp.TcpTransport()
+        (conn,) = transport.listen("127.0.0.1", port, 1, timeout_s=30)
+        seen.append(conn.recv(timeout_s=30))
+        conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(num_params, np.float32)))
+        seen.append(conn.recv(timeout_s=30))
+        conn.close()  # the PS crashes before sending PARAMS(1)
+
+    thread = threading.Thread(target=flaky_ps)
+    thread.start()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailcut.training.role", str(tmp_path / "worker.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    thread.join()
+    assert [(m.kind, m.iteration, m.sender) for m in seen] == [
+        (Kind.HELLO, 0, 0),
+        (Kind.PUSH, 0, 0),
+    ]
+    assert proc.returncode == exits.PEER_GONE
+    event = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert event["event"] == "error" and event["role"] == "worker"
+    assert f"parameter server at 127.0.0.1:{port} went away after iteration 0" in event["message"]
+    assert "went away" in proc.stderr

@@ -1,0 +1,251 @@
+"""Tests of the TCP transport: framing round trips, rejected frames, listen/connect."""
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from tailcut.transports import base, tcp
+from tailcut.transports.base import Kind, Message
+
+
+def _socket_pair() -> tuple[socket.socket, socket.socket]:
+    """Two ends of a real loopback TCP connection."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    return client, server
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[tcp.TcpConnection, tcp.TcpConnection]]:
+    a, b = _socket_pair()
+    left = tcp.TcpConnection(a, "left", tcp.DEFAULT_MAX_ELEMENTS)
+    right = tcp.TcpConnection(b, "right", tcp.DEFAULT_MAX_ELEMENTS)
+    yield left, right
+    left.close()
+    right.close()
+
+
+@pytest.fixture
+def raw() -> Iterator[tuple[socket.socket, tcp.TcpConnection]]:
+    """A raw socket to write arbitrary bytes into, and the connection reading them."""
+    a, b = _socket_pair()
+    conn = tcp.TcpConnection(b, "raw-peer", max_elements=1000)
+    yield a, conn
+    a.close()
+    conn.close()
+
+
+def _header(
+    magic: bytes = tcp.MAGIC,
+    version: int = tcp.VERSION,
+    kind: int = 2,
+    flags: int = 0,
+    count: int = 3,
+) -> bytes:
+    return tcp.HEADER.pack(magic, version, kind, flags, 7, 1, count, 123)
+
+
+def test_a_push_round_trips_with_kind_iteration_sender_values_and_timing(
+    pair: tuple[tcp.TcpConnection, tcp.TcpConnection],
+) -> None:
+    left, right = pair
+    values = np.random.default_rng(0).normal(size=64714).astype(np.float32)
+    before = time.time_ns()
+    left.send(Message(Kind.PUSH, 41, 3, values))
+    got = right.recv(timeout_s=5)
+    assert (got.kind, got.iteration, got.sender, got.mask) == (Kind.PUSH, 41, 3, None)
+    np.testing.assert_array_equal(got.values, values)
+    assert before <= got.sent_at_ns <= got.received_at_ns <= time.time_ns()
+    assert got.wire_bytes == tcp.HEADER.size + 4 * 64714
+    assert got.completion_s >= 0
+
+
+def test_an_explicit_sent_at_ns_is_kept_and_empty_messages_round_trip(
+    pair: tuple[tcp.TcpConnection, tcp.TcpConnection],
+) -> None:
+    left, right = pair
+    left.send(Message(Kind.STOP, 9, base.PS_SENDER, sent_at_ns=12345))
+    got = right.recv(timeout_s=5)
+    assert (got.kind, got.iteration, got.sender, got.sent_at_ns, got.values.size) == (
+        Kind.STOP,
+        9,
+        -1,
+        12345,
+        0,
+    )
+
+
+def test_a_mask_round_trips_and_counts_the_missing_coordinates(
+    pair: tuple[tcp.TcpConnection, tcp.TcpConnection],
+) -> None:
+    left, right = pair
+    mask = np.array([True, False, True, True, False, False, True, True, True, False, True])
+    left.send(Message(Kind.PARAMS, 0, -1, np.arange(11, dtype=np.float32), mask))
+    got = right.recv(timeout_s=5)
+    assert got.mask is not None
+    np.testing.assert_array_equal(got.mask, mask)
+    assert got.missing == 4
+    assert got.wire_bytes == tcp.HEADER.size + 44 + 2
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    values=hnp.arrays(np.float32, st.integers(0, 300)),
+    iteration=st.integers(-(2**31), 2**31 - 1),
+    sender=st.integers(-(2**31), 2**31 - 1),
+    with_mask=st.booleans(),
+)
+def test_any_message_round_trips_bit_for_bit(
+    values: np.ndarray, iteration: int, sender: int, with_mask: bool
+) -> None:
+    a, b = _socket_pair()
+    with tcp.TcpConnection(a, "a", 1000) as left, tcp.TcpConnection(b, "b", 1000) as right:
+        mask = (np.arange(values.size) % 3 == 0) if with_mask else None
+        left.send(Message(Kind.PUSH, iteration, sender, values, mask))
+        got = right.recv(timeout_s=5)
+    assert got.values.tobytes() == values.tobytes()  # NaN payloads included
+    assert (got.iteration, got.sender) == (iteration, sender)
+    assert (got.mask is None) == (mask is None)
+    if mask is not None:
+        np.testing.assert_array_equal(got.mask, mask)
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (_header(magic=b"HTTP"), "bad magic b'HTTP'"),
+        (_header(version=9), "protocol version 9"),
+        (_header(kind=0), "unknown message kind 0"),
+        (_header(flags=0x80), "unknown flag bits 0x80"),
+        (_header(count=1001), "element count 1001 .* exceeds max_elements=1000"),
+        (_header(count=2**32 - 1), "element count 4294967295"),
+    ],
+    ids=["magic", "version", "kind", "flags", "count-over-cap", "count-huge"],
+)
+def test_a_bad_header_raises_a_protocol_error_saying_what_was_wrong(
+    raw: tuple[socket.socket, tcp.TcpConnection], header: bytes, message: str
+) -> None:
+    writer, conn = raw
+    writer.sendall(header)
+    with pytest.raises(base.ProtocolError, match=message):
+        conn.recv(timeout_s=5)
+
+
+def test_a_frame_cut_short_by_a_close_is_a_protocol_error_not_a_clean_close(
+    raw: tuple[socket.socket, tcp.TcpConnection],
+) -> None:
+    writer, conn = raw
+    writer.sendall(_header(count=100) + b"\0" * 40)
+    writer.close()
+    with pytest.raises(
+        base.ProtocolError, match="truncated frame from raw-peer: expected 400 bytes of values"
+    ):
+        conn.recv(timeout_s=5)
+
+
+def test_a_header_cut_short_is_a_protocol_error(
+    raw: tuple[socket.socket, tcp.TcpConnection],
+) -> None:
+    writer, conn = raw
+    writer.sendall(_header()[:10])
+    writer.close()
+    with pytest.raises(base.ProtocolError, match="bytes of header"):
+        conn.recv(timeout_s=5)
+
+
+def test_a_close_between_frames_is_peer_closed(
+    raw: tuple[socket.socket, tcp.TcpConnection],
+) -> None:
+    writer, conn = raw
+    writer.close()
+    with pytest.raises(base.PeerClosed, match="raw-peer closed the connection"):
+        conn.recv(timeout_s=5)
+
+
+def test_recv_times_out_when_nothing_arrives_and_the_connection_stays_usable(
+    raw: tuple[socket.socket, tcp.TcpConnection],
+) -> None:
+    writer, conn = raw
+    start = time.monotonic()
+    with pytest.raises(base.TransportTimeout):
+        conn.recv(timeout_s=0.2)
+    assert 0.15 < time.monotonic() - start < 2
+    writer.sendall(_header(count=1) + struct.pack("<f", 2.5))
+    assert conn.recv(timeout_s=5).values.tolist() == [2.5]
+
+
+def test_connections_have_nagle_turned_off(
+    pair: tuple[tcp.TcpConnection, tcp.TcpConnection],
+) -> None:
+    left, _ = pair
+    assert left._live().getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_sending_more_values_than_max_elements_fails_before_sending() -> None:
+    with pytest.raises(ValueError, match="max_elements=4"):
+        tcp.encode(Message(Kind.PUSH, 0, 0, np.zeros(5, np.float32)), max_elements=4)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_connect_retries_until_a_late_listener_starts_and_gather_reads_each_peer() -> None:
+    port = _free_port()
+    transport = tcp.TcpTransport()
+    clients: list[base.Connection] = []
+
+    def connect_all() -> None:
+        for _ in range(3):
+            clients.append(transport.connect("127.0.0.1", port, timeout_s=10))
+
+    thread = threading.Thread(target=connect_all)
+    thread.start()
+    time.sleep(0.3)  # the workers start first, as they may in a real job
+    servers = transport.listen("127.0.0.1", port, count=3, timeout_s=10)
+    thread.join()
+    try:
+        for i, client in enumerate(clients):
+            client.send(Message(Kind.HELLO, 0, i))
+        got = transport.gather(servers, timeout_s=5)
+        assert sorted(m.sender for m in got) == [0, 1, 2]
+        assert all(m.kind == Kind.HELLO for m in got)
+    finally:
+        for conn in clients + servers:
+            conn.close()
+        transport.close()
+
+
+def test_listen_times_out_naming_how_many_peers_connected() -> None:
+    port = _free_port()
+    transport = tcp.TcpTransport()
+    thread = threading.Thread(target=lambda: transport.connect("127.0.0.1", port, 5).close())
+    thread.start()
+    with pytest.raises(base.TransportTimeout, match="only 1 of 2 peers connected"):
+        transport.listen("127.0.0.1", port, count=2, timeout_s=0.5)
+    thread.join()
+
+
+def test_connect_gives_up_after_its_timeout_when_nobody_listens() -> None:
+    start = time.monotonic()
+    with pytest.raises(base.TransportTimeout, match="is the parameter server running"):
+        tcp.TcpTransport().connect("127.0.0.1", _free_port(), timeout_s=0.5)
+    assert time.monotonic() - start < 3
+
+
+def test_listening_on_a_port_in_use_names_the_address() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(base.TransportError, match=f"cannot listen on 127.0.0.1:{port}"):
+            tcp.TcpTransport().listen("127.0.0.1", port, count=1, timeout_s=1)
