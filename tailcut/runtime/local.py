@@ -66,6 +66,9 @@ def run(job: TrainingJob, results_dir: Path,
              f"{len(topo.racks)} rack(s) ({'netem' if has_netem else 'no netem'})")
     with _terminate_as_exit():
         network = build.build(topo, has_netem)
+        first_pod, first_rack = topo.pods[0], topo.racks[0]
+        progress(f"access links: {network.applied[f'{first_pod.netns}/eth0']}; uplinks: "
+                 f"{network.applied[f'{first_rack.netns}/up']}")
         running: list[subprocess.Popen[bytes]] = []
         try:
             _write_json(results_dir / "network.json", {"applied": network.applied})
