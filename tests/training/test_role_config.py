@@ -32,14 +32,14 @@ def test_config_survives_a_json_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"role": "aggregator"}, "role='aggregator'"),
+        ({"role": "aggregator"}, "role='aggregator' index=1"),
         ({"index": 4}, "index=4"),
         ({"role": "ps", "index": 2}, "index=2"),
         ({"ps_port": 0}, "ps_port=0"),
         ({"num_workers": 0}, "num_workers=0"),
         ({"learning_rate": -1.0}, "learning_rate=-1.0"),
         ({"target_accuracy": 1.5}, "target_accuracy=1.5"),
-        ({"sync_mode": "async"}, "sync_mode='async'"),
+        ({"sync_mode": "hogwild"}, "sync_mode='hogwild'"),
         ({"model": "cnn"}, "supported models are mlp"),
         (
             {"transport": {"type": "carrier-pigeon"}},
