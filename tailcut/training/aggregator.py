@@ -90,11 +90,14 @@ class _Aggregator:
         delivered = np.zeros(self.num_params, dtype=bool)
         got: set[str] = set()
         stop_by: float | None = None
+        member_gone: base.TransportError | None = None
         while len(got) < len(self.group):
             try:
                 timeout = peers.left(self.deadline if stop_by is None else stop_by)
                 ev = self.inbox.take(timeout)
             except base.TransportTimeout as err:
+                if member_gone is not None:  # no STOP followed: a member really failed
+                    raise errors.RunError(f"{self.name}: round {k}: {member_gone}") from member_gone
                 raise errors.RunError(f"{self.name}: round {k}: nothing arrived in time") from err
             who = self.names[ev.source]
             dequeued = time.time_ns()
@@ -105,8 +108,10 @@ class _Aggregator:
                 if who == "replica-0":
                     self.conns.pop(who, None)
                     continue
-                if who.startswith("worker-") and stop_by is None:
-                    stop_by = time.monotonic() + STOP_WAIT_S  # probably the end of the job
+                if who.startswith("worker-"):
+                    if member_gone is None:  # probably the end of the job: wait for STOP
+                        member_gone = ev.error
+                        stop_by = time.monotonic() + STOP_WAIT_S
                     continue
                 raise errors.RunError(f"{self.name}: round {k}: {ev.error}") from ev.error
             msg = ev.msg

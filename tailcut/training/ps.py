@@ -149,6 +149,7 @@ class _Server:
         for a, agg in enumerate(cfg.aggregators):
             self.weight[f"aggregator-{a}"] = len(agg["workers"])
         self.clock = {f"worker-{w}": 0 for w in range(cfg.num_workers)}  # pushes, ssp
+        self.early: list[inbox.Event] = []  # replica: pushes for a later bsp iteration
         self.held: list[tuple[inbox.Event, int]] = []  # pulls waiting for the sync mode
         self.last_pull: dict[str, int] = {}  # worker -> step it last asked for
         self.updates = np.zeros(self.size, dtype=np.int64)  # per-parameter update counts
@@ -292,23 +293,23 @@ class _Server:
             raise errors.RunError(
                 f"{self.conns[who].peer} pushed an update but pushes through an aggregator"
             )
-        self.arrivals.append((ev.arrived_ns, who))
-        self.messages.write(records.message_row(msg, base.PS_SENDER))
         if msg.values.shape != (self.size,):
             raise errors.RunError(
                 f"{who} pushed {msg.values.size} values; {self.name} holds {self.size}"
             )
-        changed = msg.values != 0
-        if msg.mask is not None:
-            changed &= msg.mask
-        self.updates += changed
         progressed = False
         if self.cfg.sync_mode == "bsp":
+            if self.is_replica and msg.iteration > self.iteration:
+                # The primary's barrier can pass, and a fast worker push the next
+                # iteration, before a slow worker's push of this one reaches us.
+                self.early.append(ev)
+                return
             if msg.iteration != self.iteration or who in self.pushed:
                 raise errors.RunError(
                     f"expected PUSH for iteration {self.iteration} from {who.replace('-', ' ')}, "
                     f"got PUSH for iteration {msg.iteration}"
                 )
+            changed = self._count(ev, who)
             accumulate(self.total, self.counts, msg, self.size, self.weight[who])
             self.pushed.add(who)
             if len(self.pushed) == len(self.weight):
@@ -321,6 +322,7 @@ class _Server:
                 self.version = self.iteration
                 progressed = True
         else:
+            changed = self._count(ev, who)
             step = np.float32(self.cfg.learning_rate / self.cfg.num_workers)
             if msg.mask is None:
                 self.params -= step * msg.values
@@ -339,6 +341,22 @@ class _Server:
             self._progress()
         if not self.stop_reason:
             self._release()
+        if progressed and self.early:
+            early, self.early = self.early, []
+            for e in sorted(early, key=lambda e: e.seq):
+                self._push(e, self.names[e.source])
+
+    def _count(self, ev: inbox.Event, who: str) -> np.ndarray:
+        """Log a push being applied; count it per parameter (coordinates it changed)."""
+        msg = ev.msg
+        assert msg is not None
+        self.arrivals.append((ev.arrived_ns, who))
+        self.messages.write(records.message_row(msg, base.PS_SENDER))
+        changed = msg.values != 0
+        if msg.mask is not None:
+            changed &= msg.mask
+        self.updates += changed
+        return changed
 
     def _pull(self, ev: inbox.Event, who: str) -> None:
         msg = ev.msg
