@@ -48,13 +48,20 @@ def top_k_shares(counts: np.ndarray, ks: tuple[int, ...] = TOP_K) -> dict[int, f
 
 
 def update_counts(results_dir: Path) -> np.ndarray:
-    """Per-parameter update counts of the whole model, from every shard's updates-ps-*.npz."""
+    """Per-parameter update counts of the whole model, from every shard's updates-ps-*.npz.
+
+    When ps-0 left none (it was killed and the replica took over), the replica's
+    counts stand in: it applied every update of the job.
+    """
+    paths = sorted(results_dir.glob("updates-ps-*.npz"))
+    if not (results_dir / "updates-ps-0.npz").exists():
+        paths = sorted(results_dir.glob("updates-replica-0.npz"))
     parts = []
-    for path in sorted(results_dir.glob("updates-ps-*.npz")):
+    for path in paths:
         with np.load(path) as z:
             parts.append((int(z["lo"]), z["counts"]))
     if not parts:
-        raise ValueError(f"{results_dir} has no updates-ps-*.npz (no PS finished?)")
+        raise ValueError(f"{results_dir} has no updates-*.npz (no PS finished?)")
     parts.sort(key=lambda p: p[0])
     return np.concatenate([c for _, c in parts])
 

@@ -65,6 +65,7 @@ class Job:
         return cfgs
 
     def start(self) -> None:
+        self.tmp_path.mkdir(parents=True, exist_ok=True)
         for name, cfg in self.configs().items():
             path = self.tmp_path / f"{name}.json"
             cfg.to_json(path)
