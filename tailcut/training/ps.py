@@ -55,6 +55,8 @@ TRAIN_EVAL_ROWS = 2000
 # Shards > 0 and the replica follow shard 0's / the primary's STOP; they wait this
 # much longer than timeout_s so that they never stop first.
 FOLLOWER_GRACE_S = 30.0
+# A follower that loses a worker waits this long for ps-0's STOP before failing.
+STOP_WAIT_S = 5.0
 
 
 def average(pushes: Sequence[Message], num_params: int) -> tuple[np.ndarray, np.ndarray]:
@@ -283,6 +285,19 @@ class _Server:
             self.emit({"event": "replica_lost", "iteration": self.iteration, "error": str(err)})
             del self.conns[who]
             return
+        upstream = "ps-0" if self.shard > 0 else "primary"
+        if self.follower and upstream in self.conns and not who.startswith("ps-"):
+            # Workers leave as soon as ps-0 says STOP, maybe before its STOP reaches us.
+            try:
+                ev = self.inbox.take(STOP_WAIT_S, match=lambda e: self.names[e.source] == upstream)
+            except base.TransportTimeout:
+                ev = None
+            if ev is not None and ev.msg is not None and ev.msg.kind == Kind.STOP:
+                self.stop_reason = "stopped_by_ps_0" if self.shard > 0 else "primary_finished"
+                return
+            if ev is not None and ev.error is not None and not self.active:
+                self._take_over()  # the primary died too: the replica goes on
+                return
         raise errors.RunError(f"iteration {self.iteration}: {err}") from err
 
     def _push(self, ev: inbox.Event, who: str) -> None:
@@ -543,7 +558,8 @@ class _Server:
                 except errors.RunError:
                     pass  # shard 0 had evaluated already and left
         if self.active:
-            for who, conn in list(self.conns.items()):
+            # Peers (shards, replica, aggregators) first: workers leave at once on STOP.
+            for who, conn in sorted(self.conns.items(), key=lambda i: i[0].startswith("worker-")):
                 if who in ("ps-0", "primary") or self.shard > 0 and not who.startswith("worker-"):
                     continue
                 try:

@@ -201,6 +201,7 @@ class _Worker:
             if msg.kind in (Kind.PARAMS, Kind.STOP):
                 self.log.write(records.message_row(msg, self.cfg.index))
             if msg.kind == Kind.STOP:
+                self._last_acks()
                 return False
             if msg.kind == Kind.ACK:
                 self._client_row("push", who, msg, dequeued, time.time_ns())
@@ -221,6 +222,20 @@ class _Worker:
             missing.discard(shard)
             self._client_row("pull", who, msg, dequeued, time.time_ns())
         return True
+
+    def _last_acks(self, wait_s: float = 1.0) -> None:
+        """After STOP, log the ACKs of our last pushes that other shards still send."""
+        deadline = time.monotonic() + wait_s
+        while any(op == "push" and who in self.conns for op, who, _ in self.sent):
+            try:
+                ev = self.inbox.take(peers.left(deadline))
+            except base.TransportTimeout:
+                return
+            if ev.msg is not None and ev.msg.kind == Kind.ACK:
+                who = self.names[ev.source]
+                self._client_row("push", who, ev.msg, time.time_ns(), time.time_ns())
+            elif ev.error is not None or ev.msg is not None and ev.msg.kind == Kind.STOP:
+                self.conns.pop(self.names[ev.source], None)
 
     def _push_all(self, step: int, grad: np.ndarray) -> None:
         if self.aggregator is not None:

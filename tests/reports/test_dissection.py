@@ -34,7 +34,10 @@ def test_a_two_shard_job_gets_all_four_figures_and_the_numbers_behind_them(
                 "hot_parameters.png"):
         assert png in names and (job.results / png).read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((job.results / "dissection.json").read_text())
-    assert summary["rpcs"] == {"push": 2 * 2 * 20, "pull": 2 * 2 * 20}
+    # ps-0's STOP may reach ps-1 before a worker's last push does (that push goes
+    # unanswered), or after ps-1 already answered a pull for step 20
+    assert 2 * 2 * 20 - 2 <= summary["rpcs"]["push"] <= 2 * 2 * 20
+    assert 2 * 2 * 20 <= summary["rpcs"]["pull"] <= 2 * 2 * 20 + 2
     assert set(summary["concurrent_connections"]) == {"ps-0", "ps-1"}
     assert 1 <= summary["concurrent_connections"]["ps-0"]["max"] <= 2  # two workers
     hot = summary["hot_parameters"]
