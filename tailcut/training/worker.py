@@ -88,6 +88,7 @@ class _Worker:
         ]
         self.aggregator = cfg.aggregator_of(cfg.index)
         self.failed_over: dict[str, Any] | None = None
+        self.aggregator_gone = base.PeerClosed("the aggregator went away")
         self.sent: dict[tuple[str, str, int], tuple[int, int]] = {}  # (op, server, step)
 
     def _where(self, who: str) -> str:
@@ -168,16 +169,24 @@ class _Worker:
         try:
             self.conns[who].send(msg, peers.left(self.deadline))
         except base.TransportError as err:
+            if who.startswith("aggregator-"):
+                raise  # our update would be lost: the job cannot go on correctly
             self._lost(who, err)
             return
         self.sent[(op, who, step)] = (msg.sent_at_ns, 28 + 4 * msg.values.size)
 
     def _lost(self, who: str, err: base.TransportError) -> None:
-        """ps-0 with a replica configured fails over; a lost replica is dropped."""
+        """ps-0 with a replica configured fails over; a lost replica is dropped; a lost
+        aggregator only matters if we push again (at the end of a job it leaves on
+        the PS's STOP, which may reach us after its connection closed)."""
         if who in ("ps-0", "replica-0") and "replica-0" in self.conns and "ps-0" in self.conns:
             self.conns.pop(who).close()
             if who == "ps-0":
                 self.failed_over = {"time_ns": time.time_ns(), "error": str(err)}
+            return
+        if who.startswith("aggregator-") and who in self.conns:
+            self.conns.pop(who).close()
+            self.aggregator_gone = err
             return
         raise err
 
@@ -240,6 +249,8 @@ class _Worker:
     def _push_all(self, step: int, grad: np.ndarray) -> None:
         if self.aggregator is not None:
             who = f"aggregator-{self.aggregator}"
+            if who not in self.conns:
+                raise self.aggregator_gone
             self._request(who, Message(Kind.PUSH, step, self.cfg.index, grad), "push", step)
             return
         for who in self._servers():
