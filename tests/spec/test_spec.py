@@ -136,3 +136,16 @@ def test_broken_yaml_and_multiple_documents_are_refused():
 def test_a_missing_file_is_named():
     with pytest.raises(SpecError, match="nope.yaml: cannot read"):
         spec.load_file("nope.yaml")
+
+
+def test_a_job_with_every_role_names_its_pods_and_keeps_the_sync_settings():
+    job = load("spec: {replicas: {parameterServers: 1, workers: 4, psReplica: true,"
+               " aggregators: [{workers: [2, 3]}]},"
+               " training: {syncMode: bsp, ordering: stf, connectionWindowUs: 500}}")
+    assert job.spec.pod_names() == ["ps-0", "worker-0", "worker-1", "worker-2", "worker-3",
+                                    "replica-0", "aggregator-0"]
+    assert job.spec.training.ordering == "stf"
+    assert job.spec.training.connection_window_us == 500
+    ssp = load("spec: {replicas: {parameterServers: 3}, training: {syncMode: ssp, staleness: 2}}")
+    assert ssp.spec.pod_names()[:3] == ["ps-0", "ps-1", "ps-2"]
+    assert (ssp.spec.training.sync_mode, ssp.spec.training.staleness) == ("ssp", 2)
