@@ -278,6 +278,8 @@ class _Server:
 
     def _lost(self, who: str, err: base.TransportError) -> None:
         """A connection failed: the primary (replica takes over), or a fatal peer."""
+        if self.stop_reason:
+            return
         if who == "primary" and not self.active:
             self._take_over()
             return
@@ -419,10 +421,12 @@ class _Server:
         size = 28 + 4 * msg.values.size
         if not self.active or who not in self.conns:
             return size
+        if self.stop_reason:
+            return size  # told to stop mid-way (a follower): the rest is moot
         try:
             self.conns[who].send(msg, peers.left(self.deadline))
         except base.TransportError as err:
-            raise errors.RunError(f"iteration {self.iteration}: {err}") from err
+            self._lost(who, err)  # a follower may find ps-0 has said STOP meanwhile
         return size
 
     def _row(self, op: str, who: str, step: int, arrived: int, dequeued: int, ready: int,
