@@ -138,3 +138,10 @@ def test_killing_the_primary_mid_job_hands_over_to_the_replica_which_finishes(
     assert [int(r["epoch"]) for r in epochs] == list(range(1, done["epochs"] + 1))
     assert json.loads((job.results / "takeover.json").read_text()) == done["takeover"]
     assert np.load(job.results / "updates-replica-0.npz")["counts"].sum() > 0
+    # bsp is deterministic: the replica saw every update, so the run goes on exactly
+    # as one whose PS never died
+    plain = loopback.Job(tmp_path / "plain", num_workers=3,
+                         options={"target_accuracy": 0.93, "max_epochs": 10})
+    plain.run()
+    assert [r["test_loss"] for r in epochs] == [
+        r["test_loss"] for r in _rows(plain.results / "epochs.csv")]
