@@ -1,9 +1,12 @@
-"""CSV files a role leaves in the results directory: epochs.csv and messages*.csv.
+"""CSV files a role leaves in the results directory: epochs, messages and RPC stamps.
 
-One row per epoch (written by the PS) and one row per message received (the PS
-writes messages.csv for HELLO and PUSH; worker N writes messages-worker-N.csv for
-PARAMS and STOP). ``completion_s`` is receive-complete time minus the sender's
-``sent_at_ns``: both read the one host clock all pods share.
+One row per epoch (written by PS shard 0, or the replica after a take-over) and
+one row per data message received (PS shard 0 writes messages.csv for HELLO and
+PUSH, shard s messages-ps-s.csv, the replica messages-replica-0.csv; worker N
+writes messages-worker-N.csv for PARAMS and STOP; an aggregated PUSH's ``sender``
+is the aggregator's index). ``completion_s`` is receive-complete time minus the
+sender's ``sent_at_ns``: both read the one host clock all pods share. The
+rpc-*.csv stamps below feed tailcut.training.rpc's dissection.
 """
 
 from __future__ import annotations
