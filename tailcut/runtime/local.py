@@ -72,10 +72,11 @@ def run(job: TrainingJob, results_dir: Path,
         running: list[subprocess.Popen[bytes]] = []
         try:
             _write_json(results_dir / "network.json", {"applied": network.applied})
-            ps, workers = _launch(job, topo, results_dir, running)
-            done = _watch(job, ps, workers, results_dir, progress)
-            for w in workers:
-                w.wait(timeout=10)
+            roles = _launch(job, topo, results_dir, running)
+            done = _watch(job, roles, results_dir, progress)
+            for name, proc in roles.items():
+                if name not in ("ps-0", "replica-0"):
+                    proc.wait(timeout=10)
         finally:
             for proc in running:
                 procs.stop(proc)
@@ -90,7 +91,13 @@ def run(job: TrainingJob, results_dir: Path,
     _write_json(results_dir / "metrics.json",
                 {**asdict(result), "transport": job.spec.transport.type,
                  "model": job.spec.training.model,
-                 "target_accuracy": job.spec.training.target_accuracy})
+                 "target_accuracy": job.spec.training.target_accuracy,
+                 **_roles_summary(job, done)})
+    if done.get("takeover"):
+        t = done["takeover"]
+        progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "
+                 f"{t['at_s']:.2f} s into training")
+    _dissection_report(job, results_dir, progress)
     epochs_csv = results_dir / "epochs.csv"
     if epochs_csv.exists():
         plots.plot_loss_vs_epoch(
@@ -100,77 +107,102 @@ def run(job: TrainingJob, results_dir: Path,
 
 
 def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
-            running: list[subprocess.Popen[bytes]]
-            ) -> tuple[subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
-    ps_pod = topo.pod("ps-0")
+            running: list[subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
+    """Start every role in its pod; return them by pod name. The PS shard 0 and the
+    replica write JSON events on stdout (piped); the others only log."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "PYTHONUNBUFFERED": "1"}
-    ps: Optional[subprocess.Popen[bytes]] = None
-    workers = []
+    roles: dict[str, subprocess.Popen[bytes]] = {}
     for pod in topo.pods:
         config_path = results_dir / "logs" / f"{pod.name}.json"
-        _role_config(job, pod, ps_pod, results_dir).to_json(config_path)
+        _role_config(job, pod, topo, results_dir).to_json(config_path)
         argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
         log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
         with log:
-            stdout = subprocess.PIPE if pod.role == "ps" else log
+            stdout = subprocess.PIPE if pod.name in ("ps-0", "replica-0") else log
             proc = procs.spawn(pod.netns, argv, stdout=stdout, stderr=log, env=env)
         running.append(proc)
-        if pod.role == "ps":
-            ps = proc
-        else:
-            workers.append(proc)
-    assert ps is not None
-    return ps, workers
+        roles[pod.name] = proc
+    return roles
 
 
-def _role_config(job: TrainingJob, pod: Pod, ps_pod: Pod, results_dir: Path) -> RoleConfig:
+def _role_config(job: TrainingJob, pod: Pod, topo: Topology, results_dir: Path) -> RoleConfig:
     t = job.spec.training
+    r = job.spec.replicas
+    ps_pod = topo.pod("ps-0")
+    endpoint = lambda name: f"{topo.pod(name).ip}:{PS_PORT}"  # noqa: E731
     return RoleConfig(
         job=job.name, role=pod.role, index=pod.index, ps_host=ps_pod.ip, ps_port=PS_PORT,
-        num_workers=job.spec.replicas.workers, model=t.model, batch_size=t.batch_size,
+        num_workers=r.workers, model=t.model, batch_size=t.batch_size,
         learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
         target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
         transport={"type": job.spec.transport.type}, results_dir=str(results_dir),
-        timeout_s=t.timeout_s)
+        timeout_s=t.timeout_s,
+        shard_endpoints=[endpoint(f"ps-{i}") for i in range(r.parameter_servers)],
+        replica_endpoint=endpoint("replica-0") if r.ps_replica else None,
+        aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
+                     for a, agg in enumerate(r.aggregators)],
+        staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us)
 
 
-def _watch(job: TrainingJob, ps: subprocess.Popen[bytes],
-           workers: list[subprocess.Popen[bytes]], results_dir: Path,
+def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
            progress: Callable[[str], None]) -> dict[str, Any]:
-    """Follow the PS's JSON events until it reports done; fail fast if any role dies."""
-    events: "queue.Queue[Optional[dict[str, Any]]]" = queue.Queue()
-    threading.Thread(target=_read_events, args=(ps, events), daemon=True).start()
+    """Follow the PS's JSON events until it reports done; fail fast if any role dies.
+    With a replica, ps-0 may die: then follow the replica's events instead."""
+    events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]" = queue.Queue()
+    for name in ("ps-0", "replica-0"):
+        if name in roles:
+            threading.Thread(target=_read_events, args=(name, roles[name], events),
+                             daemon=True).start()
+    has_replica = "replica-0" in roles
+    leader = "ps-0"
     t = job.spec.training
     deadline = time.monotonic() + t.timeout_s + 30  # the PS enforces timeout_s itself
     while True:
         if time.monotonic() > deadline:
             raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
                            "(spec.training.timeoutS); logs in " + str(results_dir / "logs"))
-        if any(w.poll() not in (None, 0) for w in workers):
-            raise RunError(_diagnose(ps, workers, results_dir, None))
+        others = {n: p for n, p in roles.items() if n not in ("ps-0", "replica-0")}
+        if any(p.poll() not in (None, 0) for p in others.values()):
+            raise RunError(_diagnose(roles, results_dir, None))
+        if leader == "ps-0" and has_replica and roles["ps-0"].poll() not in (None, 0):
+            progress(f"ps-0 exited with code {roles['ps-0'].poll()}; the replica takes over")
+            leader = "replica-0"
         try:
-            event = events.get(timeout=0.2)
+            source, event = events.get(timeout=0.2)
         except queue.Empty:
             continue
         kind = event.get("event") if event else None
+        if source != leader:
+            if source == "replica-0" and kind == "takeover":
+                leader = "replica-0"
+            elif source == "replica-0" and (event is None or kind == "error"):
+                if leader == "replica-0":
+                    raise RunError(_diagnose(roles, results_dir, event))
+                progress("replica-0 failed; ps-0 carries on without it")
+                continue
+            else:
+                continue  # the primary's last words after the replica took over
         if kind == "epoch":
             progress(f"epoch {event['epoch']:>3}/{t.epochs}  iteration {event['iteration']:>5}"
                      f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
                      f"  test accuracy {event['test_accuracy']:.3f}  {event['elapsed_s']:.1f} s")
+        elif kind == "takeover":
+            progress(f"replica-0 took over at iteration {event['iteration']}")
         elif kind == "done":
             return event  # type: ignore[return-value]
         elif event is None or kind == "error":
-            raise RunError(_diagnose(ps, workers, results_dir, event))
+            if leader == "ps-0" and has_replica:
+                continue  # ps-0 died: the check above hands over once its status is in
+            raise RunError(_diagnose(roles, results_dir, event))
 
 
-def _diagnose(ps: subprocess.Popen[bytes], workers: list[subprocess.Popen[bytes]],
-              results_dir: Path, ps_event: Optional[dict[str, Any]]) -> str:
+def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
+              ps_event: Optional[dict[str, Any]]) -> str:
     """Name the role that failed first. A role that exits with EXIT_PEER_GONE only saw
     another one go away, so any other failure is the root cause."""
     time.sleep(0.5)  # let the exit statuses of dying roles arrive
-    roles = [("ps-0", ps)] + [(f"worker-{i}", w) for i, w in enumerate(workers)]
-    failed = [(name, p.poll()) for name, p in roles if p.poll() not in (None, 0)]
+    failed = [(name, p.poll()) for name, p in roles.items() if p.poll() not in (None, 0)]
     failed.sort(key=lambda item: item[1] == exits.PEER_GONE)
     if failed:
         name, code = failed[0]
@@ -182,15 +214,37 @@ def _diagnose(ps: subprocess.Popen[bytes], workers: list[subprocess.Popen[bytes]
     return "ps-0 closed its output before finishing; logs in " + str(results_dir / "logs")
 
 
-def _read_events(ps: subprocess.Popen[bytes],
-                 events: "queue.Queue[Optional[dict[str, Any]]]") -> None:
-    assert ps.stdout is not None
-    for line in ps.stdout:
+def _read_events(name: str, proc: subprocess.Popen[bytes],
+                 events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]") -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
         try:
-            events.put(json.loads(line))
+            events.put((name, json.loads(line)))
         except json.JSONDecodeError:
             continue  # a stray print is not an event
-    events.put(None)
+    events.put((name, None))
+
+
+def _roles_summary(job: TrainingJob, done: dict[str, Any]) -> dict[str, Any]:
+    """The roles part of metrics.json: shards, sync mode, aggregators, the take-over."""
+    r, t = job.spec.replicas, job.spec.training
+    return {"parameter_servers": r.parameter_servers, "sync_mode": t.sync_mode,
+            "staleness": t.staleness, "ordering": t.ordering,
+            "aggregators": [list(a.workers) for a in r.aggregators],
+            "ps_replica": r.ps_replica, "finished_by": done.get("role", "ps-0"),
+            "takeover": done.get("takeover")}
+
+
+def _dissection_report(job: TrainingJob, results_dir: Path,
+                       progress: Callable[[str], None]) -> None:
+    """rpcs.csv and the IMC'20 plots; a run whose logs cannot be cut still succeeds."""
+    from tailcut.reports import dissection  # here: matplotlib is slow to import
+    try:
+        written = dissection.report(results_dir, title=job.name)
+    except (OSError, ValueError) as err:
+        progress(f"no dissection report: {err}")
+        return
+    progress("dissection: " + ", ".join(p.name for p in written))
 
 
 def _record_network(network: build.Network, results_dir: Path) -> None:

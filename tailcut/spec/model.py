@@ -17,7 +17,7 @@ API_VERSION = "tailcut.dev/v1alpha1"
 KIND = "TrainingJob"
 MODELS = ("mlp",)            # grows with tailcut.training.models
 TRANSPORTS = ("tcp",)        # udp, bounded-loss and app-drop arrive with the transport work
-SYNC_MODES = ("bsp",)
+SYNC_MODES = ("bsp", "async", "ssp")
 MAX_RACKS = 250              # rack r gets the subnet 10.<r+1>.0.0/24
 MAX_PODS_PER_RACK = 250
 
@@ -53,17 +53,43 @@ class Link(_Model):
         return self
 
 
-class Replicas(_Model):
-    parameter_servers: int = Field(default=1, ge=1)
-    workers: int = Field(default=2, ge=1, le=1000)
+class Aggregator(_Model):
+    """An MLfabric aggregator pod: sums its workers' updates before they reach the PS."""
 
-    @field_validator("parameter_servers")
-    @classmethod
-    def _one_ps_for_now(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError(f"{value} parameter servers: only 1 is supported until "
-                             "sharded parameter servers land; use 1")
-        return value
+    workers: list[int] = Field(min_length=1, description="indices of the workers it serves")
+
+
+class Replicas(_Model):
+    """How many of each role. Parameter servers split the flat parameter vector into
+    equal contiguous ranges (one per PS); see docs/roles.md."""
+
+    parameter_servers: int = Field(default=1, ge=1, le=64)
+    workers: int = Field(default=2, ge=1, le=1000)
+    ps_replica: bool = Field(
+        default=False,
+        description="run a PS replica that receives every update and takes over when "
+                    "the PS dies (one parameter server only)")
+    aggregators: list[Aggregator] = Field(
+        default_factory=list, max_length=64,
+        description="aggregator pods (MLfabric), each with the workers it serves")
+
+    @model_validator(mode="after")
+    def _roles_fit(self) -> "Replicas":
+        if self.ps_replica and self.parameter_servers != 1:
+            raise ValueError(f"psReplica: a replica needs parameterServers: 1, not "
+                             f"{self.parameter_servers} (one replica per shard is not "
+                             "supported)")
+        served: dict[int, int] = {}
+        for a, agg in enumerate(self.aggregators):
+            for w in agg.workers:
+                if not 0 <= w < self.workers:
+                    raise ValueError(f"aggregators[{a}].workers: worker {w} does not exist; "
+                                     f"workers are 0..{self.workers - 1}")
+                if w in served:
+                    raise ValueError(f"aggregators[{a}].workers: worker {w} is already "
+                                     f"served by aggregators[{served[w]}]")
+                served[w] = a
+        return self
 
 
 class Training(_Model):
@@ -74,7 +100,17 @@ class Training(_Model):
     iterations: Optional[int] = Field(default=None, ge=1, description="maximum iterations")
     target_accuracy: Optional[float] = Field(
         default=None, gt=0.0, le=1.0, description="stop once test accuracy reaches this")
-    sync_mode: Literal["bsp"] = "bsp"
+    sync_mode: Literal["bsp", "async", "ssp"] = Field(
+        default="bsp", description="bsp: barrier every iteration; async: apply each push "
+                                   "at once; ssp: async within a staleness bound")
+    staleness: int = Field(default=0, ge=0, le=1000,
+                           description="ssp: iterations a worker may run ahead of the slowest")
+    ordering: Literal["fifo", "stf"] = Field(
+        default="fifo", description="which waiting update a PS takes first: fifo (arrival) "
+                                    "or stf (shortest transfer first, MLfabric)")
+    connection_window_us: int = Field(
+        default=1000, ge=1, le=10**7,
+        description="window over which a PS counts concurrent connections (IMC'20: 1000)")
     seed: int = 0
     timeout_s: float = Field(default=600.0, gt=0.0, description="wall-time limit of the run")
 
@@ -140,9 +176,23 @@ class JobSpec(_Model):
     transport: Transport = Field(default_factory=Transport)
 
     def pod_names(self) -> list[str]:
-        """Pods in creation order: parameter servers first, then workers."""
+        """Pods in creation order: parameter servers first, then workers, then the
+        replica and aggregators (appended so plain jobs place pods as before)."""
         return ([f"ps-{i}" for i in range(self.replicas.parameter_servers)]
-                + [f"worker-{i}" for i in range(self.replicas.workers)])
+                + [f"worker-{i}" for i in range(self.replicas.workers)]
+                + (["replica-0"] if self.replicas.ps_replica else [])
+                + [f"aggregator-{i}" for i in range(len(self.replicas.aggregators))])
+
+    @model_validator(mode="after")
+    def _sync_fits_roles(self) -> "JobSpec":
+        t = self.training
+        if t.staleness and t.sync_mode != "ssp":
+            raise ValueError(f"training.staleness: {t.staleness} applies only to "
+                             f"syncMode: ssp, not {t.sync_mode}")
+        if self.replicas.aggregators and t.sync_mode != "bsp":
+            raise ValueError(f"training.syncMode: aggregators sum one iteration's updates, "
+                             f"so they need bsp, not {t.sync_mode}")
+        return self
 
     @model_validator(mode="after")
     def _placement_names_exist(self) -> "JobSpec":

@@ -1,5 +1,6 @@
 """Training side of a tailcut job: generated data, numpy models and the PS/worker roles.
 
 The runtime launches ``python -m tailcut.training.role CONFIG.json`` once per pod;
-``config.RoleConfig`` is the file format, ``ps`` and ``worker`` are the two roles.
+``config.RoleConfig`` is the file format; the roles are ``ps`` (a shard, or the
+replica), ``worker`` and ``aggregator``; ``inbox``, ``peers``, ``rpc`` are their plumbing.
 """

@@ -10,6 +10,18 @@ a runtime and a role from different versions fail loudly instead of guessing::
      "batch_size": 32, "learning_rate": 0.3, "max_epochs": 20,
      "max_iterations": null, "target_accuracy": 0.9, "seed": 0, "sync_mode": "bsp",
      "transport": {"type": "tcp"}, "timeout_s": 180.0}
+
+Fields added for sharding and the MLfabric roles (all optional; the defaults give
+the plain 1-PS BSP job above):
+
+- ``shard_endpoints``: ``"host:port"`` of every PS shard, shard 0 first; null means
+  one shard at ``ps_host:ps_port``. A PS's ``index`` is its shard.
+- ``replica_endpoint``: where the PS replica listens (one shard only), or null.
+- ``aggregators``: ``[{"endpoint": "host:port", "workers": [0, 1]}, ...]``; a worker
+  listed there pushes to that aggregator instead of to the shards.
+- ``sync_mode`` ``bsp``, ``async`` or ``ssp`` with ``staleness`` (iterations a worker
+  may run ahead of the slowest), ``ordering`` ``fifo`` or ``stf`` (shortest transfer
+  first) for the updates a PS has waiting, ``window_us`` for concurrent connections.
 """
 
 from __future__ import annotations
@@ -24,8 +36,9 @@ from typing import Any
 from tailcut import errors, transports
 from tailcut.training import models
 
-ROLES = ("ps", "worker")
-SYNC_MODES = ("bsp",)
+ROLES = ("ps", "worker", "aggregator", "replica")
+SYNC_MODES = ("bsp", "async", "ssp")
+ORDERINGS = ("fifo", "stf")
 
 
 class ConfigError(errors.TailcutError):
@@ -53,6 +66,38 @@ class RoleConfig:
     sync_mode: str = "bsp"
     transport: dict[str, Any] = field(default_factory=lambda: {"type": "tcp"})
     timeout_s: float = 180.0  # whole-job limit; the PS stops the job when it passes
+    shard_endpoints: list[str] | None = None  # "host:port" per PS shard; None: ps_host:ps_port
+    replica_endpoint: str | None = None  # "host:port" of the PS replica, if any
+    aggregators: list[dict[str, Any]] = field(default_factory=list)  # endpoint + workers
+    staleness: int = 0  # ssp: iterations a worker may run ahead of the slowest one
+    ordering: str = "fifo"  # which waiting update a PS takes first: fifo or stf
+    window_us: int = 1000  # concurrent connections are counted per window of this length
+
+    @property
+    def shards(self) -> list[tuple[str, int]]:
+        """(host, port) of every PS shard, shard 0 first."""
+        if self.shard_endpoints is None:
+            return [(self.ps_host, self.ps_port)]
+        return [split_endpoint(e) for e in self.shard_endpoints]
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def replica(self) -> tuple[str, int] | None:
+        return None if self.replica_endpoint is None else split_endpoint(self.replica_endpoint)
+
+    def aggregator_of(self, worker: int) -> int | None:
+        """Index of the aggregator that serves ``worker``, or None (it pushes directly)."""
+        for a, agg in enumerate(self.aggregators):
+            if worker in agg["workers"]:
+                return a
+        return None
+
+    def direct_workers(self) -> list[int]:
+        """Workers that push to the shards themselves, not through an aggregator."""
+        return [w for w in range(self.num_workers) if self.aggregator_of(w) is None]
 
     def __post_init__(self) -> None:
         _check(self)
@@ -96,6 +141,78 @@ class RoleConfig:
         return cls.from_dict(raw)
 
 
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``"10.1.0.2:7000"`` -> ``("10.1.0.2", 7000)``; a ConfigError names a bad one."""
+    host, sep, port = str(endpoint).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"endpoint {endpoint!r}: must be host:port with port in 1..65535")
+    return host, int(port)
+
+
+def _check_roles(c: RoleConfig) -> None:
+    """Sharding, replica and aggregator fields, and that ``index`` fits the role."""
+    if c.shard_endpoints is not None and (
+        not isinstance(c.shard_endpoints, list) or not c.shard_endpoints
+    ):
+        raise ConfigError(f"shard_endpoints={c.shard_endpoints!r}: must be a non-empty list")
+    shards = c.shards  # validates each endpoint
+    if c.role == "ps" and not 0 <= c.index < len(shards):
+        raise ConfigError(
+            f"index={c.index}: a PS's index is its shard, in [0, {len(shards)}) "
+            f"for {len(shards)} shard(s)"
+        )
+    if c.replica_endpoint is not None:
+        c.replica  # noqa: B018 - validates the endpoint
+        if len(shards) != 1:
+            raise ConfigError(
+                f"replica_endpoint={c.replica_endpoint!r}: a PS replica needs exactly one "
+                f"shard, not {len(shards)}"
+            )
+    if c.role == "replica" and (c.replica_endpoint is None or c.index != 0):
+        raise ConfigError(
+            f"role='replica' index={c.index}: needs replica_endpoint and index 0"
+        )
+    if not isinstance(c.aggregators, list):
+        raise ConfigError(f"aggregators={c.aggregators!r}: must be a list")
+    seen: dict[int, int] = {}
+    for a, agg in enumerate(c.aggregators):
+        if not isinstance(agg, dict) or set(agg) != {"endpoint", "workers"}:
+            raise ConfigError(
+                f"aggregators[{a}]={agg!r}: must be an object with endpoint and workers"
+            )
+        split_endpoint(agg["endpoint"])
+        workers = agg["workers"]
+        if not isinstance(workers, list) or not workers:
+            raise ConfigError(f"aggregators[{a}].workers={workers!r}: must be a non-empty list")
+        for w in workers:
+            if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w < c.num_workers:
+                raise ConfigError(
+                    f"aggregators[{a}].workers: {w!r} is not a worker in [0, {c.num_workers})"
+                )
+            if w in seen:
+                raise ConfigError(
+                    f"aggregators[{a}].workers: worker {w} is already served by "
+                    f"aggregators[{seen[w]}]"
+                )
+            seen[w] = a
+    if c.aggregators and c.sync_mode != "bsp":
+        raise ConfigError(
+            f"sync_mode={c.sync_mode!r}: aggregators sum one iteration's updates, so they "
+            "need sync_mode bsp"
+        )
+    if c.role == "aggregator" and not 0 <= c.index < len(c.aggregators):
+        raise ConfigError(
+            f"role='aggregator' index={c.index}: the config lists "
+            f"{len(c.aggregators)} aggregator(s)"
+        )
+    if not isinstance(c.staleness, int) or isinstance(c.staleness, bool) or c.staleness < 0:
+        raise ConfigError(f"staleness={c.staleness!r}: must be an integer >= 0")
+    if c.ordering not in ORDERINGS:
+        raise ConfigError(f"ordering={c.ordering!r}: supported: {', '.join(ORDERINGS)}")
+    if not isinstance(c.window_us, int) or c.window_us < 1:
+        raise ConfigError(f"window_us={c.window_us!r}: must be an integer >= 1")
+
+
 def _check(c: RoleConfig) -> None:
     """Validate field by field; the runtime validated the spec, this guards the file."""
     _typed(c, "job", str)
@@ -111,8 +228,6 @@ def _check(c: RoleConfig) -> None:
         raise ConfigError(
             f"index={c.index}: a worker's index must be in [0, num_workers={c.num_workers})"
         )
-    if c.role == "ps" and c.index != 0:
-        raise ConfigError(f"index={c.index}: there is one PS, its index must be 0")
     if not 1 <= c.ps_port <= 65535:
         raise ConfigError(f"ps_port={c.ps_port}: must be in 1..65535")
     if c.model not in models.names():
@@ -149,6 +264,7 @@ def _check(c: RoleConfig) -> None:
         )
     if not (isinstance(c.timeout_s, (int, float)) and c.timeout_s > 0):
         raise ConfigError(f"timeout_s={c.timeout_s}: must be > 0")
+    _check_roles(c)
 
 
 def _typed(c: RoleConfig, name: str, kind: type) -> None:

@@ -1,20 +1,38 @@
-"""Parameter server role for BSP SGD: where a gradient is averaged and the model updated.
+"""Parameter server role (one shard, or the PS replica): where a gradient is averaged.
 
-One iteration: send PARAMS(i) to every worker, gather one PUSH(i) from each,
-average each coordinate over the workers that delivered it, take an SGD step.
-After every epoch (``ceil(n_train / (batch_size * num_workers))`` iterations) the
-PS evaluates on the test set and stops when the target accuracy, max_epochs or
-max_iterations is reached, or the job's timeout passes; then it sends STOP.
+Each shard owns one contiguous range of the flat parameter vector (``shard_range``:
+equal element counts, because one layer dominates most models, the MLP's first
+layer holds 98% of its weights, so cutting by layer would leave shards idle).
+Workers talk to it in RPCs (tailcut.training.inbox has the receiving queue):
+
+- pull: a worker's HELLO (step 0) or PULL(k) asks for the model for its step k;
+  the PS answers PARAMS(k) with its range once the sync mode allows it:
+  ``bsp`` when iteration k-1's barrier has passed, ``ssp`` when the worker is at
+  most ``staleness`` steps ahead of the slowest, ``async`` at once;
+- push: PUSH(k) carries the update for this range (from a worker, or a group's sum
+  from an aggregator); the PS answers ACK(k). ``bsp`` sums the pushes of iteration
+  k and steps on their average at the barrier; ``async``/``ssp`` apply each push at
+  once with ``learning_rate / num_workers`` so a round of N pushes moves as far as
+  one bsp step.
+
+Shard 0 evaluates: at every epoch boundary the other shards send it their range,
+it evaluates the whole model and tells them to continue or STOP. The replica (role
+``replica``, one shard only) receives every push and pull the primary receives and
+runs the same arithmetic without answering; when its connection to the primary
+breaks before a STOP it takes over: re-sends each worker the model for the step it
+last asked for, and from then on answers, evaluates and logs like the primary.
 
 Progress goes to ``emit`` as events (role.py prints them as JSON lines)::
 
     {"event": "start", "num_params": 64714, "iterations_per_epoch": 63, ...}
     {"event": "epoch", "epoch": 1, "iteration": 63, "train_loss": ..., ...}
+    {"event": "takeover", "iteration": 40, "at_s": 3.2, ...}     (replica only)
     {"event": "done", "converged": true, "stop_reason": "target_accuracy", ...}
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import models, records
+from tailcut.training import inbox, models, peers, records, rpc
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -34,6 +52,11 @@ Emit = Callable[[dict[str, Any]], None]
 # The PS reports training loss on a fixed slice of the training set rather than on
 # every example: evaluating 8000 rows per epoch would stall all workers longer.
 TRAIN_EVAL_ROWS = 2000
+# Shards > 0 and the replica follow shard 0's / the primary's STOP; they wait this
+# much longer than timeout_s so that they never stop first.
+FOLLOWER_GRACE_S = 30.0
+# A follower that loses a worker waits this long for ps-0's STOP before failing.
+STOP_WAIT_S = 5.0
 
 
 def average(pushes: Sequence[Message], num_params: int) -> tuple[np.ndarray, np.ndarray]:
@@ -43,21 +66,32 @@ def average(pushes: Sequence[Message], num_params: int) -> tuple[np.ndarray, np.
     ``delivered`` False, so an SGD step leaves that parameter as it was.
     """
     total = np.zeros(num_params, dtype=np.float32)
-    counts = np.zeros(num_params, dtype=np.int32)
+    counts = np.zeros(num_params, dtype=np.float32)
     for msg in pushes:
-        if msg.values.shape != (num_params,):
-            raise errors.RunError(
-                f"worker {msg.sender} pushed {msg.values.size} values; the model has {num_params}"
-            )
-        if msg.mask is None:
-            total += msg.values
-            counts += 1
-        else:
-            # Missing values may hold anything (even NaN): never add them.
-            total[msg.mask] += msg.values[msg.mask]
-            counts += msg.mask
+        accumulate(total, counts, msg, num_params, weight=1)
+    return mean_of(total, counts)
+
+
+def accumulate(
+    total: np.ndarray, counts: np.ndarray, msg: Message, num_params: int, weight: int
+) -> None:
+    """Add one push into a running sum; ``weight`` is how many workers it sums."""
+    if msg.values.shape != (num_params,):
+        raise errors.RunError(
+            f"worker {msg.sender} pushed {msg.values.size} values; the model has {num_params}"
+        )
+    if msg.mask is None:
+        total += msg.values
+        counts += weight
+    else:
+        # Missing values may hold anything (even NaN): never add them.
+        total[msg.mask] += msg.values[msg.mask]
+        counts += weight * msg.mask
+
+
+def mean_of(total: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     delivered = counts > 0
-    mean = np.zeros(num_params, dtype=np.float32)
+    mean = np.zeros(total.size, dtype=np.float32)
     np.divide(total, counts, out=mean, where=delivered)
     return mean, delivered
 
@@ -67,160 +101,505 @@ def iterations_per_epoch(num_train: int, batch_size: int, num_workers: int) -> i
     return max(math.ceil(num_train / (batch_size * num_workers)), 1)
 
 
-def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
-    """Run the PS to the end of the job; return the "done" event (also emitted)."""
-    started = time.monotonic()
-    deadline = started + cfg.timeout_s
-    dataset = models.dataset(cfg.model, cfg.seed)
-    model = models.create(cfg.model, dataset)
-    x_fit, y_fit = dataset.x_train[:TRAIN_EVAL_ROWS], dataset.y_train[:TRAIN_EVAL_ROWS]
-    per_epoch = iterations_per_epoch(len(dataset.x_train), cfg.batch_size, cfg.num_workers)
-    options = {k: v for k, v in cfg.transport.items() if k != "type"}
-    transport = transports.get(cfg.transport["type"], **options)
-    results = Path(cfg.results_dir)
+def shard_range(num_params: int, num_shards: int, shard: int) -> tuple[int, int]:
+    """[lo, hi) of the flat vector that ``shard`` owns: contiguous, sizes differ by <= 1."""
+    size, extra = divmod(num_params, num_shards)
+    lo = shard * size + min(shard, extra)
+    return lo, lo + size + (1 if shard < extra else 0)
 
-    conns: list[base.Connection] = []
-    try:
-        with (
-            records.CsvLog(results / "epochs.csv", records.EPOCH_FIELDS) as epochs_log,
-            records.CsvLog(
-                results / records.messages_filename("ps", 0), records.MESSAGE_FIELDS
-            ) as messages_log,
-        ):
-            conns = transport.listen(cfg.ps_host, cfg.ps_port, cfg.num_workers, _left(deadline))
-            conns = _order_by_hello(transport, conns, cfg.num_workers, deadline, messages_log)
-            params = model.init_params(np.random.default_rng(cfg.seed))
-            emit(
+
+def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
+    """Run a PS shard or the replica to the end of the job; return the "done" event."""
+    return _Server(cfg, emit).run()
+
+
+class _Server:
+    """The state of one PS shard (or the replica) during a job."""
+
+    def __init__(self, cfg: RoleConfig, emit: Emit) -> None:
+        self.cfg = cfg
+        self.emit = emit
+        self.is_replica = cfg.role == "replica"
+        self.shard = 0 if self.is_replica else cfg.index
+        self.name = "replica-0" if self.is_replica else f"ps-{self.shard}"
+        self.active = not self.is_replica  # a replica answers nobody until it takes over
+        self.evaluates = self.shard == 0 and self.active
+        self.follower = self.is_replica or self.shard > 0
+        self.started = time.monotonic()
+        grace = FOLLOWER_GRACE_S if self.follower else 0.0
+        self.deadline = self.started + cfg.timeout_s + grace
+        self.dataset = models.dataset(cfg.model, cfg.seed)
+        self.model = models.create(cfg.model, self.dataset)
+        self.lo, self.hi = shard_range(self.model.num_params, cfg.num_shards, self.shard)
+        self.size = self.hi - self.lo
+        full = self.model.init_params(np.random.default_rng(cfg.seed))
+        self.full = full  # shard 0 assembles the whole model here to evaluate it
+        self.params = full[self.lo : self.hi].copy()
+        self.per_epoch = iterations_per_epoch(
+            len(self.dataset.x_train), cfg.batch_size, cfg.num_workers
+        )
+        self.results = Path(cfg.results_dir)
+        self.iteration = self.epoch = self.version = 0
+        self.stop_reason = ""
+        self.last_eval: tuple[float, float] | None = None
+        self.takeover: dict[str, Any] | None = None
+        # bsp barrier state; push sources: direct workers (weight 1), aggregators (group)
+        self.total = np.zeros(self.size, dtype=np.float32)
+        self.counts = np.zeros(self.size, dtype=np.float32)
+        self.pushed: set[str] = set()
+        self.weight = {f"worker-{w}": 1 for w in cfg.direct_workers()}
+        for a, agg in enumerate(cfg.aggregators):
+            self.weight[f"aggregator-{a}"] = len(agg["workers"])
+        self.clock = {f"worker-{w}": 0 for w in range(cfg.num_workers)}  # pushes, ssp
+        self.early: list[inbox.Event] = []  # replica: pushes for a later bsp iteration
+        self.held: list[tuple[inbox.Event, int]] = []  # pulls waiting for the sync mode
+        self.last_pull: dict[str, int] = {}  # worker -> step it last asked for
+        self.updates = np.zeros(self.size, dtype=np.int64)  # per-parameter update counts
+        self.arrivals: list[tuple[int, str]] = []  # (arrived_ns, client) of every request
+
+    # ----------------------------------------------------------------- set-up
+    def _expected_peers(self) -> set[str]:
+        cfg = self.cfg
+        names = {f"worker-{w}" for w in range(cfg.num_workers)}
+        names |= {f"aggregator-{a}" for a in range(len(cfg.aggregators))}
+        if self.shard == 0 and not self.is_replica:
+            names |= {f"ps-{s}" for s in range(1, cfg.num_shards)}
+            if cfg.replica is not None:
+                names.add("replica-0")
+        return names
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        options = {k: v for k, v in cfg.transport.items() if k != "type"}
+        transport = transports.get(cfg.transport["type"], **options)
+        conns: list[base.Connection] = []
+        logs: list[records.CsvLog] = []
+        try:
+            upstream: base.Connection | None = None
+            # Connect out before listening: shard 0 / the primary waits for us to listen.
+            if self.is_replica:
+                host, port = cfg.shards[0]
+                upstream = peers.hello(transport, host, port, peers.REPLICA, 0, self.deadline)
+                upstream.peer = f"the primary PS ({host}:{port})"
+                conns.append(upstream)
+            elif self.shard > 0:
+                host, port = cfg.shards[0]
+                upstream = peers.hello(transport, host, port, peers.SHARD, self.shard, self.deadline)
+                upstream.peer = f"ps 0 ({host}:{port})"
+                conns.append(upstream)
+            host, port = cfg.replica if self.is_replica else cfg.shards[self.shard]  # type: ignore[misc]
+            expected = self._expected_peers()
+            accepted = transport.listen(host, port, len(expected), peers.left(self.deadline))
+            conns.extend(accepted)
+            role, index = self.name.rsplit("-", 1)
+            self.messages = records.CsvLog(
+                self.results / records.messages_filename(role, int(index)),
+                records.MESSAGE_FIELDS,
+            )
+            logs.append(self.messages)
+            by_name = peers.accept(transport, accepted, expected, self.deadline)
+            if upstream is not None:
+                by_name["ps-0" if self.shard > 0 else "primary"] = upstream
+            self.names = list(by_name)
+            self.conns = by_name
+            self.rpcs = records.CsvLog(
+                self.results / records.rpc_filename("server", self.name),
+                records.SERVER_RPC_FIELDS,
+            )
+            logs.append(self.rpcs)
+            self.epochs_log: records.CsvLog | None = None
+            if self.evaluates:
+                self.epochs_log = records.CsvLog(self.results / "epochs.csv", records.EPOCH_FIELDS)
+                logs.append(self.epochs_log)
+            self.logs = logs
+            for who, conn in by_name.items():
+                if who.startswith("worker-"):
+                    self.messages.write(records.message_row(conn.hello, base.PS_SENDER))  # type: ignore[attr-defined]
+            self.emit(
                 {
                     "event": "start",
                     "job": cfg.job,
+                    "role": self.name,
                     "model": cfg.model,
-                    "num_params": model.num_params,
+                    "num_params": self.model.num_params,
+                    "shard_range": [self.lo, self.hi],
                     "num_workers": cfg.num_workers,
-                    "iterations_per_epoch": per_epoch,
+                    "iterations_per_epoch": self.per_epoch,
+                    "sync_mode": cfg.sync_mode,
                     "transport": cfg.transport["type"],
-                    "setup_s": round(time.monotonic() - started, 3),
+                    "setup_s": round(time.monotonic() - self.started, 3),
                 }
             )
-            train_start = time.monotonic()
-            iteration = epoch = 0
-            stop_reason = ""
-            last_eval: tuple[float, float] | None = None
-            while not stop_reason:
+            self.inbox = inbox.Inbox(list(by_name.values()), cfg.ordering)
+            self.train_start = time.monotonic()
+            # A worker's HELLO is its pull for step 0.
+            for who, conn in by_name.items():
+                if who.startswith("worker-"):
+                    hello = conn.hello  # type: ignore[attr-defined]
+                    ev = inbox.Event(-1, Message(Kind.PULL, 0, hello.sender), None,
+                                     hello.received_at_ns)
+                    ev.msg.wire_bytes = hello.wire_bytes  # type: ignore[union-attr]
+                    self._pull(ev, who)
+            self._loop()
+            self._finish()
+        finally:
+            for conn in conns:
+                conn.close()
+            transport.close()
+            for log in logs:
+                log.close()
+        return self._done()
+
+    # ------------------------------------------------------------- main loop
+    def _loop(self) -> None:
+        while not self.stop_reason:
+            try:
+                ev = self.inbox.take(peers.left(self.deadline))
+            except base.TransportTimeout:
+                self.stop_reason = "timeout"
+                break
+            who = self.names[ev.source]
+            if ev.error is not None:
+                self._lost(who, ev.error)
+                continue
+            msg = ev.msg
+            assert msg is not None
+            if msg.kind == Kind.PUSH:
+                self._push(ev, who)
+            elif msg.kind == Kind.PULL:
+                self._pull(ev, who)
+            elif msg.kind == Kind.STOP and who in ("ps-0", "primary"):
+                self.stop_reason = "stopped_by_ps_0" if who == "ps-0" else "primary_finished"
+            else:
+                raise errors.RunError(
+                    f"{self.conns[who].peer} sent {msg.kind.name} for iteration "
+                    f"{msg.iteration}; a {self.name} expects PUSH or PULL"
+                )
+
+    def _lost(self, who: str, err: base.TransportError) -> None:
+        """A connection failed: the primary (replica takes over), or a fatal peer."""
+        if self.stop_reason:
+            return
+        if who == "primary" and not self.active:
+            self._take_over()
+            return
+        if who == "replica-0":
+            self.emit({"event": "replica_lost", "iteration": self.iteration, "error": str(err)})
+            del self.conns[who]
+            return
+        upstream = "ps-0" if self.shard > 0 else "primary"
+        if self.follower and upstream in self.conns and not who.startswith("ps-"):
+            # Workers leave as soon as ps-0 says STOP, maybe before its STOP reaches us.
+            try:
+                ev = self.inbox.take(STOP_WAIT_S, match=lambda e: self.names[e.source] == upstream)
+            except base.TransportTimeout:
+                ev = None
+            if ev is not None and ev.msg is not None and ev.msg.kind == Kind.STOP:
+                self.stop_reason = "stopped_by_ps_0" if self.shard > 0 else "primary_finished"
+                return
+            if ev is not None and ev.error is not None and not self.active:
+                self._take_over()  # the primary died too: the replica goes on
+                return
+        raise errors.RunError(f"iteration {self.iteration}: {err}") from err
+
+    def _push(self, ev: inbox.Event, who: str) -> None:
+        msg = ev.msg
+        assert msg is not None
+        dequeued = time.time_ns()
+        if who not in self.weight:
+            raise errors.RunError(
+                f"{self.conns[who].peer} pushed an update but pushes through an aggregator"
+            )
+        if msg.values.shape != (self.size,):
+            raise errors.RunError(
+                f"{who} pushed {msg.values.size} values; {self.name} holds {self.size}"
+            )
+        progressed = False
+        if self.cfg.sync_mode == "bsp":
+            if self.is_replica and msg.iteration > self.iteration:
+                # The primary's barrier can pass, and a fast worker push the next
+                # iteration, before a slow worker's push of this one reaches us.
+                self.early.append(ev)
+                return
+            if msg.iteration != self.iteration or who in self.pushed:
+                raise errors.RunError(
+                    f"expected PUSH for iteration {self.iteration} from {who.replace('-', ' ')}, "
+                    f"got PUSH for iteration {msg.iteration}"
+                )
+            changed = self._count(ev, who)
+            accumulate(self.total, self.counts, msg, self.size, self.weight[who])
+            self.pushed.add(who)
+            if len(self.pushed) == len(self.weight):
+                mean, _ = mean_of(self.total, self.counts)
+                self.params -= np.float32(self.cfg.learning_rate) * mean
+                self.total[:] = 0
+                self.counts[:] = 0
+                self.pushed.clear()
+                self.iteration += 1
+                self.version = self.iteration
+                progressed = True
+        else:
+            changed = self._count(ev, who)
+            step = np.float32(self.cfg.learning_rate / self.cfg.num_workers)
+            if msg.mask is None:
+                self.params -= step * msg.values
+            else:
+                self.params[msg.mask] -= step * msg.values[msg.mask]
+            self.clock[who] = msg.iteration + 1
+            self.version += 1
+            if self.version % self.cfg.num_workers == 0:
+                self.iteration = self.version // self.cfg.num_workers
+                progressed = True
+        replied = time.time_ns()
+        reply_bytes = self._send(who, Message(Kind.ACK, msg.iteration, base.PS_SENDER))
+        self._row("push", who, msg.iteration, ev.arrived_ns, dequeued, dequeued, replied,
+                  msg.wire_bytes, reply_bytes, int(np.count_nonzero(changed)))
+        if progressed:
+            self._progress()
+        if not self.stop_reason:
+            self._release()
+        if progressed and self.early:
+            early, self.early = self.early, []
+            for e in sorted(early, key=lambda e: e.seq):
+                self._push(e, self.names[e.source])
+
+    def _count(self, ev: inbox.Event, who: str) -> np.ndarray:
+        """Log a push being applied; count it per parameter (coordinates it changed)."""
+        msg = ev.msg
+        assert msg is not None
+        self.arrivals.append((ev.arrived_ns, who))
+        self.messages.write(records.message_row(msg, base.PS_SENDER))
+        changed = msg.values != 0
+        if msg.mask is not None:
+            changed &= msg.mask
+        self.updates += changed
+        return changed
+
+    def _pull(self, ev: inbox.Event, who: str) -> None:
+        msg = ev.msg
+        assert msg is not None
+        dequeued = time.time_ns()
+        if not who.startswith("worker-"):
+            raise errors.RunError(f"{self.conns[who].peer} sent PULL; only workers pull")
+        self.arrivals.append((ev.arrived_ns, who))
+        self.last_pull[who] = msg.iteration
+        if self._allowed(who, msg.iteration):
+            self._answer(ev, who, dequeued, dequeued)
+        else:
+            self.held.append((ev, dequeued))
+
+    def _allowed(self, who: str, step: int) -> bool:
+        mode = self.cfg.sync_mode
+        if mode == "bsp":
+            return step <= self.iteration
+        if mode == "ssp":
+            return step - min(self.clock.values()) <= self.cfg.staleness
+        return True
+
+    def _release(self) -> None:
+        """Answer the held pulls the sync mode now allows, in the ordering's order."""
+        waiting = sorted(self.held, key=lambda h: h[0].sort_key(self.cfg.ordering))
+        self.held = []
+        for ev, dequeued in waiting:
+            who = self.names[ev.source] if ev.source >= 0 else f"worker-{ev.msg.sender}"  # type: ignore[union-attr]
+            if self._allowed(who, ev.msg.iteration):  # type: ignore[union-attr]
+                self._answer(ev, who, dequeued, time.time_ns())
+            else:
+                self.held.append((ev, dequeued))
+
+    def _answer(self, ev: inbox.Event, who: str, dequeued: int, ready: int) -> None:
+        msg = ev.msg
+        assert msg is not None
+        values = self.params.copy()  # prepare the reply: what PS_proc of a pull measures
+        replied = time.time_ns()
+        reply_bytes = self._send(who, Message(Kind.PARAMS, msg.iteration, base.PS_SENDER, values))
+        self._row("pull", who, msg.iteration, ev.arrived_ns, dequeued, ready, replied,
+                  msg.wire_bytes, reply_bytes, 0)
+
+    def _send(self, who: str, msg: Message) -> int:
+        """Send unless passive; return the frame's size (header + values) for the logs."""
+        size = 28 + 4 * msg.values.size
+        if not self.active or who not in self.conns:
+            return size
+        if self.stop_reason:
+            return size  # told to stop mid-way (a follower): the rest is moot
+        try:
+            self.conns[who].send(msg, peers.left(self.deadline))
+        except base.TransportError as err:
+            self._lost(who, err)  # a follower may find ps-0 has said STOP meanwhile
+        return size
+
+    def _row(self, op: str, who: str, step: int, arrived: int, dequeued: int, ready: int,
+             replied: int, request_bytes: int, reply_bytes: int, nonzero: int) -> None:
+        if not self.active:
+            return  # a passive replica's replies go nowhere: nothing to dissect
+        self.rpcs.write({
+            "op": op, "client": who, "server": self.name, "step": step,
+            "version": self.version, "arrived_ns": arrived, "dequeued_ns": dequeued,
+            "ready_ns": ready, "replied_ns": replied, "request_bytes": request_bytes,
+            "reply_bytes": reply_bytes, "nonzero": nonzero,
+        })
+
+    # ------------------------------------------------------ epochs and stopping
+    def _progress(self) -> None:
+        """After an iteration (bsp barrier, or N async pushes): epoch end, limits."""
+        cfg = self.cfg
+        if self.iteration % self.per_epoch == 0:
+            self.epoch += 1
+            self._end_of_epoch()
+        if self.stop_reason or self.follower:
+            return  # shards > 0 and a passive replica stop when they are told to
+        if cfg.max_iterations is not None and self.iteration >= cfg.max_iterations:
+            self.stop_reason = "max_iterations"
+        elif time.monotonic() >= self.deadline:
+            self.stop_reason = "timeout"
+
+    def _end_of_epoch(self) -> None:
+        self.last_eval = None
+        if self.shard > 0:  # hand our range to shard 0 and wait for its verdict
+            self._send_up(Message(Kind.PARAMS, self.iteration, self.shard, self.params))
+            ev = self._take_from("ps-0")
+            if ev.msg is not None and ev.msg.kind == Kind.STOP:
+                self.stop_reason = "stopped_by_ps_0"
+            return
+        if not self.active:
+            return  # the passive replica only keeps count
+        self._assemble()
+        cfg = self.cfg
+        x_fit = self.dataset.x_train[:TRAIN_EVAL_ROWS]
+        y_fit = self.dataset.y_train[:TRAIN_EVAL_ROWS]
+        train_loss, _ = self.model.evaluate(self.full, x_fit, y_fit)
+        self.last_eval = self.model.evaluate(self.full, self.dataset.x_test, self.dataset.y_test)
+        row = {
+            "epoch": self.epoch,
+            "iteration": self.iteration,
+            "train_loss": round(train_loss, 6),
+            "test_loss": round(self.last_eval[0], 6),
+            "test_accuracy": round(self.last_eval[1], 6),
+            "elapsed_s": round(time.monotonic() - self.train_start, 3),
+        }
+        assert self.epochs_log is not None
+        self.epochs_log.write(row)
+        self.epochs_log.flush()
+        self.messages.flush()
+        self.rpcs.flush()
+        self.emit({"event": "epoch", **row})
+        if cfg.target_accuracy is not None and self.last_eval[1] >= cfg.target_accuracy:
+            self.stop_reason = "target_accuracy"
+        elif self.epoch >= cfg.max_epochs:
+            self.stop_reason = "max_epochs"
+        elif time.monotonic() >= self.deadline:
+            self.stop_reason = "timeout"
+        verdict = Kind.STOP if self.stop_reason else Kind.PARAMS
+        for s in range(1, cfg.num_shards):
+            self._send_to(f"ps-{s}", Message(verdict, self.iteration, base.PS_SENDER))
+
+    def _assemble(self) -> None:
+        """Put every shard's range into ``self.full`` (shard 0: ask the others' at an end)."""
+        self.full[self.lo : self.hi] = self.params
+        for s in range(1, self.cfg.num_shards):
+            ev = self._take_from(f"ps-{s}")
+            msg = ev.msg
+            assert msg is not None
+            if msg.kind != Kind.PARAMS:
+                raise errors.RunError(f"ps-{s} sent {msg.kind.name}; expected its range")
+            lo, hi = shard_range(self.model.num_params, self.cfg.num_shards, s)
+            self.full[lo:hi] = msg.values
+
+    def _take_from(self, who: str) -> inbox.Event:
+        """Wait for the next message from ``who``; others stay queued for the loop."""
+        index = self.names.index(who)
+        try:
+            ev = self.inbox.take(peers.left(self.deadline), match=lambda e: e.source == index)
+        except base.TransportTimeout as err:
+            raise errors.RunError(f"{who} sent nothing in time at iteration {self.iteration}") from err
+        if ev.error is not None:
+            raise errors.RunError(f"iteration {self.iteration}: {ev.error}") from ev.error
+        return ev
+
+    def _send_up(self, msg: Message) -> None:
+        self._send_to("ps-0", msg)
+
+    def _send_to(self, who: str, msg: Message) -> None:
+        try:
+            self.conns[who].send(msg, peers.left(self.deadline))
+        except base.TransportError as err:
+            raise errors.RunError(f"iteration {self.iteration}: {err}") from err
+
+    def _take_over(self) -> None:
+        """The primary is gone: answer from now on, starting with every worker's last pull."""
+        self.active = True
+        self.evaluates = True
+        self.follower = False
+        self.deadline = self.started + self.cfg.timeout_s
+        self.takeover = {
+            "iteration": self.iteration,
+            "version": self.version,
+            "at_s": round(time.monotonic() - self.train_start, 3),
+            "time_ns": time.time_ns(),
+        }
+        self.emit({"event": "takeover", **self.takeover})
+        (self.results / "takeover.json").write_text(json.dumps(self.takeover, indent=2) + "\n")
+        self.epochs_log = records.CsvLog(
+            self.results / "epochs.csv", records.EPOCH_FIELDS, append=True
+        )
+        self.logs.append(self.epochs_log)
+        del self.conns["primary"]
+        # A worker that already had this step's model drops the repeat (its step moved on).
+        for who, step in sorted(self.last_pull.items()):
+            if self._allowed(who, step) and not any(
+                self.names[e.source] == who for e, _ in self.held if e.source >= 0
+            ):
+                self._send(who, Message(Kind.PARAMS, step, base.PS_SENDER, self.params.copy()))
+        self._release()
+
+    def _finish(self) -> None:
+        """Tell everyone the job is over; shard 0 makes sure it has the final model."""
+        if self.shard > 0:
+            if self.stop_reason == "stopped_by_ps_0":  # shard 0 may need our final range
                 try:
-                    for conn in conns:
-                        conn.send(
-                            Message(Kind.PARAMS, iteration, base.PS_SENDER, params), _left(deadline)
-                        )
-                    pushes = transport.gather(conns, _left(deadline))
-                except base.TransportTimeout:
-                    stop_reason = "timeout"
-                    break
-                except base.TransportError as err:
-                    raise errors.RunError(f"iteration {iteration}: {err}") from err
-                for worker, msg in enumerate(pushes):
-                    _expect(msg, Kind.PUSH, iteration, worker)
-                    messages_log.write(records.message_row(msg, base.PS_SENDER))
-                mean, _ = average(pushes, model.num_params)
-                params -= np.float32(cfg.learning_rate) * mean
-                iteration += 1
-                last_eval = None
-                if iteration % per_epoch == 0:
-                    epoch += 1
-                    train_loss, _ = model.evaluate(params, x_fit, y_fit)
-                    last_eval = model.evaluate(params, dataset.x_test, dataset.y_test)
-                    row = {
-                        "epoch": epoch,
-                        "iteration": iteration,
-                        "train_loss": round(train_loss, 6),
-                        "test_loss": round(last_eval[0], 6),
-                        "test_accuracy": round(last_eval[1], 6),
-                        "elapsed_s": round(time.monotonic() - train_start, 3),
-                    }
-                    epochs_log.write(row)
-                    epochs_log.flush()
-                    messages_log.flush()
-                    emit({"event": "epoch", **row})
-                    if cfg.target_accuracy is not None and last_eval[1] >= cfg.target_accuracy:
-                        stop_reason = "target_accuracy"
-                    elif epoch >= cfg.max_epochs:
-                        stop_reason = "max_epochs"
-                if (
-                    not stop_reason
-                    and cfg.max_iterations is not None
-                    and iteration >= cfg.max_iterations
-                ):
-                    stop_reason = "max_iterations"
-                if not stop_reason and time.monotonic() >= deadline:
-                    stop_reason = "timeout"
-            _send_stop(conns, iteration, stop_reason == "timeout")
-            jct_s = time.monotonic() - train_start
-            final_loss, final_accuracy = last_eval or model.evaluate(
-                params, dataset.x_test, dataset.y_test
-            )
-    finally:
-        for conn in conns:
-            conn.close()
-        transport.close()
-    done = {
-        "event": "done",
-        "converged": cfg.target_accuracy is not None and final_accuracy >= cfg.target_accuracy,
-        "stop_reason": stop_reason,
-        "epochs": epoch,
-        "iterations": iteration,
-        "jct_s": round(jct_s, 3),
-        "final_accuracy": round(final_accuracy, 6),
-        "final_loss": round(final_loss, 6),
-    }
-    emit(done)
-    return done
-
-
-def _order_by_hello(
-    transport: base.Transport,
-    conns: list[base.Connection],
-    num_workers: int,
-    deadline: float,
-    log: records.CsvLog,
-) -> list[base.Connection]:
-    """Read each worker's HELLO and return the connections indexed by worker."""
-    hellos = transport.gather(conns, _left(deadline))
-    by_index: dict[int, base.Connection] = {}
-    for conn, msg in zip(conns, hellos, strict=True):
-        if msg.kind != Kind.HELLO:
-            raise errors.RunError(f"{conn.peer} sent {msg.kind.name} before HELLO")
-        if not 0 <= msg.sender < num_workers:
-            raise errors.RunError(
-                f"{conn.peer} says it is worker {msg.sender}; expected 0..{num_workers - 1}"
-            )
-        if msg.sender in by_index:
-            raise errors.RunError(
-                f"two workers say they are worker {msg.sender}: "
-                f"{by_index[msg.sender].peer} and {conn.peer}"
-            )
-        by_index[msg.sender] = conn
-        conn.peer = f"worker {msg.sender} ({conn.peer})"  # errors then name the worker
-        log.write(records.message_row(msg, base.PS_SENDER))
-    return [by_index[i] for i in range(num_workers)]
-
-
-def _expect(msg: Message, kind: Kind, iteration: int, worker: int) -> None:
-    if msg.kind != kind or msg.iteration != iteration or msg.sender != worker:
-        raise errors.RunError(
-            f"expected {kind.name} for iteration {iteration} from worker {worker}, "
-            f"got {msg.kind.name} for iteration {msg.iteration} from worker {msg.sender}"
+                    self._send_up(Message(Kind.PARAMS, self.iteration, self.shard, self.params))
+                except errors.RunError:
+                    pass  # shard 0 had evaluated already and left
+        if self.active:
+            # Peers (shards, replica, aggregators) first: workers leave at once on STOP.
+            for who, conn in sorted(self.conns.items(), key=lambda i: i[0].startswith("worker-")):
+                if who in ("ps-0", "primary") or self.shard > 0 and not who.startswith("worker-"):
+                    continue
+                try:
+                    conn.send(Message(Kind.STOP, self.iteration, base.PS_SENDER), timeout_s=5.0)
+                except base.TransportError:
+                    pass  # after a timeout or a stop some peers are gone already
+        self.jct_s = time.monotonic() - self.train_start
+        if self.evaluates and self.last_eval is None:
+            if self.cfg.num_shards > 1:
+                self._assemble()
+            else:
+                self.full[self.lo : self.hi] = self.params
+            self.last_eval = self.model.evaluate(self.full, self.dataset.x_test, self.dataset.y_test)
+        np.savez(self.results / f"updates-{self.name}.npz", counts=self.updates, lo=self.lo,
+                 hi=self.hi)
+        rpc.write_connections(
+            self.results / f"connections-{self.name}.csv", self.arrivals, self.cfg.window_us
         )
 
-
-def _send_stop(conns: Sequence[base.Connection], iteration: int, best_effort: bool) -> None:
-    """Tell every worker to exit; after a timeout some may be gone already."""
-    for conn in conns:
-        try:
-            conn.send(Message(Kind.STOP, iteration, base.PS_SENDER), timeout_s=5.0)
-        except base.TransportError:
-            if not best_effort:
-                raise
-
-
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.0)
+    def _done(self) -> dict[str, Any]:
+        final_loss, final_accuracy = self.last_eval or (float("nan"), float("nan"))
+        target = self.cfg.target_accuracy
+        done = {
+            "event": "done",
+            "role": self.name,
+            "converged": bool(target is not None and self.last_eval is not None
+                              and final_accuracy >= target),
+            "stop_reason": self.stop_reason,
+            "epochs": self.epoch,
+            "iterations": self.iteration,
+            "updates": self.version,
+            "jct_s": round(self.jct_s, 3),
+            "final_accuracy": round(final_accuracy, 6) if self.last_eval else None,
+            "final_loss": round(final_loss, 6) if self.last_eval else None,
+        }
+        if self.takeover is not None:
+            done["takeover"] = self.takeover
+        self.emit(done)
+        return done

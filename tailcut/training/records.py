@@ -1,9 +1,12 @@
-"""CSV files a role leaves in the results directory: epochs.csv and messages*.csv.
+"""CSV files a role leaves in the results directory: epochs, messages and RPC stamps.
 
-One row per epoch (written by the PS) and one row per message received (the PS
-writes messages.csv for HELLO and PUSH; worker N writes messages-worker-N.csv for
-PARAMS and STOP). ``completion_s`` is receive-complete time minus the sender's
-``sent_at_ns``: both read the one host clock all pods share.
+One row per epoch (written by PS shard 0, or the replica after a take-over) and
+one row per data message received (PS shard 0 writes messages.csv for HELLO and
+PUSH, shard s messages-ps-s.csv, the replica messages-replica-0.csv; worker N
+writes messages-worker-N.csv for PARAMS and STOP; an aggregated PUSH's ``sender``
+is the aggregator's index). ``completion_s`` is receive-complete time minus the
+sender's ``sent_at_ns``: both read the one host clock all pods share. The
+rpc-*.csv stamps below feed tailcut.training.rpc's dissection.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ MESSAGE_FIELDS = (
 
 
 def messages_filename(role: str, index: int) -> str:
-    """``messages.csv`` for the PS, ``messages-worker-<index>.csv`` for a worker."""
-    return "messages.csv" if role == "ps" else f"messages-worker-{index}.csv"
+    """``messages.csv`` for PS shard 0, ``messages-<role>-<index>.csv`` for the others."""
+    return "messages.csv" if (role, index) == ("ps", 0) else f"messages-{role}-{index}.csv"
 
 
 def message_row(msg: Message, receiver: int) -> dict[str, Any]:
@@ -53,12 +56,16 @@ def message_row(msg: Message, receiver: int) -> dict[str, Any]:
 class CsvLog:
     """A CSV file written row by row, header first; flush() makes rows durable."""
 
-    def __init__(self, path: str | Path, fields: Sequence[str]) -> None:
+    def __init__(self, path: str | Path, fields: Sequence[str], append: bool = False) -> None:
+        """``append``: add rows to an existing file (a PS replica continues epochs.csv)."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = Path(path)
-        self._file = open(self.path, "w", newline="")  # noqa: SIM115 - closed in close()
+        header = not (append and self.path.exists() and self.path.stat().st_size > 0)
+        mode = "a" if append else "w"
+        self._file = open(self.path, mode, newline="")  # noqa: SIM115 - closed in close()
         self._writer = csv.DictWriter(self._file, fieldnames=list(fields))
-        self._writer.writeheader()
+        if header:
+            self._writer.writeheader()
 
     def write(self, row: Mapping[str, Any]) -> None:
         self._writer.writerow(row)
@@ -79,3 +86,42 @@ class CsvLog:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+# Per-RPC stamps (IMC'20 dissection). Every role that answers a request writes one
+# SERVER row per request it answered (rpc-server-<name>.csv); every role that sends
+# one writes one CLIENT row per answer it took from its queue (rpc-client-<name>.csv).
+# All stamps are time.time_ns() of the one host clock the pods share, so
+# tailcut.training.rpc joins the two sides afterwards instead of piggybacking the
+# server's numbers on the reply.
+SERVER_RPC_FIELDS = (
+    "op",  # push or pull
+    "client",  # worker-3, aggregator-0
+    "server",  # ps-0, replica-0, aggregator-0
+    "step",  # the client's step the request belongs to
+    "version",  # model version (updates applied, per iteration in bsp) when answered
+    "arrived_ns",  # request complete in the server's receiving queue
+    "dequeued_ns",  # the server took it out of the queue
+    "ready_ns",  # the sync mode let it proceed (bsp barrier, ssp bound); = dequeued if no wait
+    "replied_ns",  # processing done, reply starts going out
+    "request_bytes",
+    "reply_bytes",
+    "nonzero",  # push: coordinates the update changed
+)
+CLIENT_RPC_FIELDS = (
+    "op",
+    "client",
+    "server",
+    "step",
+    "sent_ns",  # t0: the request was handed to the network stack
+    "request_bytes",
+    "reply_arrived_ns",  # t1: the reply was complete in the client's receiving queue
+    "dequeued_ns",  # the client took the reply out of its queue
+    "done_ns",  # the client finished processing the reply
+    "reply_bytes",
+)
+
+
+def rpc_filename(side: str, name: str) -> str:
+    """``rpc-server-ps-0.csv``, ``rpc-client-worker-3.csv``."""
+    return f"rpc-{side}-{name}.csv"

@@ -1,4 +1,4 @@
-"""Entry point of a PS or worker process: ``python -m tailcut.training.role CONFIG.json``.
+"""Entry point of a PS, replica, aggregator or worker process: ``python -m tailcut.training.role CONFIG.json``.
 
 Prints JSON lines on stdout, one per event, flushed at once so the runtime can
 follow progress: the PS's start/epoch/done events, a worker's worker_done, and on
@@ -31,7 +31,7 @@ import traceback  # noqa: E402
 from typing import Any  # noqa: E402
 
 from tailcut import errors  # noqa: E402
-from tailcut.training import config, exits, ps, worker  # noqa: E402
+from tailcut.training import aggregator, config, exits, ps, worker  # noqa: E402
 from tailcut.transports.base import PeerClosed  # noqa: E402
 
 USAGE = "usage: python -m tailcut.training.role CONFIG.json"
@@ -53,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         _fail("?", -1, f"{args[0]}: {err}")
         return exits.USAGE
     try:
-        if cfg.role == "ps":
+        if cfg.role in ("ps", "replica"):
             ps.run(cfg, emit)
+        elif cfg.role == "aggregator":
+            emit(aggregator.run(cfg))
         else:
             emit(worker.run(cfg))
     except errors.TailcutError as err:

@@ -1,10 +1,16 @@
-"""Worker role for BSP SGD: take the PS's parameters, push the gradient of one minibatch.
+"""Worker role: pull the model from every PS shard, push the gradient of one minibatch.
 
-The worker connects to the PS (retrying: the PS may start later), says HELLO with
-its index, then answers every PARAMS(i) with PUSH(i), the gradient of the next
-``batch_size`` examples of its shard, until STOP. Parameter coordinates missing
-from a PARAMS message keep their previous value; before the first PARAMS that is
-the initial value, which the worker computes from the seed exactly as the PS does.
+The worker connects to every shard (and to the PS replica and its aggregator, if
+the job has them; retrying: they may start later) and says HELLO, which is its
+pull for step 0. Then, until a STOP: wait for PARAMS(k) from every shard (shard
+0's may come from the replica once the primary is gone), compute the gradient of
+the next ``batch_size`` examples of its shard, PUSH(k) each shard its range (or
+the whole gradient to its aggregator, which sums its group), and PULL(k+1).
+
+Parameter coordinates missing from a PARAMS message keep their previous value;
+before the first PARAMS that is the initial value, which the worker computes from
+the seed exactly as the PS does. Every push and pull leaves a row in
+``rpc-client-worker-<i>.csv`` (see records.CLIENT_RPC_FIELDS).
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import data, models, records
-from tailcut.training.config import RoleConfig
+from tailcut.training import data, inbox, models, peers, ps, records
+from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 
@@ -58,61 +64,206 @@ def minibatches(num_rows: int, batch_size: int, rng: np.random.Generator) -> Ite
 
 def run(cfg: RoleConfig) -> dict[str, Any]:
     """Train until the PS says STOP; return a summary. Raises PSGone if the PS fails."""
-    deadline = time.monotonic() + cfg.timeout_s + GRACE_S
-    dataset = models.dataset(cfg.model, cfg.seed)
-    model = models.create(cfg.model, dataset)
-    x, y = data.shard(dataset.x_train, dataset.y_train, cfg.index, cfg.num_workers)
-    # Same seed as the PS's init: a coordinate missing from the first PARAMS then
-    # still has the value the PS started from.
-    params = model.init_params(np.random.default_rng(cfg.seed))
-    batches = minibatches(len(x), cfg.batch_size, np.random.default_rng([cfg.seed, 1 + cfg.index]))
-    options = {k: v for k, v in cfg.transport.items() if k != "type"}
-    transport = transports.get(cfg.transport["type"], **options)
-    where = f"parameter server at {cfg.ps_host}:{cfg.ps_port}"
-    log_path = Path(cfg.results_dir) / records.messages_filename("worker", cfg.index)
+    return _Worker(cfg).run()
 
-    pushed = 0
-    iteration = -1
-    conn: base.Connection | None = None
-    try:
-        with records.CsvLog(log_path, records.MESSAGE_FIELDS) as log:
+
+class _Worker:
+    """One worker's connections, model copy and RPC log."""
+
+    def __init__(self, cfg: RoleConfig) -> None:
+        self.cfg = cfg
+        self.name = f"worker-{cfg.index}"
+        self.deadline = time.monotonic() + cfg.timeout_s + GRACE_S
+        dataset = models.dataset(cfg.model, cfg.seed)
+        self.model = models.create(cfg.model, dataset)
+        self.x, self.y = data.shard(dataset.x_train, dataset.y_train, cfg.index, cfg.num_workers)
+        # Same seed as the PS's init: a coordinate missing from the first PARAMS then
+        # still has the value the PS started from.
+        self.params = self.model.init_params(np.random.default_rng(cfg.seed))
+        self.batches = minibatches(
+            len(self.x), cfg.batch_size, np.random.default_rng([cfg.seed, 1 + cfg.index])
+        )
+        self.ranges = [
+            ps.shard_range(self.model.num_params, cfg.num_shards, s) for s in range(cfg.num_shards)
+        ]
+        self.aggregator = cfg.aggregator_of(cfg.index)
+        self.failed_over: dict[str, Any] | None = None
+        self.aggregator_gone = base.PeerClosed("the aggregator went away")
+        self.sent: dict[tuple[str, str, int], tuple[int, int]] = {}  # (op, server, step)
+
+    def _where(self, who: str) -> str:
+        conn = self.conns.get(who)
+        return conn.peer if conn is not None else who
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        options = {k: v for k, v in cfg.transport.items() if k != "type"}
+        transport = transports.get(cfg.transport["type"], **options)
+        where = f"parameter server at {cfg.ps_host}:{cfg.ps_port}"
+        self.conns: dict[str, base.Connection] = {}
+        pushed = 0
+        step = 0
+        try:
+            with (
+                records.CsvLog(
+                    Path(cfg.results_dir) / records.messages_filename("worker", cfg.index),
+                    records.MESSAGE_FIELDS,
+                ) as self.log,
+                records.CsvLog(
+                    Path(cfg.results_dir) / records.rpc_filename("client", self.name),
+                    records.CLIENT_RPC_FIELDS,
+                ) as self.rpcs,
+            ):
+                try:
+                    targets = [(f"ps-{s}", h, p) for s, (h, p) in enumerate(cfg.shards)]
+                    if cfg.replica is not None:
+                        targets.append(("replica-0", *cfg.replica))
+                    if self.aggregator is not None:
+                        host, port = split_endpoint(cfg.aggregators[self.aggregator]["endpoint"])
+                        targets.append((f"aggregator-{self.aggregator}", host, port))
+                    for who, host, port in targets:
+                        conn = transport.connect(host, port, peers.left(self.deadline))
+                        conn.peer = f"{who} at {host}:{port}" if who != "ps-0" else where
+                        self.conns[who] = conn
+                        # HELLO is the pull for step 0: stamp it as one.
+                        self._request(who, Message(Kind.HELLO, peers.WORKER, cfg.index), "pull", 0)
+                    self.inbox = inbox.Inbox(list(self.conns.values()))
+                    self.names = list(self.conns)
+                    while self._pull_all(step):
+                        rows = next(self.batches)
+                        _, grad = self.model.loss_and_grad(self.params, self.x[rows], self.y[rows])
+                        self._push_all(step, grad)
+                        pushed += 1
+                        step += 1
+                        for who in self._servers():
+                            self._request(who, Message(Kind.PULL, step, cfg.index), "pull", step)
+                except base.PeerClosed as err:
+                    raise PSGone(f"{where} went away after iteration {step - 1}: {err}") from err
+                except base.TransportTimeout as err:
+                    raise PSGone(
+                        f"{where} did not answer in time (after iteration {step - 1}): {err}"
+                    ) from err
+                except base.TransportError as err:
+                    raise PSGone(f"{where}: {err}") from err
+        finally:
+            for conn in self.conns.values():
+                conn.close()
+            transport.close()
+        summary: dict[str, Any] = {
+            "event": "worker_done",
+            "index": cfg.index,
+            "pushes": pushed,
+            "last_iteration": step - 1,
+        }
+        if self.failed_over is not None:
+            summary["failed_over"] = self.failed_over
+        return summary
+
+    def _servers(self) -> list[str]:
+        """Everyone who must see our pulls: the shards and the replica."""
+        return [w for w in self.conns if w.startswith(("ps-", "replica-"))]
+
+    def _request(self, who: str, msg: Message, op: str, step: int) -> None:
+        """Send a request, remembering t0 and its size for the RPC log."""
+        msg.sent_at_ns = time.time_ns()
+        try:
+            self.conns[who].send(msg, peers.left(self.deadline))
+        except base.TransportError as err:
+            if who.startswith("aggregator-"):
+                raise  # our update would be lost: the job cannot go on correctly
+            self._lost(who, err)
+            return
+        self.sent[(op, who, step)] = (msg.sent_at_ns, 28 + 4 * msg.values.size)
+
+    def _lost(self, who: str, err: base.TransportError) -> None:
+        """ps-0 with a replica configured fails over; a lost replica is dropped; a lost
+        aggregator only matters if we push again (at the end of a job it leaves on
+        the PS's STOP, which may reach us after its connection closed)."""
+        if who in ("ps-0", "replica-0") and "replica-0" in self.conns and "ps-0" in self.conns:
+            self.conns.pop(who).close()
+            if who == "ps-0":
+                self.failed_over = {"time_ns": time.time_ns(), "error": str(err)}
+            return
+        if who.startswith("aggregator-") and who in self.conns:
+            self.conns.pop(who).close()
+            self.aggregator_gone = err
+            return
+        raise err
+
+    def _pull_all(self, step: int) -> bool:
+        """Wait for PARAMS(step) from every shard; False when a STOP came instead."""
+        missing = set(range(self.cfg.num_shards))
+        while missing:
             try:
-                conn = transport.connect(cfg.ps_host, cfg.ps_port, _left(deadline))
-                conn.send(Message(Kind.HELLO, 0, cfg.index), _left(deadline))
-                while True:
-                    msg = conn.recv(_left(deadline))
-                    log.write(records.message_row(msg, cfg.index))
-                    if msg.kind == Kind.STOP:
-                        break
-                    if msg.kind != Kind.PARAMS:
-                        raise PSGone(
-                            f"{where} sent {msg.kind.name}; a worker expects PARAMS or STOP"
-                        )
-                    iteration = msg.iteration
-                    apply_params(params, msg)
-                    rows = next(batches)
-                    _, grad = model.loss_and_grad(params, x[rows], y[rows])
-                    conn.send(Message(Kind.PUSH, iteration, cfg.index, grad), _left(deadline))
-                    pushed += 1
-            except base.PeerClosed as err:
-                raise PSGone(f"{where} went away after iteration {iteration}: {err}") from err
+                ev = self.inbox.take(peers.left(self.deadline))
             except base.TransportTimeout as err:
+                raise base.TransportTimeout(f"waiting for PARAMS({step}): {err}") from None
+            who = self.names[ev.source]
+            dequeued = time.time_ns()
+            if ev.error is not None:
+                if who not in self.conns:
+                    continue  # already dropped after a failed send
+                self._lost(who, ev.error)
+                continue
+            msg = ev.msg
+            assert msg is not None
+            if msg.kind in (Kind.PARAMS, Kind.STOP):
+                self.log.write(records.message_row(msg, self.cfg.index))
+            if msg.kind == Kind.STOP:
+                self._last_acks()
+                return False
+            if msg.kind == Kind.ACK:
+                self._client_row("push", who, msg, dequeued, time.time_ns())
+                continue
+            if msg.kind != Kind.PARAMS:
                 raise PSGone(
-                    f"{where} did not answer in time (after iteration {iteration}): {err}"
-                ) from err
-            except base.TransportError as err:
-                raise PSGone(f"{where}: {err}") from err
-    finally:
-        if conn is not None:
-            conn.close()
-        transport.close()
-    return {
-        "event": "worker_done",
-        "index": cfg.index,
-        "pushes": pushed,
-        "last_iteration": iteration,
-    }
+                    f"{self._where(who)} sent {msg.kind.name}; a worker expects PARAMS or STOP"
+                )
+            if msg.iteration < step:
+                continue  # a replica repeating a step we already have, after a take-over
+            if msg.iteration > step:
+                raise PSGone(f"{self._where(who)} sent PARAMS({msg.iteration}); expected {step}")
+            shard = 0 if who == "replica-0" else int(who.split("-")[1])
+            if shard not in missing:
+                continue  # shard 0 from both primary and replica around the take-over
+            lo, hi = self.ranges[shard]
+            apply_params(self.params[lo:hi], msg)
+            missing.discard(shard)
+            self._client_row("pull", who, msg, dequeued, time.time_ns())
+        return True
 
+    def _last_acks(self, wait_s: float = 1.0) -> None:
+        """After STOP, log the ACKs of our last pushes that other shards still send."""
+        deadline = time.monotonic() + wait_s
+        while any(op == "push" and who in self.conns for op, who, _ in self.sent):
+            try:
+                ev = self.inbox.take(peers.left(deadline))
+            except base.TransportTimeout:
+                return
+            if ev.msg is not None and ev.msg.kind == Kind.ACK:
+                who = self.names[ev.source]
+                self._client_row("push", who, ev.msg, time.time_ns(), time.time_ns())
+            elif ev.error is not None or ev.msg is not None and ev.msg.kind == Kind.STOP:
+                self.conns.pop(self.names[ev.source], None)
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.0)
+    def _push_all(self, step: int, grad: np.ndarray) -> None:
+        if self.aggregator is not None:
+            who = f"aggregator-{self.aggregator}"
+            if who not in self.conns:
+                raise self.aggregator_gone
+            self._request(who, Message(Kind.PUSH, step, self.cfg.index, grad), "push", step)
+            return
+        for who in self._servers():
+            shard = 0 if who == "replica-0" else int(who.split("-")[1])
+            lo, hi = self.ranges[shard]
+            msg = Message(Kind.PUSH, step, self.cfg.index, grad[lo:hi])
+            self._request(who, msg, "push", step)
+
+    def _client_row(self, op: str, who: str, msg: Message, dequeued: int, done: int) -> None:
+        sent_ns, request_bytes = self.sent.pop((op, who, msg.iteration), (0, 0))
+        self.rpcs.write({
+            "op": op, "client": self.name, "server": who, "step": msg.iteration,
+            "sent_ns": sent_ns, "request_bytes": request_bytes,
+            "reply_arrived_ns": msg.received_at_ns, "dequeued_ns": dequeued, "done_ns": done,
+            "reply_bytes": msg.wire_bytes,
+        })

@@ -58,6 +58,8 @@ class Kind(enum.IntEnum):
     PUSH = 2  # worker -> PS: the gradient of one minibatch
     PARAMS = 3  # PS -> worker: the model for the next iteration
     STOP = 4  # PS -> worker: training is over, exit cleanly
+    PULL = 5  # worker -> PS: "send me the model for iteration <iteration>" (no values)
+    ACK = 6  # PS -> worker: the PUSH for <iteration> was applied (no values)
 
 
 @dataclass

@@ -82,12 +82,21 @@ def test_bandwidth_round_trips_in_tc_spelling():
     ("spec: {network: {racks: []}}", "spec.network.racks", "at least 1"),
     ("spec: {transport: {type: quic}}", "spec.transport.type='quic'", "supported: tcp"),
     ("spec: {training: {model: resnet}}", "spec.training.model='resnet'", "known: mlp"),
-    ("spec: {training: {syncMode: async}}", "spec.training.syncMode='async'", "'bsp'"),
+    ("spec: {training: {syncMode: hogwild}}", "spec.training.syncMode='hogwild'", "'ssp'"),
+    ("spec: {training: {staleness: 2}}", "spec", "applies only to syncMode: ssp"),
+    ("spec: {replicas: {aggregators: [{workers: [0, 5]}]}}", "spec.replicas",
+     "worker 5 does not exist"),
+    ("spec: {replicas: {aggregators: [{workers: [0]}, {workers: [0]}]}}", "spec.replicas",
+     "already served by aggregators[0]"),
+    ("spec: {replicas: {workers: 2, aggregators: [{workers: [0]}]}, training: {syncMode: async}}",
+     "spec", "need bsp"),
     ("spec: {training: {learningRate: 0}}", "spec.training.learningRate=0", "greater than 0"),
     ("spec: {training: {targetAccuracy: 1.2}}", "spec.training.targetAccuracy=1.2",
      "less than or equal to 1"),
-    ("spec: {replicas: {parameterServers: 2}}", "spec.replicas.parameterServers=2",
-     "only 1 is supported"),
+    ("spec: {replicas: {parameterServers: 0}}", "spec.replicas.parameterServers=0",
+     "greater than or equal to 1"),
+    ("spec: {replicas: {parameterServers: 2, psReplica: true}}", "spec.replicas",
+     "a replica needs parameterServers: 1"),
 ])
 def test_invalid_input_is_rejected_naming_the_field(body, field, words):
     message = error_of(body)
@@ -127,3 +136,16 @@ def test_broken_yaml_and_multiple_documents_are_refused():
 def test_a_missing_file_is_named():
     with pytest.raises(SpecError, match="nope.yaml: cannot read"):
         spec.load_file("nope.yaml")
+
+
+def test_a_job_with_every_role_names_its_pods_and_keeps_the_sync_settings():
+    job = load("spec: {replicas: {parameterServers: 1, workers: 4, psReplica: true,"
+               " aggregators: [{workers: [2, 3]}]},"
+               " training: {syncMode: bsp, ordering: stf, connectionWindowUs: 500}}")
+    assert job.spec.pod_names() == ["ps-0", "worker-0", "worker-1", "worker-2", "worker-3",
+                                    "replica-0", "aggregator-0"]
+    assert job.spec.training.ordering == "stf"
+    assert job.spec.training.connection_window_us == 500
+    ssp = load("spec: {replicas: {parameterServers: 3}, training: {syncMode: ssp, staleness: 2}}")
+    assert ssp.spec.pod_names()[:3] == ["ps-0", "ps-1", "ps-2"]
+    assert (ssp.spec.training.sync_mode, ssp.spec.training.staleness) == ("ssp", 2)

@@ -32,14 +32,14 @@ def test_config_survives_a_json_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"role": "aggregator"}, "role='aggregator'"),
+        ({"role": "aggregator"}, "role='aggregator' index=1"),
         ({"index": 4}, "index=4"),
         ({"role": "ps", "index": 2}, "index=2"),
         ({"ps_port": 0}, "ps_port=0"),
         ({"num_workers": 0}, "num_workers=0"),
         ({"learning_rate": -1.0}, "learning_rate=-1.0"),
         ({"target_accuracy": 1.5}, "target_accuracy=1.5"),
-        ({"sync_mode": "async"}, "sync_mode='async'"),
+        ({"sync_mode": "hogwild"}, "sync_mode='hogwild'"),
         ({"model": "cnn"}, "supported models are mlp"),
         (
             {"transport": {"type": "carrier-pigeon"}},
@@ -47,6 +47,20 @@ def test_config_survives_a_json_round_trip(tmp_path: Path) -> None:
         ),
         ({"transport": "tcp"}, "transport="),
         ({"batch_size": True}, "batch_size=True: must be int"),
+        ({"shard_endpoints": ["10.0.0.1"]}, "endpoint '10.0.0.1': must be host:port"),
+        ({"role": "ps", "index": 2, "shard_endpoints": ["a:1", "b:1"]},
+         "index=2: a PS's index is its shard, in [0, 2)"),
+        ({"replica_endpoint": "r:1", "shard_endpoints": ["a:1", "b:1"]},
+         "a PS replica needs exactly one shard"),
+        ({"aggregators": [{"endpoint": "g:1", "workers": [0, 9]}]},
+         "aggregators[0].workers: 9 is not a worker in [0, 4)"),
+        ({"aggregators": [{"endpoint": "g:1", "workers": [1]}, {"endpoint": "h:1",
+                                                              "workers": [1]}]},
+         "worker 1 is already served by aggregators[0]"),
+        ({"aggregators": [{"endpoint": "g:1", "workers": [1]}], "sync_mode": "async"},
+         "need sync_mode bsp"),
+        ({"sync_mode": "ssp", "staleness": -1}, "staleness=-1"),
+        ({"ordering": "lifo"}, "ordering='lifo': supported: fifo, stf"),
     ],
 )
 def test_invalid_fields_are_rejected_with_a_message_naming_them(
@@ -67,3 +81,13 @@ def test_unknown_and_missing_fields_are_named(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ConfigError, match="cannot read role config"):
         RoleConfig.from_json(tmp_path / "bad.json")
+
+
+def test_role_fields_default_to_one_shard_at_ps_host_and_say_who_pushes_where() -> None:
+    cfg = RoleConfig(**_fields())
+    assert cfg.shards == [("10.0.0.1", 7000)] and cfg.replica is None
+    cfg = RoleConfig(**_fields(shard_endpoints=["a:1", "b:2"], replica_endpoint=None,
+                               aggregators=[{"endpoint": "g:3", "workers": [0, 2]}]))
+    assert cfg.num_shards == 2 and cfg.shards[1] == ("b", 2)
+    assert (cfg.aggregator_of(2), cfg.aggregator_of(1)) == (0, None)
+    assert cfg.direct_workers() == [1, 3]

@@ -1,0 +1,183 @@
+"""The IMC'20 per-RPC dissection report: latency CDFs, breakdown bars, connections, hot parameters.
+
+From a results directory's RPC stamps, connection counts and per-parameter update
+counts (written by the PS, workers and aggregators) it makes the paper's figures:
+
+- ``rpc_latency_cdf.png``: CDF of push and pull latency (their Fig. 4);
+- ``rpc_breakdown.png``: mean W_proc, W_queue, PS_proc, PS_queue, N_tx (and our
+  PS_sync, the bsp/ssp hold) of push and pull, stacked (their Fig. 5);
+- ``concurrent_connections.png``: CDF over time windows of the distinct clients
+  each PS heard from (their Fig. 7b);
+- ``hot_parameters.png``: share of all updates taken by the top-k parameters
+  (their Fig. 10);
+
+and ``dissection.json`` with the numbers behind them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: pods and CI have no display
+
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import numpy as np  # noqa: E402
+
+from tailcut.training import rpc  # noqa: E402
+
+PART_LABELS = {
+    "w_proc_us": "W_proc", "w_queue_us": "W_queue", "ps_proc_us": "PS_proc",
+    "ps_queue_us": "PS_queue", "ps_sync_us": "PS_sync (barrier/staleness hold)",
+    "n_tx_us": "N_tx",
+}
+TOP_K = (1, 10, 100, 1000, 10000, 100000)
+
+
+def top_k_shares(counts: np.ndarray, ks: tuple[int, ...] = TOP_K) -> dict[int, float]:
+    """Share of all updates taken by the k most-updated parameters, for each k <= size."""
+    total = float(counts.sum())
+    ordered = np.sort(counts)[::-1]
+    cumulative = np.cumsum(ordered, dtype=np.float64)
+    return {k: (float(cumulative[k - 1]) / total if total else 0.0)
+            for k in ks if k <= counts.size}
+
+
+def update_counts(results_dir: Path) -> np.ndarray:
+    """Per-parameter update counts of the whole model, from every shard's updates-ps-*.npz.
+
+    When ps-0 left none (it was killed and the replica took over), the replica's
+    counts stand in: it applied every update of the job.
+    """
+    paths = sorted(results_dir.glob("updates-ps-*.npz"))
+    if not (results_dir / "updates-ps-0.npz").exists():
+        paths = sorted(results_dir.glob("updates-replica-0.npz"))
+    parts = []
+    for path in paths:
+        with np.load(path) as z:
+            parts.append((int(z["lo"]), z["counts"]))
+    if not parts:
+        raise ValueError(f"{results_dir} has no updates-*.npz (no PS finished?)")
+    parts.sort(key=lambda p: p[0])
+    return np.concatenate([c for _, c in parts])
+
+
+def _connections(results_dir: Path) -> dict[str, list[int]]:
+    out = {}
+    for path in sorted(results_dir.glob("connections-*.csv")):
+        with open(path, newline="") as f:
+            active = [int(r["active_connections"]) for r in csv.DictReader(f)]
+        out[path.stem.removeprefix("connections-")] = [a for a in active if a > 0]
+    return out
+
+
+def report(results_dir: str | Path, title: str = "") -> list[Path]:
+    """Write rpcs.csv, dissection.json and the four PNGs; return the paths written."""
+    results = Path(results_dir)
+    rows = rpc.dissect(results)
+    if not rows:
+        raise ValueError(f"{results} has no RPCs to dissect (rpc-*.csv missing or empty)")
+    by_op = {op: [r for r in rows if r["op"] == op] for op in ("push", "pull")}
+    summary: dict[str, Any] = {"rpcs": {op: len(rs) for op, rs in by_op.items()}}
+    for op, rs in by_op.items():
+        if rs:
+            total = np.array([r["total_us"] for r in rs], dtype=float)
+            summary[op] = {
+                "median_us": float(np.median(total)), "p99_us": float(np.percentile(total, 99)),
+                "mean_us": {k: float(np.mean([r[k] for r in rs])) for k in PART_LABELS},
+                "request_bytes_median": float(np.median([r["request_bytes"] for r in rs])),
+                "response_bytes_median": float(np.median([r["response_bytes"] for r in rs])),
+            }
+    written = [results / "rpcs.csv"]
+    prefix = f"{title}: " if title else ""
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for op, rs in by_op.items():
+        if rs:
+            total = np.sort([float(r["total_us"]) / 1e3 for r in rs])
+            ax.plot(total, np.arange(1, total.size + 1) / total.size, label=f"{op} ({total.size})")
+    ax.set_xscale("log")
+    ax.set_xlabel("RPC latency (ms, log scale)")
+    ax.set_ylabel("CDF")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(f"{prefix}push and pull latency")
+    written.append(_save(fig, results / "rpc_latency_cdf.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    ops = [op for op in ("push", "pull") if by_op[op]]
+    bottom = np.zeros(len(ops))
+    for key, label in PART_LABELS.items():
+        means = np.array([max(summary[op]["mean_us"][key], 0.0) / 1e3 for op in ops])
+        ax.bar(ops, means, bottom=bottom, label=label)
+        bottom += means
+    ax.set_ylabel("mean time per RPC (ms)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{prefix}latency breakdown")
+    written.append(_save(fig, results / "rpc_breakdown.png"))
+
+    conns = _connections(results)
+    summary["concurrent_connections"] = {
+        name: {"windows": len(a), "median": float(np.median(a)) if a else 0.0,
+               "max": max(a, default=0)} for name, a in conns.items()}
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for name, active in conns.items():
+        if active:
+            values = np.sort(active)
+            ax.step(values, np.arange(1, values.size + 1) / values.size, where="post",
+                    label=name)
+    ax.set_xlabel("concurrent connections per window (distinct clients)")
+    ax.set_ylabel("CDF over windows with traffic")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    if conns:
+        ax.legend()
+    ax.set_title(f"{prefix}concurrent connections per PS")
+    written.append(_save(fig, results / "concurrent_connections.png"))
+
+    counts = update_counts(results)
+    shares = top_k_shares(counts)
+    summary["hot_parameters"] = {
+        "num_params": int(counts.size), "updates": int(counts.sum()),
+        "never_updated": int(np.count_nonzero(counts == 0)),
+        "top_k_share": {str(k): v for k, v in shares.items()},
+    }
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    ordered = np.sort(counts)[::-1]
+    if ordered.sum() > 0:
+        cumulative = np.cumsum(ordered, dtype=np.float64) / ordered.sum()
+        ks = np.arange(1, ordered.size + 1)
+        ax.plot(ks, cumulative, color="tab:blue", label="measured")
+        ax.plot(ks, ks / ordered.size, "--", color="gray", label="if every parameter were "
+                                                              "updated equally often")
+        ax.legend(loc="upper left", fontsize=8)
+        for k, share in shares.items():
+            ax.annotate(f"top {k}: {share:.0%}", (k, share), fontsize=8,
+                        textcoords="offset points", xytext=(4, -10))
+            ax.plot([k], [share], "o", color="tab:red")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"top-k most-updated parameters (of {counts.size})")
+    ax.set_ylabel("share of all parameter updates")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{prefix}hot parameters")
+    written.append(_save(fig, results / "hot_parameters.png"))
+
+    (results / "dissection.json").write_text(json.dumps(summary, indent=2) + "\n")
+    written.append(results / "dissection.json")
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    try:
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

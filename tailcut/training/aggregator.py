@@ -1,0 +1,160 @@
+"""Aggregator role (MLfabric's intermediate hop): sum a group's updates, forward one push.
+
+Workers of the group push their whole gradient here instead of to the shards; the
+aggregator ACKs each, and once it holds PUSH(k) from every member it sends each
+shard (and the PS replica) one PUSH(k) with the sum of its range. The PS weighs
+that push by the group's size, so the average is the same as without the
+aggregator, while the PS's link and queue see one update per group instead of one
+per worker. With a lossy transport the forwarded mask is the union of the
+members' masks (a coordinate some members lost is averaged as if all sent it: an
+approximation, exact over TCP). Models are still pulled from the shards directly.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailcut import errors, transports
+from tailcut.training import inbox, models, peers, ps, records
+from tailcut.training.config import RoleConfig, split_endpoint
+from tailcut.transports import base
+from tailcut.transports.base import Kind, Message
+
+# Members close their connections as soon as the PS says STOP, possibly before the
+# PS's STOP reaches us: wait this long for it before calling a member's exit a failure.
+STOP_WAIT_S = 5.0
+
+
+def run(cfg: RoleConfig, emit: Any = None) -> dict[str, Any]:
+    """Aggregate until the PS says STOP; return a summary."""
+    return _Aggregator(cfg).run()
+
+
+class _Aggregator:
+    def __init__(self, cfg: RoleConfig) -> None:
+        self.cfg = cfg
+        self.name = f"aggregator-{cfg.index}"
+        self.group = list(cfg.aggregators[cfg.index]["workers"])
+        self.deadline = time.monotonic() + cfg.timeout_s + ps.FOLLOWER_GRACE_S
+        model = models.create(cfg.model, models.dataset(cfg.model, cfg.seed))
+        self.num_params = model.num_params
+        self.ranges = [
+            ps.shard_range(model.num_params, cfg.num_shards, s) for s in range(cfg.num_shards)
+        ]
+        self.sent: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        options = {k: v for k, v in cfg.transport.items() if k != "type"}
+        transport = transports.get(cfg.transport["type"], **options)
+        conns: dict[str, base.Connection] = {}
+        rounds = 0
+        results = Path(cfg.results_dir)
+        try:
+            with (
+                records.CsvLog(results / records.rpc_filename("server", self.name),
+                               records.SERVER_RPC_FIELDS) as self.server_log,
+                records.CsvLog(results / records.rpc_filename("client", self.name),
+                               records.CLIENT_RPC_FIELDS) as self.client_log,
+            ):
+                ups = [(f"ps-{s}", h, p) for s, (h, p) in enumerate(cfg.shards)]
+                if cfg.replica is not None:
+                    ups.append(("replica-0", *cfg.replica))
+                for who, host, port in ups:
+                    conns[who] = peers.hello(transport, host, port, peers.AGGREGATOR, cfg.index,
+                                             self.deadline)
+                    conns[who].peer = f"{who} at {host}:{port}"
+                host, port = split_endpoint(cfg.aggregators[cfg.index]["endpoint"])
+                accepted = transport.listen(host, port, len(self.group), peers.left(self.deadline))
+                members = peers.accept(transport, accepted, {f"worker-{w}" for w in self.group},
+                                       self.deadline)
+                conns.update(members)
+                self.conns = conns
+                self.names = list(conns)
+                self.inbox = inbox.Inbox(list(conns.values()), cfg.ordering)
+                while self._round(rounds):
+                    rounds += 1
+        finally:
+            for conn in conns.values():
+                conn.close()
+            transport.close()
+        return {"event": "aggregator_done", "index": self.cfg.index, "rounds": rounds}
+
+    def _round(self, k: int) -> bool:
+        """Sum PUSH(k) of every member and forward it; False once the PS said STOP."""
+        total = np.zeros(self.num_params, dtype=np.float32)
+        delivered = np.zeros(self.num_params, dtype=bool)
+        got: set[str] = set()
+        stop_by: float | None = None
+        member_gone: base.TransportError | None = None
+        while len(got) < len(self.group):
+            try:
+                timeout = peers.left(self.deadline if stop_by is None else stop_by)
+                ev = self.inbox.take(timeout)
+            except base.TransportTimeout as err:
+                if member_gone is not None:  # no STOP followed: a member really failed
+                    raise errors.RunError(f"{self.name}: round {k}: {member_gone}") from member_gone
+                raise errors.RunError(f"{self.name}: round {k}: nothing arrived in time") from err
+            who = self.names[ev.source]
+            dequeued = time.time_ns()
+            if ev.error is not None:
+                if who == "ps-0" and "replica-0" in self.conns:
+                    self.conns.pop(who).close()  # the replica takes over
+                    continue
+                if who == "replica-0":
+                    self.conns.pop(who, None)
+                    continue
+                if who.startswith("worker-"):
+                    if member_gone is None:  # probably the end of the job: wait for STOP
+                        member_gone = ev.error
+                        stop_by = time.monotonic() + STOP_WAIT_S
+                    continue
+                raise errors.RunError(f"{self.name}: round {k}: {ev.error}") from ev.error
+            msg = ev.msg
+            assert msg is not None
+            if msg.kind == Kind.STOP:
+                return False
+            if msg.kind == Kind.ACK:
+                sent_ns, size = self.sent.pop((who, msg.iteration), (0, 0))
+                self.client_log.write({
+                    "op": "push", "client": self.name, "server": who, "step": msg.iteration,
+                    "sent_ns": sent_ns, "request_bytes": size,
+                    "reply_arrived_ns": msg.received_at_ns, "dequeued_ns": dequeued,
+                    "done_ns": time.time_ns(), "reply_bytes": msg.wire_bytes,
+                })
+                continue
+            if msg.kind != Kind.PUSH or msg.iteration != k or who in got:
+                raise errors.RunError(
+                    f"{self.name}: expected PUSH for round {k} from its workers, got "
+                    f"{msg.kind.name}({msg.iteration}) from {who}"
+                )
+            ps.accumulate(total, np.zeros(self.num_params, np.float32), msg, self.num_params, 1)
+            delivered |= True if msg.mask is None else msg.mask
+            got.add(who)
+            replied = time.time_ns()
+            self.conns[who].send(Message(Kind.ACK, k, self.cfg.index), peers.left(self.deadline))
+            self.server_log.write({
+                "op": "push", "client": who, "server": self.name, "step": k, "version": k,
+                "arrived_ns": ev.arrived_ns, "dequeued_ns": dequeued, "ready_ns": dequeued,
+                "replied_ns": replied, "request_bytes": msg.wire_bytes, "reply_bytes": 28,
+                "nonzero": int(np.count_nonzero(msg.values)),
+            })
+        mask = None if delivered.all() else delivered
+        for who in [w for w in self.conns if w.startswith(("ps-", "replica-"))]:
+            shard = 0 if who == "replica-0" else int(who.split("-")[1])
+            lo, hi = self.ranges[shard]
+            out = Message(Kind.PUSH, k, self.cfg.index, total[lo:hi],
+                          None if mask is None else mask[lo:hi], sent_at_ns=time.time_ns())
+            try:
+                self.conns[who].send(out, peers.left(self.deadline))
+            except base.TransportError as err:
+                if who in ("ps-0", "replica-0") and "replica-0" in self.conns:
+                    self.conns.pop(who).close()
+                    continue
+                raise errors.RunError(f"{self.name}: round {k}: {err}") from err
+            self.sent[(who, k)] = (out.sent_at_ns, 28 + 4 * (hi - lo))
+        return True

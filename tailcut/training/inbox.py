@@ -1,0 +1,110 @@
+"""Inbox: the software receiving queue of a role, fed by one reader thread per connection.
+
+Every message read off a connection is put in one queue together with the
+connection it came from; ``received_at_ns`` (stamped by the transport when the
+message was complete) is when it entered the queue, so the time until a role
+takes it out is the IMC'20 paper's queueing delay (PS_queue at a server, W_queue
+at a worker). The ordering policy decides which waiting message is taken first:
+
+- ``fifo``: in order of arrival;
+- ``stf``: shortest transfer first (MLfabric), fewest bytes first, then arrival.
+
+A connection that fails yields one event carrying the error and its reader stops.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tailcut.transports import base
+from tailcut.transports.base import Message
+
+ORDERINGS = ("fifo", "stf")
+
+
+@dataclass
+class Event:
+    """One message (or a connection's failure) from connection ``source``."""
+
+    source: int
+    msg: Message | None
+    error: base.TransportError | None = None
+    arrived_ns: int = 0  # when it entered the queue
+    seq: int = 0  # arrival order, breaks ties
+
+    def sort_key(self, ordering: str) -> tuple[int, int]:
+        if ordering == "stf" and self.msg is not None:
+            return (self.msg.wire_bytes, self.seq)
+        return (0, self.seq)
+
+
+class Inbox:
+    """One queue for many connections; ``take`` applies the ordering policy."""
+
+    def __init__(self, conns: Sequence[base.Connection], ordering: str = "fifo") -> None:
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering={ordering!r}: supported: {', '.join(ORDERINGS)}")
+        self.conns = list(conns)
+        self.ordering = ordering
+        self._queue: queue.Queue[Event] = queue.Queue()
+        self._pending: list[Event] = []
+        self._seq = 0
+        self._lock = threading.Lock()
+        for i, conn in enumerate(self.conns):
+            threading.Thread(
+                target=self._read, args=(i, conn), daemon=True, name=f"inbox-{i}"
+            ).start()
+
+    def _read(self, source: int, conn: base.Connection) -> None:
+        while True:
+            try:
+                msg = conn.recv(None)
+            except base.TransportError as err:
+                self._put(Event(source, None, err, time.time_ns()))
+                return
+            except Exception as err:  # e.g. the socket was closed under us at the end
+                self._put(Event(source, None, base.PeerClosed(str(err)), time.time_ns()))
+                return
+            self._put(Event(source, msg, None, msg.received_at_ns or time.time_ns()))
+            if msg.kind == base.Kind.STOP:
+                return
+
+    def _put(self, event: Event) -> None:
+        with self._lock:
+            self._seq += 1
+            event.seq = self._seq
+        self._queue.put(event)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._pending.append(self._queue.get_nowait())
+            except queue.Empty:
+                return
+
+    def take(
+        self, timeout_s: float | None, match: Callable[[Event], bool] | None = None
+    ) -> Event:
+        """The next event by the ordering policy (only those ``match`` accepts, if given).
+
+        Raises TransportTimeout when nothing acceptable arrives in ``timeout_s``.
+        """
+        deadline = base.deadline_after(timeout_s)
+        while True:
+            self._drain()
+            ready = [e for e in self._pending if match is None or match(e)]
+            if ready:
+                best = min(ready, key=lambda e: e.sort_key(self.ordering))
+                self._pending.remove(best)
+                return best
+            left = base.remaining(deadline)
+            if left is not None and left <= 0:
+                raise base.TransportTimeout("nothing arrived in time")
+            try:
+                self._pending.append(self._queue.get(timeout=left))
+            except queue.Empty:
+                raise base.TransportTimeout("nothing arrived in time") from None
