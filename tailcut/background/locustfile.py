@@ -1,0 +1,90 @@
+"""The Locust user of a background load: open-loop flows of drawn sizes.
+
+Locust runs this file in its own process (gevent patches the standard library, so it
+is never imported by tailcut itself). The run's settings come from the JSON file named
+by $TAILCUT_BACKGROUND (written by tailcut.background.plan):
+
+    servers        ["http://10.1.0.4:8080", ...]   a flow asks a random one
+    requests_per_s total rate at scale 1, over all users
+    users          how many users share that rate
+    start_unix_s   time 0 of the load shape (shared by master and workers)
+    shape          the spec's backgroundLoad.shape
+    cdf            flow-size CDF points [[bytes, probability], ...]
+    seed
+
+Flows arrive as a Poisson process per user whose rate follows the shape (thinning
+against the peak rate); arrival times are kept on an absolute schedule, so a user
+held up by a long flow catches up instead of lowering the offered load. The web UI's
+user count scales the rate: every user carries requests_per_s / users.
+"""
+
+import json
+import os
+import random
+import time
+from typing import Any
+
+import gevent
+from locust import FastHttpUser, constant, task
+
+from tailcut.spec import flowsizes
+from tailcut.spec.background import Shape
+
+MAX_LAG_S = 2.0   # a user further behind than this drops its backlog instead of bursting
+
+_config: dict[str, Any] = {}
+if os.environ.get("TAILCUT_BACKGROUND"):
+    with open(os.environ["TAILCUT_BACKGROUND"]) as f:
+        _config = json.load(f)
+
+
+def _bucket(size: int) -> str:
+    """The name a flow is counted under in Locust's stats: its size class."""
+    for limit, label in ((10_000, "<10KB"), (100_000, "10KB-100KB"),
+                         (1_000_000, "100KB-1MB"), (10_000_000, "1MB-10MB")):
+        if size < limit:
+            return f"flow {label}"
+    return "flow >=10MB"
+
+
+class BackgroundFlow(FastHttpUser):
+    """One background client: fetches flows of drawn sizes from the servers."""
+
+    wait_time = constant(0)      # pacing is the task's own schedule
+    network_timeout = 120.0
+    connection_timeout = 10.0
+    host = (_config.get("servers") or ["http://127.0.0.1:8080"])[0]
+    _count = 0
+
+    def on_start(self) -> None:
+        BackgroundFlow._count += 1
+        cfg = _config
+        self.servers: list[str] = cfg["servers"]
+        self.shape = Shape.model_validate(cfg.get("shape") or {})
+        self.cdf = tuple((int(x), float(p)) for x, p in cfg["cdf"])
+        self.rng = random.Random(f"{cfg.get('seed', 0)}-{os.getpid()}-{BackgroundFlow._count}")
+        self.peak = self.shape.peak_scale()
+        # users from the web UI count too: the rate per user is fixed by the plan
+        self.rate = cfg["requests_per_s"] * self.peak / max(1, cfg["users"])
+        self.start = float(cfg.get("start_unix_s") or time.time())
+        self.next_at = max(time.time(), self.start)
+
+    def _next_arrival(self) -> float:
+        while True:
+            self.next_at += self.rng.expovariate(self.rate) if self.rate > 0 else 3600.0
+            scale = self.shape.scale_at(self.next_at - self.start)
+            if self.peak > 0 and self.rng.random() * self.peak < scale:
+                return self.next_at
+
+    @task
+    def flow(self) -> None:
+        at = self._next_arrival()
+        now = time.time()
+        if at < now - MAX_LAG_S:
+            self.next_at = at = now
+        if at > now:
+            gevent.sleep(at - now)
+        size = flowsizes.sample(self.cdf, self.rng)
+        server = self.servers[self.rng.randrange(len(self.servers))]
+        self.client.get(f"{server}/bytes/{size}", name=_bucket(size))
+
