@@ -50,6 +50,15 @@ def _parser() -> argparse.ArgumentParser:
                     help="where to write results (default: results/<job>-bg-<time>)")
     bg.set_defaults(handler=_background)
 
+    ui = sub.add_parser("background-ui",
+                        help="Locust's web UI against a running job, to change load by hand")
+    ui.add_argument("job", help="the running TrainingJob's YAML file (with backgroundLoad)")
+    ui.add_argument("--port", type=int, default=8089, help="host port of the web UI")
+    ui.add_argument("--max-s", type=float, default=3600.0, help="stop after this long")
+    ui.add_argument("--results-dir", type=Path,
+                    help="where Locust's CSVs go (default: results/<job>-ui-<time>)")
+    ui.set_defaults(handler=_background_ui)
+
     doctor = sub.add_parser("doctor", help="what this kernel and machine support")
     doctor.set_defaults(handler=_doctor)
     return parser
@@ -102,6 +111,14 @@ def _background(args: argparse.Namespace) -> int:
               f"(target {summary['target_load_factor']}); interface counters of "
               f"{summary['measured_at']}")
     print(f"results: {out}")
+    return 0
+
+
+def _background_ui(args: argparse.Namespace) -> int:
+    from tailcut.runtime import webui
+    job = spec.load_file(args.job)
+    out = args.results_dir or Path("results") / f"{job.name}-ui-{time.strftime('%Y%m%d-%H%M%S')}"
+    webui.run(job, args.port, args.max_s, out, progress=lambda line: print(line, flush=True))
     return 0
 
 

@@ -52,7 +52,10 @@ class Background:
         p = self.plan
         self.dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # The job and results dir in every background process's environment name it
+        # as ours (e.g. to a test looking for leftovers).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TAILCUT_JOB": p.job,
+               "TAILCUT_RESULTS_DIR": str(self.dir.parent)}
         try:
             for s in p.servers:
                 argv = [sys.executable, "-m", "tailcut.background.server",
