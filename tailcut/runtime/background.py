@@ -149,6 +149,18 @@ class Background:
         return out
 
 
+def describe(summary: dict[str, Any]) -> str:
+    """One line on what the background did, for the run's progress output."""
+    total = summary.get("locust_total") or {}
+    line = (f"background load: {total.get('Request Count', '?')} flows "
+            f"({total.get('Failure Count', '?')} failed) in {summary['ran_s']:.1f} s")
+    if summary.get("measured_load_factor") is not None:
+        line += (f"; measured load factor {summary['measured_load_factor']:.3f} on "
+                 f"{summary['target_link']} (target {summary['target_load_factor']:g}, "
+                 "training traffic included)")
+    return line
+
+
 def locust_commands(p: bgplan.Plan, csv_prefix: Path) -> list[tuple[str, list[str], str]]:
     """(namespace, argv, log name) of each Locust process: one standalone process for
     one client pod; otherwise a master in the first client pod (it does no load: on

@@ -79,7 +79,7 @@ def run(job: TrainingJob, results_dir: Path,
             for proc in running:
                 procs.stop(proc)
             if bg is not None:  # the background ends with the job, whatever ended it
-                bg.stop()
+                progress(background.describe(bg.stop()))
             _record_network(network, results_dir)
             network.destroy()
 

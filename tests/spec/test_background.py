@@ -116,3 +116,9 @@ def test_a_fixed_size_needs_bytes_and_has_that_mean():
 ])
 def test_an_invalid_value_is_refused_naming_its_field(old, new, message):
     assert message in error_of(with_(old, new))
+
+
+def test_the_quickstart_background_example_is_valid():
+    job = spec.load_file("examples/quickstart-background.yaml")
+    b = job.spec.background_load
+    assert b is not None and b.target.load_factor == 0.5 and b.receivers == ["ps-0"]
