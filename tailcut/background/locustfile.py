@@ -69,22 +69,31 @@ class BackgroundFlow(FastHttpUser):
         self.start = float(cfg.get("start_unix_s") or time.time())
         self.next_at = max(time.time(), self.start)
 
-    def _next_arrival(self) -> float:
-        while True:
-            self.next_at += self.rng.expovariate(self.rate) if self.rate > 0 else 3600.0
+    def _next_arrival(self) -> tuple[float, bool]:
+        """The next arrival time, and whether a flow starts then: candidates come at
+        the peak rate and are kept with probability scale/peak (thinning). After 1000
+        rejected candidates (a long pause in the shape) the user sleeps until the last
+        one without a flow, and thins on from there."""
+        if self.rate <= 0:  # a shape that never offers load (all steps at scale 0)
+            self.next_at += 60.0
+            return self.next_at, False
+        for _ in range(1000):
+            self.next_at += self.rng.expovariate(self.rate)
             scale = self.shape.scale_at(self.next_at - self.start)
-            if self.peak > 0 and self.rng.random() * self.peak < scale:
-                return self.next_at
+            if self.rng.random() * self.peak < scale:
+                return self.next_at, True
+        return self.next_at, False
 
     @task
     def flow(self) -> None:
-        at = self._next_arrival()
+        at, starts = self._next_arrival()
         now = time.time()
         if at < now - MAX_LAG_S:
             self.next_at = at = now
         if at > now:
             gevent.sleep(at - now)
+        if not starts:
+            return
         size = flowsizes.sample(self.cdf, self.rng)
         server = self.servers[self.rng.randrange(len(self.servers))]
         self.client.get(f"{server}/bytes/{size}", name=_bucket(size))
-
