@@ -139,3 +139,22 @@ def test_a_killed_runner_takes_its_background_with_it(tmp_path):
                              capture_output=True, text=True)
     assert "removed tailcut-bg-killed.bg-server-0" in cleaned.stdout
     nothing_left("bg-killed", results)
+
+
+def test_on_off_bursts_load_the_link_only_while_on(tmp_path):
+    job = spec.load_text(job_text("bg-onoff", extra="    durationS: 8\n"
+                                  "    shape: {type: onOff, onS: 2, offS: 2}\n"))
+    background.run_alone(job, tmp_path, progress=lambda _: None)
+    rows = list(csv.DictReader(open(tmp_path / "background" / "link-load.csv")))
+    t0 = background.LOCUST_STARTUP_S  # shape time 0 on the sampler's clock, about
+
+    def mean_load(windows: list[tuple[float, float]]) -> float:
+        picked = [float(r["load_factor"]) for r in rows
+                  if any(a <= float(r["t_s"]) - t0 <= b for a, b in windows)]
+        assert picked
+        return sum(picked) / len(picked)
+
+    on = mean_load([(0.6, 1.6), (4.6, 5.6)])
+    off = mean_load([(2.6, 3.6), (6.6, 7.6)])
+    assert on > 0.3 and off < 0.05, (on, off)
+    nothing_left("bg-onoff", tmp_path)
