@@ -88,7 +88,7 @@ def test_background_alone_loads_its_link_and_writes_locust_and_link_csvs(tmp_pat
 
 
 def test_the_background_stops_when_the_job_ends(tmp_path):
-    job = spec.load_text(job_text("bg-ends", training="iterations: 30, timeoutS: 120"))
+    job = spec.load_text(job_text("bg-ends", training="epochs: 2, timeoutS: 120"))
     lines: list[str] = []
     local.run(job, tmp_path, progress=lines.append)
     assert any(line.startswith("background load: load factor 0.3") for line in lines)
@@ -156,5 +156,5 @@ def test_on_off_bursts_load_the_link_only_while_on(tmp_path):
 
     on = mean_load([(0.6, 1.6), (4.6, 5.6)])
     off = mean_load([(2.6, 3.6), (6.6, 7.6)])
-    assert on > 0.3 and off < 0.05, (on, off)
+    assert on > 0.15 and off < 0.03, (on, off)  # target 0.3 while on
     nothing_left("bg-onoff", tmp_path)
