@@ -7,7 +7,6 @@ by $TAILCUT_BACKGROUND (written by tailcut.background.plan):
     servers        ["http://10.1.0.4:8080", ...]   a flow asks a random one
     requests_per_s total rate at scale 1, over all users
     users          how many users share that rate
-    start_unix_s   time 0 of the load shape (shared by master and workers)
     shape          the spec's backgroundLoad.shape
     cdf            flow-size CDF points [[bytes, probability], ...]
     seed
@@ -25,12 +24,16 @@ import time
 from typing import Any
 
 import gevent
-from locust import FastHttpUser, constant, task
+from locust import FastHttpUser, constant, events, task
+from locust.runners import WorkerRunner
 
 from tailcut.spec import flowsizes
 from tailcut.spec.background import Shape
 
 MAX_LAG_S = 2.0   # a user further behind than this drops its backlog instead of bursting
+SPAWN_S = 1.0     # shape time 0 comes this long after the test starts: users are up
+
+_started_at: float = 0.0
 
 _config: dict[str, Any] = {}
 if os.environ.get("TAILCUT_BACKGROUND"):
@@ -45,6 +48,20 @@ def _bucket(size: int) -> str:
         if size < limit:
             return f"flow {label}"
     return "flow >=10MB"
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Any, **_kwargs: Any) -> None:
+    """Fix shape time 0 on every node (master and workers start within milliseconds)
+    and tell tailcut when it is, in $TAILCUT_BACKGROUND_STARTED: the load is measured
+    from then on, however long Locust took to start (workers connecting to a master
+    can take seconds on a busy host)."""
+    global _started_at
+    _started_at = time.time() + SPAWN_S
+    marker = os.environ.get("TAILCUT_BACKGROUND_STARTED")
+    if marker and not isinstance(environment.runner, WorkerRunner):
+        with open(marker, "w") as out:
+            json.dump({"start_unix_s": _started_at}, out)
 
 
 class BackgroundFlow(FastHttpUser):
@@ -66,7 +83,7 @@ class BackgroundFlow(FastHttpUser):
         self.peak = self.shape.peak_scale()
         # users from the web UI count too: the rate per user is fixed by the plan
         self.rate = cfg["requests_per_s"] * self.peak / max(1, cfg["users"])
-        self.start = float(cfg.get("start_unix_s") or time.time())
+        self.start = _started_at or time.time()
         self.next_at = max(time.time(), self.start)
 
     def _next_arrival(self) -> tuple[float, bool]:

@@ -62,11 +62,10 @@ class Plan:
     warmup_s: float
     load: background.BackgroundLoad
 
-    def locust_config(self, start_unix_s: float) -> dict[str, Any]:
+    def locust_config(self) -> dict[str, Any]:
         """What tailcut/background/locustfile.py reads from $TAILCUT_BACKGROUND."""
         return {"servers": [f"http://{s.ip}:{SERVER_PORT}" for s in self.servers],
                 "requests_per_s": self.requests_per_s, "users": self.users,
-                "start_unix_s": start_unix_s,
                 "shape": self.load.shape.model_dump(by_alias=True, mode="json"),
                 "cdf": [list(p) for p in self.load.flow_sizes.cdf()],
                 "seed": self.load.locust.seed}

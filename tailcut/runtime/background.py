@@ -30,7 +30,7 @@ from tailcut.spec.model import TrainingJob
 LOCUSTFILE = Path(bgplan.__file__).with_name("locustfile.py")
 READY_TIMEOUT_S = 20.0
 LOCUST_STOP_GRACE_S = 10.0   # Locust writes its CSVs on SIGTERM; give it time to
-LOCUST_STARTUP_S = 3.0       # Locust imports and spawns its users before shape time 0
+LOCUST_SPAWN_S = 1.0         # Locust's --run-time also covers spawning the users
 
 
 class Background:
@@ -45,6 +45,8 @@ class Background:
         self.link: Optional[linkload.LinkLoad] = None
         self.started_at = 0.0
         self.stopped_at: Optional[float] = None
+        self.started_wall = 0.0
+        self.started_file = self.dir / "locust-started.json"
 
     def start(self, progress: Callable[[str], None] = print) -> None:
         """Start servers, wait until they listen, then Locust and the link sampler.
@@ -65,12 +67,13 @@ class Background:
             for s in p.servers:
                 _wait_listening(s.netns, s.ip, bgplan.SERVER_PORT)
             config = self.dir / "locust-config.json"
-            # Shape time 0 comes after Locust has started and spawned its users (its
-            # --run-time covers that start-up); the load is measured from then on.
-            start_unix_s = time.time() + LOCUST_STARTUP_S
-            self.started_at = time.monotonic()
-            config.write_text(json.dumps(p.locust_config(start_unix_s), indent=2) + "\n")
+            config.write_text(json.dumps(p.locust_config(), indent=2) + "\n")
             env["TAILCUT_BACKGROUND"] = str(config)
+            # Locust writes shape time 0 here once its test starts (see locustfile)
+            env["TAILCUT_BACKGROUND_STARTED"] = str(self.started_file)
+            self.started_file.unlink(missing_ok=True)
+            self.started_at = time.monotonic()
+            self.started_wall = time.time()
             if p.link is not None:
                 self.link = linkload.LinkLoad(p.link.netns, p.link.ifname,
                                               p.link.bandwidth_bit, self.dir / "link-load.csv")
@@ -119,6 +122,14 @@ class Background:
             (self.dir / "background.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
+    def _shape_zero_s(self) -> Optional[float]:
+        """Seconds from start() to shape time 0, or None if Locust never started."""
+        try:
+            wall = json.loads(self.started_file.read_text())["start_unix_s"]
+        except (OSError, ValueError, KeyError):
+            return None
+        return float(wall) - self.started_wall
+
     def summary(self) -> dict[str, Any]:
         p = self.plan
         out: dict[str, Any] = {
@@ -135,14 +146,19 @@ class Background:
         }
         if self.link is not None:
             # From shape time 0 to the end of the run or the stop, whichever was first.
-            # (times since start(); the sampler's clock began a moment later)
-            begin = LOCUST_STARTUP_S
-            end = begin + min(p.run_time_s, out["ran_s"] - begin)
-            out["measured_window_s"] = [round(begin, 3), round(end, 3)]
-            shift = self.link.t0 - self.started_at
-            out["measured_load_factor"] = self.link.load_factor(begin - shift, end - shift)
-            out["measured_load_factor_htb"] = self.link.load_factor(begin - shift, end - shift,
-                                                                    htb=True)
+            # From shape time 0 (as Locust wrote it) to the end of the run or the stop,
+            # in seconds since start(); the sampler's clock began a moment later.
+            begin = self._shape_zero_s()
+            if begin is not None:
+                end = begin + min(p.run_time_s, out["ran_s"] - begin)
+                out["measured_window_s"] = [round(begin, 3), round(end, 3)]
+                shift = self.link.t0 - self.started_at
+                out["measured_load_factor"] = self.link.load_factor(begin - shift,
+                                                                    end - shift)
+                out["measured_load_factor_htb"] = self.link.load_factor(
+                    begin - shift, end - shift, htb=True)
+            else:
+                out["measured_load_factor"] = out["measured_load_factor_htb"] = None
         stats = self.dir / "locust_stats.csv"
         if stats.exists():
             out["locust_total"] = _locust_total(stats)
@@ -167,7 +183,7 @@ def locust_commands(p: bgplan.Plan, csv_prefix: Path) -> list[tuple[str, list[st
     2 cores it only aggregates) and one worker in each client pod."""
     common = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "WARNING",
               "--stop-timeout", "5"]
-    run_s = p.run_time_s + LOCUST_STARTUP_S
+    run_s = p.run_time_s + LOCUST_SPAWN_S
     run = ["--headless", "-u", str(p.users), "-r", str(p.users), "-t", f"{run_s:g}s",
            "--csv", str(csv_prefix), "--csv-full-history", "--only-summary",
            "--exit-code-on-error", "0", "--host", f"http://{p.servers[0].ip}:{bgplan.SERVER_PORT}"]

@@ -41,7 +41,7 @@ def run(job: TrainingJob, port: int, max_s: float, workdir: Path,
                        "with `tailcut run` or `tailcut background` first")
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "locust-ui-config.json"
-    config.write_text(json.dumps(p.locust_config(time.time()), indent=2) + "\n")
+    config.write_text(json.dumps(p.locust_config(), indent=2) + "\n")
     env = {**os.environ, "TAILCUT_BACKGROUND": str(config), "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "locust", "-f", str(background.LOCUSTFILE),
             "--web-host", "127.0.0.1", "--web-port", str(UI_PORT_IN_POD),
