@@ -79,9 +79,11 @@ class BackgroundFlow(FastHttpUser):
         self.servers: list[str] = cfg["servers"]
         self.shape = Shape.model_validate(cfg.get("shape") or {})
         self.cdf = tuple((int(x), float(p)) for x, p in cfg["cdf"])
-        self.rng = random.Random(f"{cfg.get('seed', 0)}-{os.getpid()}-{BackgroundFlow._count}")
+        # Reproducible per (seed, worker, user); workers of one master differ by index.
+        worker = getattr(self.environment.runner, "worker_index", 0)
+        self.rng = random.Random(f"{cfg.get('seed', 0)}-{worker}-{BackgroundFlow._count}")
         self.peak = self.shape.peak_scale()
-        # users from the web UI count too: the rate per user is fixed by the plan
+        # The rate per user is the plan's: more users in the web UI offer more load.
         self.rate = cfg["requests_per_s"] * self.peak / max(1, cfg["users"])
         self.start = _started_at or time.time()
         self.next_at = max(time.time(), self.start)
