@@ -43,6 +43,22 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("job", nargs="?", help="only this job (default: every tailcut job)")
     clean.set_defaults(handler=_clean)
 
+    bg = sub.add_parser("background",
+                        help="build a job's network and run only its backgroundLoad")
+    bg.add_argument("job", help="TrainingJob YAML file with spec.backgroundLoad")
+    bg.add_argument("--results-dir", type=Path,
+                    help="where to write results (default: results/<job>-bg-<time>)")
+    bg.set_defaults(handler=_background)
+
+    ui = sub.add_parser("background-ui",
+                        help="Locust's web UI against a running job, to change load by hand")
+    ui.add_argument("job", help="the running TrainingJob's YAML file (with backgroundLoad)")
+    ui.add_argument("--port", type=int, default=8089, help="host port of the web UI")
+    ui.add_argument("--max-s", type=float, default=3600.0, help="stop after this long")
+    ui.add_argument("--results-dir", type=Path,
+                    help="where Locust's CSVs go (default: results/<job>-ui-<time>)")
+    ui.set_defaults(handler=_background_ui)
+
     doctor = sub.add_parser("doctor", help="what this kernel and machine support")
     doctor.set_defaults(handler=_doctor)
     return parser
@@ -81,6 +97,28 @@ def _clean(args: argparse.Namespace) -> int:
     for name in removed:
         print(f"removed {name}")
     print(f"clean: {len(removed)} namespace(s) removed")
+    return 0
+
+
+def _background(args: argparse.Namespace) -> int:
+    from tailcut.runtime import background
+    job = spec.load_file(args.job)
+    out = args.results_dir or Path("results") / f"{job.name}-bg-{time.strftime('%Y%m%d-%H%M%S')}"
+    summary = background.run_alone(job, out, progress=lambda line: print(line, flush=True))
+    measured = summary.get("measured_load_factor")
+    if measured is not None:
+        print(f"{job.name}: measured load factor {measured:.3f} on {summary['target_link']} "
+              f"(target {summary['target_load_factor']}); interface counters of "
+              f"{summary['measured_at']}")
+    print(f"results: {out}")
+    return 0
+
+
+def _background_ui(args: argparse.Namespace) -> int:
+    from tailcut.runtime import webui
+    job = spec.load_file(args.job)
+    out = args.results_dir or Path("results") / f"{job.name}-ui-{time.strftime('%Y%m%d-%H%M%S')}"
+    webui.run(job, args.port, args.max_s, out, progress=lambda line: print(line, flush=True))
     return 0
 
 

@@ -63,9 +63,30 @@ def plan(job: TrainingJob) -> Topology:
             Pod(name=p, role=p.split("-")[0], index=int(p.rsplit("-", 1)[1]), rack=r,
                 slot=slot, netns=naming.pod_netns(name, p), ip=naming.pod_ip(r, slot))
             for slot, p in enumerate(members))
+        pods += tuple(  # background pods come after the training pods of the rack
+            Pod(name=p, role=role, index=i, rack=r, slot=len(members) + k,
+                netns=naming.pod_netns(name, p), ip=naming.pod_ip(r, len(members) + k))
+            for k, (p, role, i) in enumerate(background_pods(job, rack_spec.name)))
         racks.append(Rack(index=r, name=rack_spec.name, netns=naming.rack_netns(name, r),
                           subnet=naming.rack_subnet(r), gateway=naming.gateway_ip(r),
                           pods=pods))
     return Topology(job=name, racks=tuple(racks), spine_netns=naming.spine_netns(name),
                     access_link=job.spec.network.access_link,
                     uplink=job.spec.network.uplink)
+
+
+BACKGROUND_ROLES = ("bg-server", "bg-client")
+
+
+def background_pods(job: TrainingJob, rack: str) -> list[tuple[str, str, int]]:
+    """(pod name, role, index) of the background pods `rack` gets: a server pod
+    'bg-server-<i>' if it is the i-th background sender, a Locust client pod
+    'bg-client-<i>' if it is the i-th receiver. Senders and receivers that name a
+    training pod get no pod of their own: they run inside that pod."""
+    load = job.spec.background_load
+    if load is None:
+        return []
+    return ([(f"bg-server-{i}", "bg-server", i) for i, s in enumerate(load.senders)
+             if s == rack]
+            + [(f"bg-client-{i}", "bg-client", i) for i, s in enumerate(load.receivers)
+               if s == rack])

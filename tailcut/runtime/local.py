@@ -24,7 +24,7 @@ from tailcut.errors import RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Pod, Topology
 from tailcut.reports import plots
-from tailcut.runtime import procs
+from tailcut.runtime import background, procs
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits
 from tailcut.training.config import RoleConfig
@@ -70,8 +70,10 @@ def run(job: TrainingJob, results_dir: Path,
         progress(f"access links: {network.applied[f'{first_pod.netns}/eth0']}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
         running: list[subprocess.Popen[bytes]] = []
+        bg: Optional[background.Background] = None
         try:
             _write_json(results_dir / "network.json", {"applied": network.applied})
+            bg = background.start(job, topo, results_dir, progress)
             roles = _launch(job, topo, results_dir, running)
             done = _watch(job, roles, results_dir, progress)
             for name, proc in roles.items():
@@ -80,6 +82,8 @@ def run(job: TrainingJob, results_dir: Path,
         finally:
             for proc in running:
                 procs.stop(proc)
+            if bg is not None:  # the background ends with the job, whatever ended it
+                progress(background.describe(bg.stop()))
             _record_network(network, results_dir)
             network.destroy()
 
@@ -114,6 +118,8 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
            "PYTHONUNBUFFERED": "1"}
     roles: dict[str, subprocess.Popen[bytes]] = {}
     for pod in topo.pods:
+        if pod.role in topology.BACKGROUND_ROLES:
+            continue  # started by tailcut.runtime.background
         config_path = results_dir / "logs" / f"{pod.name}.json"
         _role_config(job, pod, topo, results_dir).to_json(config_path)
         argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]

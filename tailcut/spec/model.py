@@ -11,7 +11,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       WithJsonSchema, field_validator, model_validator)
 from pydantic.alias_generators import to_camel
 
-from tailcut.spec import units
+from tailcut.spec import background, units
 
 API_VERSION = "tailcut.dev/v1alpha1"
 KIND = "TrainingJob"
@@ -174,6 +174,8 @@ class JobSpec(_Model):
     training: Training = Field(default_factory=Training)
     network: Network = Field(default_factory=Network)
     transport: Transport = Field(default_factory=Transport)
+    background_load: Optional[background.BackgroundLoad] = Field(
+        default=None, description="other applications' traffic on the job's links (Locust)")
 
     def pod_names(self) -> list[str]:
         """Pods in creation order: parameter servers first, then workers, then the
@@ -209,6 +211,13 @@ class JobSpec(_Model):
             if count > MAX_PODS_PER_RACK:
                 raise ValueError(f"network: rack {rack!r} holds {count} pods; "
                                  f"at most {MAX_PODS_PER_RACK}")
+        return self
+
+    @model_validator(mode="after")
+    def _background_load_names_exist(self) -> "JobSpec":
+        if self.background_load is not None:
+            background.check_names(self.background_load,
+                                   [r.name for r in self.network.racks], self.rack_of())
         return self
 
     def rack_of(self) -> dict[str, str]:

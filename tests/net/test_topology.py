@@ -32,3 +32,14 @@ def test_interface_names_fit_the_kernel_limit():
     longest = [naming.POD_IF, naming.TOR_BRIDGE, naming.RACK_UPLINK_IF,
                naming.rack_port(249), naming.spine_port(249)]
     assert max(len(n) for n in longest) <= naming.MAX_IFNAME
+
+
+def test_background_pods_join_their_racks_after_the_training_pods():
+    topo = topology.plan(spec.load_file("examples/quickstart-background.yaml"))
+    assert [p.name for p in topo.racks[1].pods] == ["worker-2", "worker-3", "bg-server-0"]
+    server = topo.pod("bg-server-0")
+    assert (server.role, server.slot, server.ip) == ("bg-server", 2, "10.2.0.4")
+    assert server.netns == "tailcut-quickstart-bg.bg-server-0"
+    # ps-0 receives the flows itself: no client pod of its own
+    assert [p.name for p in topo.racks[0].pods] == ["ps-0", "worker-0", "worker-1"]
+    assert topology.background_pods(spec.load_file("examples/quickstart.yaml"), "rack-0") == []

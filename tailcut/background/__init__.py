@@ -1,0 +1,1 @@
+"""Background load: other applications' traffic on a job's links, driven by Locust."""
