@@ -13,6 +13,7 @@ import pytest
 from tailcut import spec
 from tailcut.net import clean, netns, naming
 from tailcut.runtime import local
+from tests.runtime.runs import nothing_of, start_cli, wait_for_training
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
 
@@ -27,43 +28,6 @@ spec:
     racks: [{{name: a}}, {{name: b}}]
     accessLink: {{bandwidth: 1Gbit, loss: 0.01}}
 """
-
-
-def nothing_of(job: str) -> None:
-    """Assert the host holds no namespace, link, process or BPF program of `job`."""
-    assert clean.leftovers(job) == []
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert naming.alias(job) not in links
-    deadline = time.monotonic() + 5  # BPF programs are freed after an RCU grace period
-    while "tailcut_drop" in _bpf_programs() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert "tailcut_drop" not in _bpf_programs()
-
-
-def _bpf_programs() -> str:
-    return subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
-
-
-def start_cli(job_file: Path, results: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tailcut.cli", "run", str(job_file),
-                             "--results-dir", str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_training(run: subprocess.Popen, job: str, pod: str,
-                      timeout_s: float = 30) -> list[int]:
-    """Wait until pod `pod` of `job` has a process in it; return the pids. The
-    runner itself may be inside for a moment while it builds: never count it."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if run.poll() is not None:
-            raise AssertionError(f"the run ended early: {run.communicate()}")
-        pids = [p for p in netns.pids_inside(naming.pod_netns(job, pod)) if p != run.pid]
-        if pids:
-            time.sleep(1.0)  # let it get past start-up into training
-            return pids
-        time.sleep(0.1)
-    raise AssertionError(f"{pod} of {job} never started")
 
 
 def test_the_quickstart_reaches_its_target_within_3_minutes_and_writes_results(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from tailcut import spec
 from tailcut.net import naming, netns
 from tailcut.runtime import local
-from tests.runtime.test_local import nothing_of, start_cli, wait_for_training
+from tests.runtime.runs import nothing_of, start_cli, wait_for_training
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
 

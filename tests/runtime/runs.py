@@ -1,0 +1,58 @@
+"""Helpers for whole-run tests: start the CLI, wait for training, check cleanup."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tailcut.net import clean, naming, netns
+
+_programs_before: set[int] = set()
+
+
+def note_programs_before() -> None:
+    """Remember tailcut's BPF programs present before a test (tests/runtime/conftest.py
+    calls it), so one left by a concurrent run of someone else is not blamed on it."""
+    _programs_before.clear()
+    _programs_before.update(_tailcut_programs())
+
+
+def nothing_of(job: str) -> None:
+    """Assert the host holds no namespace, link, process or BPF program of `job`."""
+    assert clean.leftovers(job) == []
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert naming.alias(job) not in links
+    deadline = time.monotonic() + 5  # BPF programs are freed after an RCU grace period
+    while _tailcut_programs() - _programs_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _tailcut_programs() - _programs_before
+
+
+def _tailcut_programs() -> set[int]:
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True,
+                         text=True).stdout
+    return {p["id"] for p in json.loads(out or "[]")
+            if str(p.get("name", "")).startswith("tailcut")}
+
+
+def start_cli(job_file: Path, results: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tailcut.cli", "run", str(job_file),
+                             "--results-dir", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_training(run: subprocess.Popen, job: str, pod: str,
+                      timeout_s: float = 30) -> list[int]:
+    """Wait until pod `pod` of `job` has a process in it; return the pids. The
+    runner itself may be inside for a moment while it builds: never count it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if run.poll() is not None:
+            raise AssertionError(f"the run ended early: {run.communicate()}")
+        pids = [p for p in netns.pids_inside(naming.pod_netns(job, pod)) if p != run.pid]
+        if pids:
+            time.sleep(1.0)  # let it get past start-up into training
+            return pids
+        time.sleep(0.1)
+    raise AssertionError(f"{pod} of {job} never started")
