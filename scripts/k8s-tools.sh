@@ -51,7 +51,7 @@ build_apiserver() {
   printf 'package tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n' > "$mod/tools.go"
   echo "k8s-tools: building kube-apiserver $KUBE_VERSION (several minutes on a cold cache)" >&2
   (cd "$mod" && go mod tidy >/dev/null 2>&1 || true
-   cd "$mod" && go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#v1.}" \
+   cd "$mod" && go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
        -o "$out.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
   mv "$out.tmp" "$out"
 }
