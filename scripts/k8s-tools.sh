@@ -54,6 +54,7 @@ build_apiserver() {
    cd "$mod" && go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
        -o "$out.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
   mv "$out.tmp" "$out"
+  ln -sfn "kube-apiserver-$KUBE_VERSION" "$bin/kube-apiserver"
 }
 
 build_helm() {
@@ -72,6 +73,7 @@ build_helm() {
 
 build_apiserver
 build_helm
+# The links name the versions this script builds now (a bump rebuilds, then relinks).
 ln -sfn "kube-apiserver-$KUBE_VERSION" "$bin/kube-apiserver"
 ln -sfn "helm-$HELM_VERSION" "$bin/helm"
 echo "$bin"

@@ -127,7 +127,6 @@ def definition() -> dict[str, Any]:
                         "rule": "self.metadata.name.size() <= 40",
                         "message": "metadata.name: at most 40 characters (tailcut "
                                    "derives namespace and interface names from it)",
-                        "fieldPath": ".metadata.name",
                         "reason": "FieldValueInvalid",
                     }],
                 }},

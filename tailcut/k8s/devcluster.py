@@ -139,9 +139,13 @@ class ControlPlane:
         kubectl = shutil.which("kubectl")
         if kubectl is None:
             raise ControlPlaneError("kubectl is not installed")
-        return subprocess.run([kubectl, "--kubeconfig", str(kubeconfig or self.kubeconfig),
-                               *args], input=input, capture_output=True, text=True,
-                              check=check, timeout=60)
+        result = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig or self.kubeconfig),
+                                 *args], input=input, capture_output=True, text=True,
+                                timeout=60)
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: exit {result.returncode}: "
+                                    f"{result.stderr.strip()}")
+        return result
 
     def user_kubeconfig(self, name: str, token: str) -> Path:
         """A kubeconfig that authenticates with `token` (e.g. a service account's)."""
