@@ -17,7 +17,8 @@ What the rewrite does, and why:
 - `additionalProperties: false` is dropped: the API server prunes unknown fields, and
   kubectl's default strict field validation turns them into an error naming the field.
 - Defaults are kept where they are of the field's own type (a bandwidth default is an
-  int in Python but a string in YAML, so it is left to the models).
+  int in Python but a string in YAML, so it is left to the models), and every nested
+  section defaults to {} so the defaults inside it apply when it is left out.
 - Choices checked by validators rather than types (known models, transports) become
   enums from the constants in tailcut.spec.model, so they grow with it.
 """
@@ -68,6 +69,7 @@ def spec_schema() -> dict[str, Any]:
     """The structural openAPIV3Schema of `.spec`, from tailcut.spec.model.JobSpec."""
     raw = model.JobSpec.model_json_schema(by_alias=True, mode="validation")
     schema = _structural(raw, raw.get("$defs", {}))
+    _default_empty_sections(schema)
     for path, values in _ENUMS.items():
         node = _at(schema, path)
         if node is not None and node.get("type") == "string" and "enum" not in node:
@@ -213,6 +215,17 @@ def _union(node: dict[str, Any], alternatives: list[dict[str, Any]]) -> dict[str
         merged["nullable"] = True
         merged.pop("default", None)
     return {k: v for k, v in merged.items() if k not in _DROP}
+
+
+def _default_empty_sections(node: dict[str, Any]) -> None:
+    """Give every nested section (an object with properties) `default: {}`, so the API
+    server fills in the defaults inside it even when the section is left out, and
+    `kubectl get` shows the transport a job really uses."""
+    for child in node.get("properties", {}).values():
+        if child.get("type") == "object" and "properties" in child:
+            if not child.get("nullable"):
+                child.setdefault("default", {})
+            _default_empty_sections(child)
 
 
 def _at(schema: dict[str, Any], path: tuple[str, ...]) -> Any:

@@ -121,6 +121,7 @@ class ControlPlane:
                 "--v", "1"])
             cp._write_kubeconfig()
             cp._wait_ready()
+            cp._write_kubeconfig()   # now with the CA it generated
         except BaseException:
             cp.stop()
             raise
@@ -150,7 +151,7 @@ class ControlPlane:
     def user_kubeconfig(self, name: str, token: str) -> Path:
         """A kubeconfig that authenticates with `token` (e.g. a service account's)."""
         path = self.workdir / f"kubeconfig-{name}"
-        path.write_text(yaml.safe_dump(_kubeconfig(self.server, name, token)))
+        path.write_text(yaml.safe_dump(_kubeconfig(self.server, name, token, self._ca())))
         return path
 
     def stop(self) -> None:
@@ -188,7 +189,13 @@ class ControlPlane:
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.server, ADMIN_USER,
-                                                              self.token)))
+                                                              self.token, self._ca())))
+
+    def _ca(self) -> Optional[Path]:
+        # The API server writes its self-signed serving certificate followed by the CA
+        # that signed it; once that file exists, clients can verify it.
+        path = self.workdir / "certs" / "apiserver.crt"
+        return path if path.exists() else None
 
     def _wait_ready(self) -> None:
         ctx = ssl.create_default_context()
@@ -214,12 +221,15 @@ class ControlPlane:
                                 f"({last}):\n" + _tail(self.workdir / "kube-apiserver.log"))
 
 
-def _kubeconfig(server: str, user: str, token: str) -> dict[str, object]:
+def _kubeconfig(server: str, user: str, token: str, ca: Optional[Path]) -> dict[str, object]:
+    cluster: dict[str, object] = {"server": server}
+    if ca is not None:
+        cluster["certificate-authority"] = str(ca)
+    else:  # only until the API server has written its certificate
+        cluster["insecure-skip-tls-verify"] = True
     return {
         "apiVersion": "v1", "kind": "Config", "current-context": "tailcut-dev",
-        # The serving certificate is self-signed by the API server on start.
-        "clusters": [{"name": "tailcut-dev",
-                      "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "tailcut-dev", "cluster": cluster}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "tailcut-dev",
                       "context": {"cluster": "tailcut-dev", "user": user}}],
