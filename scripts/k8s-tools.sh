@@ -25,6 +25,7 @@ export GOSUMDB=${GOSUMDB:-off}
 export GOFLAGS="${GOFLAGS:-} -mod=mod"
 export CGO_ENABLED=0
 
+[ -x /usr/local/go/bin/go ] && PATH=$PATH:/usr/local/go/bin
 if ! command -v go >/dev/null; then
   echo "k8s-tools: Go is needed to build kube-apiserver and helm (https://go.dev/dl)" >&2
   exit 1
