@@ -49,7 +49,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tailcut.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="tailcut.dev", key="last-handled-configuration")
-    settings.posting.level = logging.WARNING   # events only for what a person must see
+    # Kubernetes events only for what a person must see (a spec the API server let
+    # through but the models refuse, a failing handler), not for every pod update.
+    settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
     try:
@@ -74,6 +76,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: A
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)
+        logger.warning(f"invalid spec: {err}")   # posted as an event on the TrainingJob
         return
     patch.status["backend"] = BACKEND
     if BACKEND == "local":
@@ -171,8 +174,10 @@ def _set_status(patch: Any, old: dict[str, Any], phase: str, reason: str, messag
     target["phase"] = phase
     target["observedGeneration"] = generation
     target["message"] = message
+    created = ("run started on the operator's host" if BACKEND == "local"
+               else "pods, service and config map created")
     target["conditions"] = status.merge_conditions(
-        old.get("conditions") or [], status.phase_conditions(phase, reason, message))
+        old.get("conditions") or [], status.phase_conditions(phase, reason, message, created))
     if phase == "Running" and not old.get("startTime"):
         target["startTime"] = status.now()
     if phase in TERMINAL:
@@ -242,6 +247,11 @@ def _follow_local(job: spec.TrainingJob, namespace: str, proc: subprocess.Popen[
     except (OSError, json.JSONDecodeError):
         metrics = None
     fields: dict[str, Any] = {}
+    try:  # merge with the conditions as they are, to keep their transition times
+        old = api.get_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.PLURAL,
+                                               job.name).get("status") or {}
+    except kubernetes.client.ApiException:
+        old = {}
     if metrics is not None and code in (0, 1):
         target = job.spec.training.target_accuracy
         ok = code == 0
@@ -249,14 +259,14 @@ def _follow_local(job: spec.TrainingJob, namespace: str, proc: subprocess.Popen[
         message = (f"JCT {metrics['jct_s']:.1f} s, {metrics['epochs']} epochs, accuracy "
                    f"{metrics['final_accuracy']:.3f}" + ("" if ok else
                                                           f" < targetAccuracy {target}"))
-        _set_status(fields, {}, "Succeeded" if ok else "Failed", reason, message, generation)
+        _set_status(fields, old, "Succeeded" if ok else "Failed", reason, message, generation)
         fields.update({"jctSeconds": round(metrics["jct_s"], 2),
                        "accuracy": round(metrics["final_accuracy"], 4),
                        "loss": round(metrics["final_loss"], 4),
                        "converged": bool(metrics["converged"]),
                        "progress": f"{metrics['epochs']}/{job.spec.training.epochs} epochs"})
     else:
-        _set_status(fields, {}, "Failed", "LocalRunFailed",
+        _set_status(fields, old, "Failed", "LocalRunFailed",
                     f"tailcut run exited with {code}: " + " | ".join(tail[-5:]), generation)
     post(fields)
 

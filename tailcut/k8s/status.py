@@ -84,10 +84,12 @@ def merge_conditions(old: list[dict[str, str]], new: list[dict[str, str]]
     return [by_type[t] for t in CONDITION_TYPES if t in by_type]
 
 
-def phase_conditions(phase: str, reason: str, message: str = "") -> list[dict[str, str]]:
+def phase_conditions(phase: str, reason: str, message: str = "",
+                     created: str = "pods, service and config map created"
+                     ) -> list[dict[str, str]]:
     """The conditions that go with a phase: Created is True from the start; exactly one
     of Running, Succeeded and Failed is True after that."""
-    conds = [condition("Created", True, "TrainingJobCreated", "pods and service created")]
+    conds = [condition("Created", True, "TrainingJobCreated", created)]
     if phase == "Pending":
         return conds
     for t in ("Running", "Succeeded", "Failed"):

@@ -220,6 +220,24 @@ def test_operator_restart_creates_nothing_twice(control_plane, namespace, releas
     assert "Traceback" not in log.read_text()
 
 
+def test_a_spec_only_the_models_refuse_fails_the_job_with_an_event(control_plane, namespace,
+                                                                   operator):
+    """Cross-field rules (placement names a rack that does not exist) are beyond the CRD
+    schema: the operator fails the job with the models' message and posts an event."""
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        "k8-place", {"replicas": {"workers": 1}, "network": {"placement": {"ps-0": "nowhere"}}}))
+    tj = _wait_job(control_plane, namespace, "k8-place", "Failed", operator)
+    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.network.placement.ps-0" in failed["message"] and "nowhere" in failed["message"]
+    events = operator_proc.wait_for(lambda: [
+        e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                          "events")["items"]
+        if e["involvedObject"]["name"] == "k8-place"], 30, "the event", operator)
+    assert "invalid spec" in events[0]["message"]
+    assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+
+
 def _audit(cp, user):
     events = []
     for line in cp.audit_log.read_text().splitlines():
