@@ -49,9 +49,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tailcut.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="tailcut.dev", key="last-handled-configuration")
-    # Kubernetes events only for what a person must see (a spec the API server let
-    # through but the models refuse, a failing handler), not for every pod update.
-    settings.posting.level = logging.WARNING
+    # Kubernetes events only for what a person must see (kopf.warn below: a spec the
+    # API server let through but the models refuse, a failed pod), not every log line.
+    settings.posting.loggers = False
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
     try:
@@ -76,7 +76,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: A
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)
-        logger.warning(f"invalid spec: {err}")   # posted as an event on the TrainingJob
+        kopf.warn(body, reason="InvalidSpec", message=str(err))   # `kubectl describe` shows it
         return
     patch.status["backend"] = BACKEND
     if BACKEND == "local":
@@ -135,6 +135,8 @@ def pod_event(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
         api.patch_namespaced_custom_object_status(
             crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": new})
         logger.info(f"{namespace}/{name}: {new['phase']}")
+        if new["phase"] == "Failed":
+            kopf.warn(tj, reason="PodFailed", message=new["message"])
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL, optional=True)

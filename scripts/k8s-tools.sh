@@ -66,9 +66,17 @@ build_helm() {
   printf 'module tailcut.dev/k8s-tools/helm\n\ngo 1.23\n\nrequire helm.sh/helm/v3 %s\n' "$HELM_VERSION" > "$mod/go.mod"
   printf 'package tools\n\nimport _ "helm.sh/helm/v3/pkg/action"\n' > "$mod/tools.go"
   echo "k8s-tools: building helm $HELM_VERSION" >&2
-  (cd "$mod" && go mod tidy >/dev/null 2>&1 || true
-   cd "$mod" && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-       -o "$out.tmp" helm.sh/helm/v3/cmd/helm)
+  (cd "$mod" && go mod tidy >/dev/null 2>&1 || true)
+  # As helm's Makefile does: the Kubernetes version `helm template` assumes comes from
+  # the client-go it was built with (v0.32 -> 1.32), not the v1.20 fallback.
+  local cg major minor
+  cg=$(cd "$mod" && go list -f '{{.Version}}' -m k8s.io/client-go)
+  major=$(( $(echo "${cg#v}" | cut -d. -f1) + 1 )); minor=$(echo "$cg" | cut -d. -f2)
+  local x="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    x="$x -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  (cd "$mod" && go build -trimpath -ldflags "-s -w $x" -o "$out.tmp" helm.sh/helm/v3/cmd/helm)
   mv "$out.tmp" "$out"
 }
 

@@ -234,7 +234,7 @@ def test_a_spec_only_the_models_refuse_fails_the_job_with_an_event(control_plane
         e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
                                           "events")["items"]
         if e["involvedObject"]["name"] == "k8-place"], 30, "the event", operator)
-    assert "invalid spec" in events[0]["message"]
+    assert events[0]["reason"] == "InvalidSpec" and "nowhere" in events[0]["message"]
     assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
 
 
