@@ -7,19 +7,20 @@ import pytest
 import yaml
 
 from tests.k8s import operator_proc
-from tests.k8s.conftest import operator_kubeconfig
 
 pytestmark = [pytest.mark.k8s, pytest.mark.e2e]
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_kubectl_apply_of_the_quickstart_reaches_succeeded_with_jct_and_accuracy(
-        control_plane, release, namespace, tmp_path):
+        control_plane, namespace, tmp_path):
     job = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
     job["metadata"]["name"] = "k8-quickstart"   # unique on this shared host
     log = tmp_path / "operator.log"
-    # Only this namespace: the other tests' jobs are not for the local backend.
-    proc = operator_proc.start(operator_kubeconfig(control_plane, release, "local-op"), log,
+    # Only this namespace: the other tests' jobs are not for the local backend. A
+    # person runs this backend with their own kubeconfig (here the admin's): kopf
+    # watching named namespaces also lists namespaces, which the chart's -A role omits.
+    proc = operator_proc.start(control_plane.kubeconfig, log,
                                backend="local", namespace=namespace,
                                extra_env={"TAILCUT_RESULTS_DIR": str(tmp_path / "results")})
     try:

@@ -205,10 +205,8 @@ def test_operator_restart_creates_nothing_twice(control_plane, namespace, releas
                           input=job_yaml("k8-again", {"replicas": {"workers": 1}}))
     _wait_job(control_plane, namespace, "k8-again", "Pending", operator)
     log = tmp_path / "second.log"
-    # A second operator resuming the same jobs, as after a restart. It only sees this
-    # namespace, so it cannot race the first on the other tests' jobs.
-    second = operator_proc.start(operator_kubeconfig(control_plane, release, "operator2"), log,
-                                 namespace=namespace)
+    # A second operator, with the chart's identity, resuming every job as after a restart.
+    second = operator_proc.start(operator_kubeconfig(control_plane, release, "operator2"), log)
     try:
         operator_proc.wait_for(lambda: "k8-again" in log.read_text(errors="replace")
                                and "succeeded" in log.read_text(errors="replace"),
