@@ -137,7 +137,7 @@ def main() -> int:
           f"{(large / args.large) / (small / args.small):.2f}")
     print(f"operator RSS: {rss_start / 1024:.1f} MiB at start, peaks "
           f"{', '.join(f'{p / 1024:.1f}' for p in peaks)} MiB, {rss_end / 1024:.1f} MiB after "
-          f"{round_no} rounds ({sum(times[args.small]) and args.rounds * (args.small + args.large)} jobs)")
+          f"{round_no} rounds ({args.rounds * (args.small + args.large)} jobs)")
     return 0
 
 

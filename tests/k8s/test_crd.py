@@ -57,3 +57,13 @@ def test_printer_columns_show_phase_transport_p_progress_jct_and_age():
     names = [c["name"] for c in crd.PRINTER_COLUMNS]
     for wanted in ("Phase", "Transport", "P", "Progress", "JCT-s", "Age"):
         assert wanted in names
+
+
+def test_tailcut_crd_prints_the_definition(capsys):
+    import yaml
+
+    from tailcut import cli
+    assert cli.main(["crd"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["kind"] == "CustomResourceDefinition"
+    assert printed["metadata"]["name"] == "trainingjobs.tailcut.dev"
