@@ -155,12 +155,26 @@ class Agent:
         return job.spec.network.access_link
 
     def events(self) -> Iterator[tuple[str, Any]]:
+        """The node's tailcut pods as they are now (ADDED), then their changes. Lists
+        from the API server's watch cache (resourceVersion 0) and watches from the
+        version that list returned: a version read from etcd can be ahead of the cache,
+        and the watch then fails with "Too large resource version"."""
         import kubernetes
+        selectors = {"label_selector": resources.LABEL_JOB,
+                     "field_selector": f"spec.nodeName={self.node}"}
+        listed = self.core.list_pod_for_all_namespaces(resource_version="0", **selectors)
+        present = {pod.metadata.uid for pod in listed.items}
+        for uid in [u for u in self.shaped if u not in present]:
+            unshape(self.shaped.pop(uid))   # went away while the watch was down
+        for pod in listed.items:
+            yield "ADDED", pod
         watch = kubernetes.watch.Watch()
-        return ((e["type"], e["object"]) for e in watch.stream(
-            self.core.list_pod_for_all_namespaces,
-            label_selector=resources.LABEL_JOB,
-            field_selector=f"spec.nodeName={self.node}", timeout_seconds=300))
+        for event in watch.stream(self.core.list_pod_for_all_namespaces,
+                                  resource_version=listed.metadata.resource_version,
+                                  allow_watch_bookmarks=True, timeout_seconds=300,
+                                  **selectors):
+            if event["type"] != "BOOKMARK":
+                yield event["type"], event["object"]
 
 
 def main() -> int:

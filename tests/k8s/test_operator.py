@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tailcut.k8s import crd, devcluster, resources
-from tests.k8s import operator_proc
+from tests.k8s import audit, operator_proc
 from tests.k8s.conftest import CHART, RELEASE_NS, helm, operator_kubeconfig
 
 pytestmark = pytest.mark.k8s
@@ -236,33 +236,12 @@ def test_a_spec_only_the_models_refuse_fails_the_job_with_an_event(control_plane
     assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
 
 
-def _audit(cp, user):
-    events = []
-    for line in cp.audit_log.read_text().splitlines():
-        e = json.loads(line)
-        if e.get("user", {}).get("username") == user and e.get("objectRef"):
-            events.append(e)
-    return events
-
-
-def _granted(cp):
-    role = operator_proc.get_json(cp, "get", "clusterrole", "tailcut-operator")
-    return {(group, res, verb) for rule in role["rules"] for group in rule["apiGroups"]
-            for res in rule["resources"] for verb in rule["verbs"]}
-
-
 def test_operator_rbac_lacks_nothing_and_grants_nothing_unused(control_plane, operator):
     """Runs after the reconcile tests above (same module, file order): every request
     the operator made is in its audit trail."""
-    events = _audit(control_plane, OPERATOR_USER)
+    events = audit.requests_by(control_plane, OPERATOR_USER)
     assert events, "the operator made no requests as its service account"
-    denied = sorted({(e["verb"], e["objectRef"].get("resource"), e["responseStatus"]["code"])
-                     for e in events if e["responseStatus"]["code"] == 403})
-    assert not denied, f"the chart's ClusterRole lacks: {denied}"
-    used = set()
-    for e in events:
-        ref = e["objectRef"]
-        res = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        used.add((ref.get("apiGroup", ""), res, e["verb"]))
-    unused = _granted(control_plane) - used
+    lacking = audit.denied(events)
+    assert not lacking, f"the chart's ClusterRole lacks: {lacking}"
+    unused = audit.granted(control_plane, "tailcut-operator") - audit.used(events)
     assert not unused, f"the chart's ClusterRole grants what the operator never used: {unused}"
