@@ -245,3 +245,12 @@ def test_operator_rbac_lacks_nothing_and_grants_nothing_unused(control_plane, op
     assert not lacking, f"the chart's ClusterRole lacks: {lacking}"
     unused = audit.granted(control_plane, "tailcut-operator") - audit.used(events)
     assert not unused, f"the chart's ClusterRole grants what the operator never used: {unused}"
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_example_is_accepted_by_the_api_server(control_plane, namespace, example):
+    """A server-side dry run: the CRD accepts what the models accept."""
+    result = control_plane.kubectl("-n", namespace, "apply", "--dry-run=server", "-f",
+                                   str(example), check=False)
+    assert result.returncode == 0, result.stderr
