@@ -20,7 +20,7 @@ from tailcut.training.config import RoleConfig
 
 
 def role_config(job: spec.TrainingJob, replica: str, results_dir: str) -> RoleConfig:
-    kind, _, index = replica.partition("-")
+    kind, _, index = replica.rpartition("-")
     t = job.spec.training
     ps_host = "0.0.0.0" if kind == "ps" else f"ps-0.{job.name}"
     return RoleConfig(
@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.replica not in job.spec.pod_names():
         print(f"entrypoint: --replica {args.replica}: not a pod of job {job.name} "
               f"({', '.join(job.spec.pod_names())})", file=sys.stderr)
+        return 2
+    if resources.role_of(args.replica) not in ("ps", "worker"):
+        print(f"entrypoint: --replica {args.replica}: this image runs parameter servers and "
+              "workers only", file=sys.stderr)
         return 2
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"

@@ -32,6 +32,16 @@ PS_PORT = 7000
 ROLE_NAMES = {"ps": "PS", "worker": "Worker"}   # replicaStatuses keys, as Kubeflow's
 
 
+def role_of(replica: str) -> str:
+    """'worker-3' -> 'worker', 'bg-client-0' -> 'bg-client': the name minus its index."""
+    return replica.rsplit("-", 1)[0]
+
+
+def role_key(role: str) -> str:
+    """The replicaStatuses key of a role: PS, Worker, or the role's own name."""
+    return ROLE_NAMES.get(role, role)
+
+
 def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "TrainingJob",
             "name": body["metadata"]["name"], "uid": body["metadata"]["uid"],
@@ -79,7 +89,7 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
     racks = job.spec.rack_of()
     out = []
     for replica in job.spec.pod_names():
-        role = replica.split("-")[0]
+        role = role_of(replica)
         out.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
@@ -89,6 +99,9 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                 "ownerReferences": [owner]},
             "spec": {
                 "hostname": replica, "subdomain": job.name,
+                # Rack <-> node: pods of one rack prefer one node, racks prefer
+                # different nodes (preferred, so a one-node cluster still runs the job).
+                "affinity": _rack_affinity(job, racks[replica]),
                 "restartPolicy": "Never",
                 # Roles talk to each other, never to the API server.
                 "automountServiceAccountToken": False,
@@ -117,7 +130,8 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
     """(phase, replicaStatuses, reason, message) from the job's pods as the API server
     returns them. Any failed pod fails the job and is named in the message; the job
     succeeds when every worker has succeeded; it runs once every pod runs."""
-    counts = {name: {"active": 0, "succeeded": 0, "failed": 0} for name in ROLE_NAMES.values()}
+    counts = {role_key(role_of(r)): {"active": 0, "succeeded": 0, "failed": 0}
+              for r in job.spec.pod_names()}
     failed: list[str] = []
     expected = set(job.spec.pod_names())
     seen: dict[str, str] = {}
@@ -128,7 +142,7 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
             continue
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         seen[replica] = phase
-        key = ROLE_NAMES[replica.split("-")[0]]
+        key = role_key(role_of(replica))
         if phase == "Succeeded":
             counts[key]["succeeded"] += 1
         elif phase == "Failed":
@@ -145,6 +159,21 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
         return "Running", counts, "AllPodsRunning", f"{len(expected)} pods running"
     waiting = len(expected) - sum(1 for p in seen.values() if p in ("Running", "Succeeded"))
     return "Pending", counts, "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
+
+
+def _rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:
+    same_job = {"key": LABEL_JOB, "operator": "In", "values": [job.name]}
+    host = "kubernetes.io/hostname"
+    return {
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"topologyKey": host, "labelSelector": {
+                "matchExpressions": [same_job, {"key": LABEL_RACK, "operator": "In",
+                                                "values": [rack]}]}}}]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 50, "podAffinityTerm": {"topologyKey": host, "labelSelector": {
+                "matchExpressions": [same_job, {"key": LABEL_RACK, "operator": "NotIn",
+                                                "values": [rack]}]}}}]},
+    }
 
 
 def _why_failed(pod: dict[str, Any]) -> str:

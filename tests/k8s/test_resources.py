@@ -69,3 +69,21 @@ def test_a_failed_pod_fails_the_job_and_is_named_with_its_exit_code():
     assert (phase, reason) == ("Failed", "PodFailed")
     assert "k8-demo-worker-1: container worker exited with code 3 (boom)" in message
     assert counts["Worker"]["failed"] == 1
+
+
+def test_pods_of_one_rack_prefer_one_node_and_racks_prefer_different_nodes():
+    ps, w0, w1 = resources.pods(job(), OWNER, "img:1")
+    same = ps["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    terms = same[0]["podAffinityTerm"]["labelSelector"]["matchExpressions"]
+    assert {"key": resources.LABEL_RACK, "operator": "In", "values": ["a"]} in terms
+    assert same[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    apart = w1["spec"]["affinity"]["podAntiAffinity"]
+    rule = apart["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert {"key": resources.LABEL_RACK, "operator": "NotIn", "values": ["b"]} in (
+        rule["labelSelector"]["matchExpressions"])
+
+
+def test_roles_other_than_ps_and_worker_keep_their_own_name():
+    assert resources.role_of("bg-client-0") == "bg-client"
+    assert resources.role_key("bg-client") == "bg-client"
+    assert resources.role_key("worker") == "Worker"
