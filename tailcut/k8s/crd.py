@@ -39,13 +39,20 @@ SINGULAR = "trainingjob"
 SHORT_NAMES = ["tj", "tjob"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
-# Fields whose allowed values are checked by a validator, not by their type:
-# (path under spec) -> the constant that lists the allowed values.
-_ENUMS: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("training", "model"): model.MODELS,
-    ("transport", "type"): model.TRANSPORTS,
-    ("training", "syncMode"): model.SYNC_MODES,
-}
+
+
+def _choices() -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Fields whose allowed values a validator checks, not their type: (path under
+    spec) -> the values, read from tailcut.spec.model when the CRD is generated.
+    (Model names come from the training registry where the spec asks it for them.)"""
+    names = getattr(model, "known_models", None)
+    out = {("training", "model"): tuple(names() if callable(names)
+                                         else getattr(model, "MODELS", ()))}
+    for path, constant in ((("transport", "type"), "TRANSPORTS"),
+                           (("training", "syncMode"), "SYNC_MODES")):
+        out[path] = tuple(getattr(model, constant, ()))
+    return {path: values for path, values in out.items() if values}
+
 
 _TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
 _DROP = {"title", "additionalProperties", "discriminator", "$defs", "examples"}
@@ -70,7 +77,7 @@ def spec_schema() -> dict[str, Any]:
     raw = model.JobSpec.model_json_schema(by_alias=True, mode="validation")
     schema = _structural(raw, raw.get("$defs", {}))
     _default_empty_sections(schema)
-    for path, values in _ENUMS.items():
+    for path, values in _choices().items():
         node = _at(schema, path)
         if node is not None and node.get("type") == "string" and "enum" not in node:
             node["enum"] = list(values)
