@@ -199,6 +199,22 @@ def test_job_succeeds_when_its_workers_succeed(control_plane, namespace, operato
     assert tj["status"]["completionTime"]
 
 
+def test_a_spec_change_after_start_is_reported_not_silently_ignored(control_plane, namespace,
+                                                                      operator):
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-edit", {"replicas": {"workers": 1}}))
+    _wait_job(control_plane, namespace, "k8-edit", "Pending", operator)
+    control_plane.kubectl("-n", namespace, "patch", "trainingjob", "k8-edit", "--type=merge",
+                          "-p", json.dumps({"spec": {"training": {"epochs": 5}}}))
+
+    def reported():
+        tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob",
+                                    "k8-edit")
+        return tj if "not applied" in (tj["status"].get("message") or "") else None
+    tj = operator_proc.wait_for(reported, 30, "the spec change to be reported", operator)
+    assert tj["status"]["observedGeneration"] == tj["metadata"]["generation"] == 2
+
+
 def test_operator_restart_creates_nothing_twice(control_plane, namespace, release, operator,
                                                 tmp_path):
     control_plane.kubectl("-n", namespace, "apply", "-f", "-",
