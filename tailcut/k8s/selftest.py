@@ -2,6 +2,7 @@
 service account (run inside the cluster by helm/tailcut/templates/tests/)."""
 
 import sys
+from typing import Any
 
 from tailcut.k8s import crd
 
@@ -11,7 +12,8 @@ def main() -> int:
     kubernetes.config.load_incluster_config()
     api = kubernetes.client.CustomObjectsApi()
     try:
-        jobs = api.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.PLURAL, limit=1)
+        jobs: dict[str, Any] = api.list_cluster_custom_object(  # type: ignore[assignment]
+            crd.GROUP, crd.VERSION, crd.PLURAL, limit=1)
     except kubernetes.client.ApiException as err:
         print(f"selftest: listing {crd.CRD_NAME} failed: {err.status} {err.reason}",
               file=sys.stderr)

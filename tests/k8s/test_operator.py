@@ -187,6 +187,12 @@ def test_job_runs_then_fails_with_a_condition_naming_the_failed_pod(control_plan
     assert "k8-fail-worker-1" in failed["message"] and "code 3" in failed["message"]
     assert "gradient shape mismatch" in failed["message"]
     assert tj["status"]["replicaStatuses"]["Worker"]["failed"] == 1
+    events = operator_proc.wait_for(lambda: [
+        e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                          "events")["items"]
+        if e["involvedObject"]["name"] == "k8-fail" and e["reason"] == "PodFailed"],
+        30, "the PodFailed event", operator)
+    assert "k8-fail-worker-1" in events[0]["message"]
 
 
 def test_job_succeeds_when_its_workers_succeed(control_plane, namespace, operator):
