@@ -52,4 +52,7 @@ fi
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 .venv/bin/python -c 'import bcc' || { echo "setup: bcc does not import in .venv" >&2; exit 1; }
+# The k8s tests' control plane: kube-apiserver and helm built with Go, cached in
+# ~/.cache/tailcut (minutes on a cold cache, nothing on a warm one).
+"$here/scripts/k8s-tools.sh" >/dev/null
 echo "setup: ready (.venv)"

@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="what this kernel and machine support")
     doctor.set_defaults(handler=_doctor)
+
+    crd = sub.add_parser("crd", help="print the TrainingJob CRD generated from the spec models")
+    crd.add_argument("--write", action="store_true",
+                     help="write it to manifests/crd.yaml and the Helm chart's crds/")
+    crd.set_defaults(handler=_crd)
     return parser
 
 
@@ -125,6 +130,18 @@ def _background_ui(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from tailcut import doctor
     return doctor.main()
+
+
+def _crd(args: argparse.Namespace) -> int:
+    from tailcut.k8s import crd
+    if not args.write:
+        print(crd.render(), end="")
+        return 0
+    for path in crd.checked_in_paths():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(crd.render())
+        print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":

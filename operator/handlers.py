@@ -1,0 +1,281 @@
+"""The tailcut operator: turns TrainingJob resources into pods and records their fate.
+
+Run by path (`kopf run --standalone -A operator/handlers.py`); this directory has no
+__init__.py on purpose, since a package named `operator` would shadow the standard
+library. Two backends, chosen by TAILCUT_OPERATOR_BACKEND:
+
+- kubernetes (default): creates the job's config map, headless service and PS/worker
+  pods (tailcut.k8s.resources), all owned by the TrainingJob; follows the pods and
+  writes phase, replica counts and conditions into the job's status. It never touches
+  netlink: shaping each pod is the node agent's job (tailcut.k8s.agent).
+- local: runs the job on this host with the local runtime (`tailcut run`, which needs
+  root) and writes progress, JCT and accuracy into the status. For a single-host lab
+  with a real API server but no kubelet.
+
+Every handler is idempotent: objects that already exist are left alone, status is
+recomputed from what exists, so a restarted operator picks up where it stopped.
+"""
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import kopf
+import kubernetes
+import yaml
+
+from tailcut import spec
+from tailcut.errors import SpecError
+from tailcut.k8s import crd, resources, status
+
+BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
+WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
+RESULTS_DIR = Path(os.environ.get("TAILCUT_RESULTS_DIR", "results"))
+TERMINAL = ("Succeeded", "Failed")
+Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
+_EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
+_local_runs: dict[tuple[str, str], subprocess.Popen[str]] = {}
+_lock = threading.Lock()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Keep kopf's bookkeeping in annotations: the status schema is ours and strict.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tailcut.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="tailcut.dev", key="last-handled-configuration")
+    # Kubernetes events only for what a person must see (kopf.warn below: a spec the
+    # API server let through but the models refuse, a failed pod), not every log line.
+    settings.posting.loggers = False
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = 8
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+
+
+@kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL)
+@kopf.on.create(crd.GROUP, crd.VERSION, crd.PLURAL)
+def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> None:
+    """Make the job's objects exist, then record its phase."""
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    generation = body["metadata"].get("generation")
+    old = dict(body.get("status") or {})
+    if old.get("phase") in TERMINAL:
+        return  # finished jobs stay as they ended, across operator restarts
+    try:
+        job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
+                              "metadata": {"name": name}, "spec": dict(body["spec"])},
+                             source=f"{namespace}/{name}")
+    except SpecError as err:
+        # The CRD schema lets through what only the models check (cross-field rules).
+        _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)
+        kopf.warn(body, reason="InvalidSpec", message=str(err))   # `kubectl describe` shows it
+        return
+    patch.status["backend"] = BACKEND
+    if BACKEND == "local":
+        _start_local(job, namespace, old, patch, generation, logger)
+        return
+    owner = resources.owner_reference(body)
+    core = kubernetes.client.CoreV1Api()
+    _create(core.create_namespaced_config_map, namespace, resources.config_map(job, owner))
+    _create(core.create_namespaced_service, namespace, resources.service(job, owner))
+    for pod in resources.pods(job, owner, WORKER_IMAGE):
+        _create(core.create_namespaced_pod, namespace, pod)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{resources.LABEL_JOB}={name}")
+    _record_pods(job, pods.items, old, patch, generation)
+
+
+@kopf.on.update(crd.GROUP, crd.VERSION, crd.PLURAL, field="spec")
+def spec_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """A running job's pods are not rebuilt: say so instead of silently ignoring it."""
+    old = dict(body.get("status") or {})
+    patch.status["message"] = ("spec changed after the job started; the change is not "
+                               "applied (delete and re-create the TrainingJob to rerun)")
+    if old.get("phase") not in TERMINAL:
+        patch.status["observedGeneration"] = body["metadata"].get("generation")
+
+
+@kopf.on.event("pods", labels={resources.LABEL_JOB: kopf.PRESENT})
+def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
+    """A pod of a job changed: recompute that job's status from all of its pods."""
+    if BACKEND != "kubernetes":
+        return
+    namespace = body["metadata"]["namespace"]
+    name = body["metadata"]["labels"][resources.LABEL_JOB]
+    api = kubernetes.client.CustomObjectsApi()
+    try:
+        tj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name)
+    except kubernetes.client.ApiException as err:
+        if err.status == 404:
+            return  # the job is gone; its pods go with it (ownerReferences)
+        raise
+    old = dict(tj.get("status") or {})
+    if old.get("phase") in TERMINAL:
+        return
+    try:
+        job = spec.from_dict({"apiVersion": tj["apiVersion"], "kind": tj["kind"],
+                              "metadata": {"name": name}, "spec": tj["spec"]})
+    except SpecError:
+        return  # reconcile() already failed the job with the reason
+    pods = kubernetes.client.CoreV1Api().list_namespaced_pod(
+        namespace, label_selector=f"{resources.LABEL_JOB}={name}")
+    new: dict[str, Any] = {}
+    _record_pods(job, pods.items, old, new,
+                 tj["metadata"].get("generation"))
+    if any(old.get(k) != v for k, v in new.items() if k != "conditions") or \
+            _conditions_changed(old, new):
+        api.patch_namespaced_custom_object_status(
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": new})
+        logger.info(f"{namespace}/{name}: {new['phase']}")
+        if new["phase"] == "Failed":
+            kopf.warn(tj, reason="PodFailed", message=new["message"])  # type: ignore[arg-type]
+
+
+@kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL, optional=True)
+def deleted(body: kopf.Body, **_: Any) -> None:
+    """Local backend: stop the run (it tears its network down on SIGTERM). Kubernetes
+    removes the pods itself through their ownerReferences."""
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    with _lock:
+        proc = _local_runs.pop(key, None)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+
+
+def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
+    try:
+        create(namespace, manifest)
+    except kubernetes.client.ApiException as err:
+        if err.status != 409:   # already there: created by us before a restart
+            raise kopf.TemporaryError(
+                f"creating {manifest['kind']} {manifest['metadata']['name']}: "
+                f"{err.status} {err.reason}", delay=5) from err
+
+
+def _record_pods(job: spec.TrainingJob, pods: list[Any], old: dict[str, Any],
+                 patch: Any, generation: Optional[int]) -> None:
+    # The client's objects to the API's own camelCase shape, which resources reads.
+    api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p) for p in pods]
+    phase, counts, reason, message = resources.status_from_pods(job, api_pods)
+    _set_status(patch, old, phase, reason, message, generation)
+    target = patch.status if hasattr(patch, "status") else patch
+    target["replicaStatuses"] = counts
+
+
+def _set_status(patch: Any, old: dict[str, Any], phase: str, reason: str, message: str,
+                generation: Optional[int]) -> None:
+    target = patch.status if hasattr(patch, "status") else patch
+    target["phase"] = phase
+    target["observedGeneration"] = generation
+    target["message"] = message
+    created = ("run started on the operator's host" if BACKEND == "local"
+               else "pods, service and config map created")
+    target["conditions"] = status.merge_conditions(
+        old.get("conditions") or [], status.phase_conditions(phase, reason, message, created))
+    if phase == "Running" and not old.get("startTime"):
+        target["startTime"] = status.now()
+    if phase in TERMINAL:
+        target["completionTime"] = status.now()
+
+
+def _conditions_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    def key(conds: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(c.get("type"), c.get("status"), c.get("reason")) for c in conds]
+    return key(old.get("conditions") or []) != key(new.get("conditions") or [])
+
+
+# --- local backend ---------------------------------------------------------------
+
+def _start_local(job: spec.TrainingJob, namespace: str, old: dict[str, Any], patch: Any,
+                 generation: Optional[int], logger: Logger) -> None:
+    key = (namespace, job.name)
+    with _lock:
+        if key in _local_runs and _local_runs[key].poll() is None:
+            return
+        if old.get("phase") == "Running":
+            # The operator restarted mid-run: the run died with it (PDEATHSIG), so
+            # clear what it left and start again.
+            subprocess.run([sys.executable, "-m", "tailcut.cli", "clean", job.name],
+                           capture_output=True, timeout=60)
+        out = RESULTS_DIR / f"{namespace}-{job.name}"
+        out.mkdir(parents=True, exist_ok=True)
+        job_file = out / "trainingjob.yaml"
+        job_file.write_text(yaml.safe_dump(job.model_dump(by_alias=True, mode="json")))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tailcut.cli", "run", str(job_file), "--results-dir",
+             str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=_die_with_parent)
+        _local_runs[key] = proc
+    _set_status(patch, old, "Running", "LocalRunStarted",
+                f"running on this host; results in {out}", generation)
+    patch.status["progress"] = f"0/{job.spec.training.epochs} epochs"
+    patch.status["resultsDir"] = str(out.resolve())
+    threading.Thread(target=_follow_local, args=(job, namespace, proc, out, generation, logger),
+                     daemon=True).start()
+
+
+def _follow_local(job: spec.TrainingJob, namespace: str, proc: subprocess.Popen[str],
+                  out: Path, generation: Optional[int], logger: Logger) -> None:
+    api = kubernetes.client.CustomObjectsApi()
+
+    def post(fields: dict[str, Any]) -> None:
+        try:
+            api.patch_namespaced_custom_object_status(
+                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name, {"status": fields})
+        except kubernetes.client.ApiException as err:
+            logger.warning(f"status of {namespace}/{job.name}: {err.status} {err.reason}")
+
+    tail: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail = (tail + [line.rstrip()])[-15:]
+        match = _EPOCH.match(line.strip())
+        if match:
+            post({"epoch": int(match.group(1)),
+                  "progress": f"{match.group(1)}/{match.group(2)} epochs"})
+    code = proc.wait()
+    with _lock:
+        _local_runs.pop((namespace, job.name), None)
+    try:
+        metrics = json.loads((out / "metrics.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        metrics = None
+    fields: dict[str, Any] = {}
+    try:  # merge with the conditions as they are, to keep their transition times
+        current: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name)
+        old = current.get("status") or {}
+    except kubernetes.client.ApiException:
+        old = {}
+    if metrics is not None and code in (0, 1):
+        target = job.spec.training.target_accuracy
+        ok = code == 0
+        reason = "TrainingFinished" if ok else "TargetNotReached"
+        message = (f"JCT {metrics['jct_s']:.1f} s, {metrics['epochs']} epochs, accuracy "
+                   f"{metrics['final_accuracy']:.3f}" + ("" if ok else
+                                                          f" < targetAccuracy {target}"))
+        _set_status(fields, old, "Succeeded" if ok else "Failed", reason, message, generation)
+        fields.update({"jctSeconds": round(metrics["jct_s"], 2),
+                       "accuracy": round(metrics["final_accuracy"], 4),
+                       "loss": round(metrics["final_loss"], 4),
+                       "converged": bool(metrics["converged"]),
+                       "progress": f"{metrics['epochs']}/{job.spec.training.epochs} epochs"})
+    else:
+        _set_status(fields, old, "Failed", "LocalRunFailed",
+                    f"tailcut run exited with {code}: " + " | ".join(tail[-5:]), generation)
+    post(fields)
+
+
+def _die_with_parent() -> None:
+    import ctypes
+    import signal
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

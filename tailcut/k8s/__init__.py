@@ -1,0 +1,1 @@
+"""Kubernetes: the TrainingJob CRD, the manifests the operator creates, and its status."""

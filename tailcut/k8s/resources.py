@@ -1,0 +1,187 @@
+"""What a TrainingJob becomes on Kubernetes: pods, a headless service, a config map.
+
+Pure functions from a validated TrainingJob to manifests (plain dicts), and from the
+job's pods back to a status; the operator only sends them. For a job `demo` with one
+PS and two workers in namespace `lab`:
+
+    ConfigMap demo-spec      spec.yaml (the job, defaults filled in) for roles and agent
+    Service   demo           headless (clusterIP None); gives ps-0.demo.lab.svc
+    Pod       demo-ps-0      hostname ps-0, subdomain demo; role ps, rack rack-0
+    Pod       demo-worker-0  connects to ps-0.demo:7000
+    Pod       demo-worker-1
+
+Every object carries the labels below and an ownerReference to the TrainingJob
+(controller: true), so deleting the job deletes them all.
+"""
+
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from tailcut.k8s import crd
+from tailcut.spec.model import TrainingJob
+
+LABEL_JOB = "tailcut.dev/job"
+LABEL_ROLE = "tailcut.dev/role"         # ps | worker
+LABEL_REPLICA = "tailcut.dev/replica"   # ps-0, worker-3: the pod's name inside the job
+LABEL_RACK = "tailcut.dev/rack"
+ANNOTATION_SPEC_MAP = "tailcut.dev/spec-configmap"
+SPEC_KEY = "spec.yaml"
+SPEC_MOUNT = "/etc/tailcut"
+PS_PORT = 7000
+ROLE_NAMES = {"ps": "PS", "worker": "Worker"}   # replicaStatuses keys, as Kubeflow's
+
+
+def role_of(replica: str) -> str:
+    """'worker-3' -> 'worker', 'bg-client-0' -> 'bg-client': the name minus its index."""
+    return replica.rsplit("-", 1)[0]
+
+
+def role_key(role: str) -> str:
+    """The replicaStatuses key of a role: PS, Worker, or the role's own name."""
+    return ROLE_NAMES.get(role, role)
+
+
+def owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": "TrainingJob",
+            "name": body["metadata"]["name"], "uid": body["metadata"]["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def labels(job: TrainingJob, role: Optional[str] = None, replica: Optional[str] = None,
+           rack: Optional[str] = None) -> dict[str, str]:
+    out = {"app.kubernetes.io/name": "tailcut", "app.kubernetes.io/part-of": "tailcut",
+           "app.kubernetes.io/managed-by": "tailcut-operator", LABEL_JOB: job.name}
+    for key, value in ((LABEL_ROLE, role), (LABEL_REPLICA, replica), (LABEL_RACK, rack)):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def spec_map_name(job: TrainingJob) -> str:
+    return f"{job.name}-spec"
+
+
+def pod_name(job: TrainingJob, replica: str) -> str:
+    return f"{job.name}-{replica}"
+
+
+def config_map(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
+    spec_yaml = yaml.safe_dump(job.model_dump(by_alias=True, mode="json"), sort_keys=False)
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": spec_map_name(job), "labels": labels(job),
+                         "ownerReferences": [owner]},
+            "data": {SPEC_KEY: spec_yaml}}
+
+
+def service(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": job.name, "labels": labels(job),
+                         "ownerReferences": [owner]},
+            "spec": {"clusterIP": "None", "selector": {LABEL_JOB: job.name},
+                     # Workers must find the PS before it reports ready.
+                     "publishNotReadyAddresses": True,
+                     "ports": [{"name": "ps", "port": PS_PORT, "protocol": "TCP"}]}}
+
+
+def pods(job: TrainingJob, owner: dict[str, Any], image: str,
+         pull_policy: str = "IfNotPresent") -> list[dict[str, Any]]:
+    racks = job.spec.rack_of()
+    out = []
+    for replica in job.spec.pod_names():
+        role = role_of(replica)
+        out.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": pod_name(job, replica),
+                "labels": labels(job, role, replica, racks[replica]),
+                "annotations": {ANNOTATION_SPEC_MAP: spec_map_name(job)},
+                "ownerReferences": [owner]},
+            "spec": {
+                "hostname": replica, "subdomain": job.name,
+                # Rack <-> node: pods of one rack prefer one node, racks prefer
+                # different nodes (preferred, so a one-node cluster still runs the job).
+                "affinity": _rack_affinity(job, racks[replica]),
+                "restartPolicy": "Never",
+                # Roles talk to each other, never to the API server.
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "containers": [{
+                    "name": role, "image": image, "imagePullPolicy": pull_policy,
+                    "args": ["--spec", f"{SPEC_MOUNT}/{SPEC_KEY}", "--replica", replica],
+                    "env": [{"name": "OMP_NUM_THREADS", "value": "1"},
+                            {"name": "POD_NAMESPACE", "valueFrom": {
+                                "fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                    "ports": [{"containerPort": PS_PORT, "name": "ps"}] if role == "ps" else [],
+                    "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT,
+                                      "readOnly": True}],
+                    "securityContext": {"allowPrivilegeEscalation": False,
+                                        "runAsNonRoot": True, "runAsUser": 65532,
+                                        "capabilities": {"drop": ["ALL"]}},
+                }],
+                "volumes": [{"name": "spec",
+                             "configMap": {"name": spec_map_name(job)}}],
+            }})
+    return out
+
+
+def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
+                     ) -> tuple[str, dict[str, dict[str, int]], str, str]:
+    """(phase, replicaStatuses, reason, message) from the job's pods as the API server
+    returns them. Any failed pod fails the job and is named in the message; the job
+    succeeds when every worker has succeeded; it runs once every pod runs."""
+    counts = {role_key(role_of(r)): {"active": 0, "succeeded": 0, "failed": 0}
+              for r in job.spec.pod_names()}
+    failed: list[str] = []
+    expected = set(job.spec.pod_names())
+    seen: dict[str, str] = {}
+    for pod in pod_list:
+        meta = pod.get("metadata", {})
+        replica = meta.get("labels", {}).get(LABEL_REPLICA)
+        if replica not in expected:
+            continue
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        seen[replica] = phase
+        key = role_key(role_of(replica))
+        if phase == "Succeeded":
+            counts[key]["succeeded"] += 1
+        elif phase == "Failed":
+            counts[key]["failed"] += 1
+            failed.append(f"{meta.get('name')}: {_why_failed(pod)}")
+        else:
+            counts[key]["active"] += 1
+    if failed:
+        return "Failed", counts, "PodFailed", "; ".join(sorted(failed))
+    workers = [r for r in expected if r.startswith("worker-")]
+    if workers and all(seen.get(w) == "Succeeded" for w in workers):
+        return "Succeeded", counts, "AllWorkersSucceeded", f"{len(workers)} workers succeeded"
+    if len(seen) == len(expected) and all(p in ("Running", "Succeeded") for p in seen.values()):
+        return "Running", counts, "AllPodsRunning", f"{len(expected)} pods running"
+    waiting = len(expected) - sum(1 for p in seen.values() if p in ("Running", "Succeeded"))
+    return "Pending", counts, "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
+
+
+def _rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:
+    same_job = {"key": LABEL_JOB, "operator": "In", "values": [job.name]}
+    host = "kubernetes.io/hostname"
+    return {
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"topologyKey": host, "labelSelector": {
+                "matchExpressions": [same_job, {"key": LABEL_RACK, "operator": "In",
+                                                "values": [rack]}]}}}]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 50, "podAffinityTerm": {"topologyKey": host, "labelSelector": {
+                "matchExpressions": [same_job, {"key": LABEL_RACK, "operator": "NotIn",
+                                                "values": [rack]}]}}}]},
+    }
+
+
+def _why_failed(pod: dict[str, Any]) -> str:
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            detail = term.get("message") or term.get("reason") or ""
+            return f"container {cs.get('name')} exited with code {term.get('exitCode')}" + (
+                f" ({detail.strip()})" if detail else "")
+    return status.get("message") or status.get("reason") or "failed"

@@ -1,0 +1,98 @@
+"""The TrainingJob status: phases, conditions and results, as the operator writes them.
+
+Follows Kubernetes' conventions (and Kubeflow training-operator's where they fit):
+`conditions` is a list of {type, status, reason, message, lastTransitionTime} merged
+by type, `observedGeneration` says which spec the status describes, and
+`replicaStatuses` counts active/succeeded/failed pods per role. `phase` is the one
+word `kubectl get` shows: Pending -> Running -> Succeeded | Failed.
+"""
+
+import datetime
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed")
+Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
+# Condition types, as Kubeflow's jobs name them. Exactly one of Running, Succeeded and
+# Failed is True once the job has started.
+CONDITION_TYPES = ("Created", "Running", "Succeeded", "Failed")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
+                              extra="forbid")
+
+
+class Condition(_Model):
+    type: Literal["Created", "Running", "Succeeded", "Failed"]
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(description="CamelCase word a program can match on")
+    message: str = Field(default="", description="what happened, for a person")
+    last_transition_time: str = Field(description="RFC 3339 time the status last changed")
+
+
+class ReplicaStatus(_Model):
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+class Status(_Model):
+    phase: Optional[Phase] = None
+    observed_generation: Optional[int] = Field(
+        default=None, description="metadata.generation of the spec this status describes")
+    conditions: list[Condition] = Field(default_factory=list)
+    replica_statuses: dict[str, ReplicaStatus] = Field(
+        default_factory=dict, description="per role (PS, Worker): pod counts")
+    backend: Optional[str] = Field(default=None, description="kubernetes or local")
+    progress: Optional[str] = Field(default=None, description="e.g. '12/30 epochs'")
+    epoch: Optional[int] = None
+    jct_seconds: Optional[float] = Field(default=None, description="job completion time")
+    accuracy: Optional[float] = Field(default=None, description="final test accuracy")
+    loss: Optional[float] = Field(default=None, description="final test loss")
+    converged: Optional[bool] = None
+    results_dir: Optional[str] = Field(default=None, description="local backend: results")
+    start_time: Optional[str] = None
+    completion_time: Optional[str] = None
+    message: Optional[str] = None
+
+
+def now() -> str:
+    """The current time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(type_: str, status: bool, reason: str, message: str = "",
+              at: Optional[str] = None) -> dict[str, str]:
+    """One condition as a plain dict, ready for a status patch."""
+    return {"type": type_, "status": "True" if status else "False", "reason": reason,
+            "message": message, "lastTransitionTime": at or now()}
+
+
+def merge_conditions(old: list[dict[str, str]], new: list[dict[str, str]]
+                     ) -> list[dict[str, str]]:
+    """Merge by type; keep the old lastTransitionTime when status did not change, so
+    a reconcile that changes nothing writes nothing new."""
+    by_type = {c["type"]: dict(c) for c in old}
+    for c in new:
+        prev = by_type.get(c["type"])
+        if prev is not None and prev.get("status") == c["status"]:
+            c = {**c, "lastTransitionTime": prev.get("lastTransitionTime", c["lastTransitionTime"])}
+        by_type[c["type"]] = c
+    return [by_type[t] for t in CONDITION_TYPES if t in by_type]
+
+
+def phase_conditions(phase: str, reason: str, message: str = "",
+                     created: str = "pods, service and config map created"
+                     ) -> list[dict[str, str]]:
+    """The conditions that go with a phase: Created is True from the start; exactly one
+    of Running, Succeeded and Failed is True after that."""
+    conds = [condition("Created", True, "TrainingJobCreated", created)]
+    if phase == "Pending":
+        return conds
+    for t in ("Running", "Succeeded", "Failed"):
+        conds.append(condition(t, t == phase, reason if t == phase else f"Not{phase}",
+                               message if t == phase else ""))
+    return conds

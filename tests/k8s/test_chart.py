@@ -1,0 +1,55 @@
+"""The chart's own promises, checked without a cluster: every Linux capability the
+agent asks for is explained, values match their schema, manifests/ matches the chart."""
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tailcut.k8s import devcluster
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "tailcut"
+
+
+def test_every_agent_capability_has_a_comment_saying_why():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    text = (CHART / "values.yaml").read_text()
+    for cap in values["agent"]["capabilities"]:
+        line = re.search(rf"^\s*- {cap}\s*#\s*(\S.*)$", text, re.M)
+        assert line, f"values.yaml: capability {cap} has no comment saying why"
+
+
+def test_default_values_satisfy_the_values_schema():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) <= set(schema["properties"])
+    for key in schema["required"]:
+        assert key in values
+    allowed = schema["properties"]["agent"]["properties"]["capabilities"]["items"]["enum"]
+    assert set(values["agent"]["capabilities"]) <= set(allowed)
+
+
+def render_plain_manifests() -> str:
+    """manifests/tailcut.yaml: the chart with default values, without its test hook."""
+    out = subprocess.run([str(devcluster.helm_binary()), "template", "tailcut", str(CHART),
+                          "--namespace", "tailcut-system", "--set", "tests.enabled=false"],
+                         capture_output=True, text=True, check=True).stdout
+    return ("# Generated from helm/tailcut with default values (namespace tailcut-system):\n"
+            "#   .venv/bin/python tests/k8s/test_chart.py\n"
+            "# Apply after manifests/crd.yaml; tests/k8s/test_chart.py fails on drift.\n" + out)
+
+
+@pytest.mark.k8s
+def test_plain_manifests_match_the_chart():
+    assert (REPO / "manifests" / "tailcut.yaml").read_text() == render_plain_manifests(), (
+        "manifests/tailcut.yaml drifted from the chart: run "
+        ".venv/bin/python tests/k8s/test_chart.py")
+
+
+if __name__ == "__main__":
+    (REPO / "manifests" / "tailcut.yaml").write_text(render_plain_manifests())
+    print("wrote manifests/tailcut.yaml")

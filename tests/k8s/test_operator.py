@@ -1,0 +1,278 @@
+"""The chart against a real API server, and the operator running with the chart's RBAC
+(a service-account token, not cluster-admin): CRD served, bad specs rejected by the
+API server naming the field, pods/service/config map created with owners and labels,
+phases and a clear condition on pod failure. The last test reads the API server's
+audit log to prove the operator's ClusterRole lacks nothing and grants nothing unused."""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tailcut.k8s import crd, devcluster, resources
+from tests.k8s import audit, operator_proc
+from tests.k8s.conftest import CHART, RELEASE_NS, helm, operator_kubeconfig
+
+pytestmark = pytest.mark.k8s
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR_USER = f"system:serviceaccount:{RELEASE_NS}:tailcut-operator"
+
+
+
+
+@pytest.fixture(scope="module")
+def operator(control_plane, release, tmp_path_factory):
+    """The operator as the chart's service account, watching every namespace."""
+    kubeconfig = operator_kubeconfig(control_plane, release, "operator")
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = operator_proc.start(kubeconfig, log)
+    try:
+        yield log
+    finally:
+        operator_proc.stop(proc)
+
+
+def job_yaml(name, spec):
+    return yaml.safe_dump({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": name}, "spec": spec})
+
+
+def test_helm_lint_and_template_pass(control_plane):
+    lint = helm(control_plane, "lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in lint.stdout
+    rendered = list(yaml.safe_load_all(helm(control_plane, "template", "tailcut", str(CHART),
+                                            "--namespace", RELEASE_NS,
+                                            "--include-crds").stdout))
+    kinds = sorted({d["kind"] for d in rendered if d})
+    assert {"CustomResourceDefinition", "ClusterRole", "Deployment", "DaemonSet",
+            "ServiceAccount", "Pod"} <= set(kinds)
+
+
+def test_values_schema_rejects_an_unknown_backend(control_plane):
+    bad = helm(control_plane, "template", "tailcut", str(CHART), "--set",
+               "operator.backend=docker", check=False)
+    assert bad.returncode != 0
+    assert "operator.backend" in bad.stderr
+
+
+def test_helm_install_creates_the_operator_and_agent(control_plane, release):
+    deploy = operator_proc.get_json(control_plane, "-n", release, "get", "deployment",
+                                    "tailcut-operator")
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "tailcut-operator"
+    ds = operator_proc.get_json(control_plane, "-n", release, "get", "daemonset",
+                                "tailcut-agent")
+    sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and "NET_ADMIN" in sc["capabilities"]["add"]
+    assert not sc.get("privileged")
+
+
+def test_helm_test_hook_runs_its_pod(control_plane, release):
+    """No kubelet runs here, so this test plays it: it marks the hook pod Succeeded
+    once helm has created it. What this shows is the hook's wiring, not its check."""
+    def kubelet():
+        name = f"tailcut-test-crd"
+        for _ in range(200):
+            got = control_plane.kubectl("-n", release, "get", "pod", name, check=False)
+            if got.returncode == 0:
+                control_plane.kubectl("-n", release, "patch", "pod", name,
+                                      "--subresource=status", "--type=merge", "-p",
+                                      json.dumps({"status": {"phase": "Succeeded"}}))
+                return
+            time.sleep(0.2)
+    threading.Thread(target=kubelet, daemon=True).start()
+    result = helm(control_plane, "test", "tailcut", "--namespace", release, "--timeout", "60s")
+    assert "Phase:          Succeeded" in result.stdout
+
+
+def test_crd_is_served(control_plane):
+    out = control_plane.kubectl("api-resources", "--api-group", crd.GROUP).stdout
+    assert "trainingjobs" in out and "TrainingJob" in out
+
+
+@pytest.mark.parametrize("spec,field,words", [
+    ({"replicas": {"workers": "four"}}, "spec.replicas.workers", "must be of type integer"),
+    ({"replicas": {"workers": 0}}, "spec.replicas.workers", "greater than or equal to 1"),
+    ({"network": {"accessLink": {"loss": 1.5}}}, "spec.network.accessLink.loss",
+     "less than or equal to 1"),
+    ({"training": {"model": "resnet"}}, "spec.training.model", "Unsupported value"),
+    ({"network": {"accessLink": {"bandwidth": "10Gbps"}}}, "spec.network.accessLink.bandwidth",
+     "should match"),
+])
+def test_api_server_rejects_an_invalid_spec_naming_the_field(control_plane, namespace, spec,
+                                                             field, words):
+    result = control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                                   input=job_yaml("k8-bad", spec), check=False)
+    assert result.returncode != 0
+    assert field in result.stderr and words in result.stderr, result.stderr
+    assert "k8-bad" not in control_plane.kubectl("-n", namespace, "get", "trainingjobs").stdout
+
+
+def test_api_server_rejects_p_above_one_when_the_transport_has_p(control_plane, namespace):
+    transport = crd.spec_schema()["properties"]["transport"]["properties"]
+    if "p" not in transport:
+        pytest.skip("spec.transport.p arrives with the bounded-loss transport")
+    kind = next(t for t in transport["type"]["enum"] if t != "tcp")
+    result = control_plane.kubectl("-n", namespace, "apply", "-f", "-", check=False,
+                                   input=job_yaml("k8-bad-p", {"transport": {"type": kind,
+                                                                             "p": 1.5}}))
+    assert result.returncode != 0 and "spec.transport.p" in result.stderr
+
+
+def test_api_server_rejects_an_unknown_field_naming_it(control_plane, namespace):
+    result = control_plane.kubectl("-n", namespace, "apply", "-f", "-", check=False,
+                                   input=job_yaml("k8-typo", {"training": {"modle": "mlp"}}))
+    assert result.returncode != 0 and "spec.training.modle" in result.stderr
+
+
+def _wait_job(cp, namespace, name, phase, log):
+    def check():
+        tj = operator_proc.get_json(cp, "-n", namespace, "get", "trainingjob", name)
+        return tj if (tj.get("status") or {}).get("phase") == phase else None
+    return operator_proc.wait_for(check, 60, f"{namespace}/{name} to be {phase}", log)
+
+
+def test_a_valid_job_gets_pods_service_and_config_map_owned_by_it(control_plane, namespace,
+                                                                    operator):
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        "k8-ok", {"replicas": {"workers": 2}, "training": {"epochs": 3}}))
+    tj = _wait_job(control_plane, namespace, "k8-ok", "Pending", operator)
+    uid = tj["metadata"]["uid"]
+    pods = operator_proc.get_json(control_plane, "-n", namespace, "get", "pods", "-l",
+                                  f"{resources.LABEL_JOB}=k8-ok")["items"]
+    assert sorted(p["metadata"]["labels"][resources.LABEL_REPLICA] for p in pods) == [
+        "ps-0", "worker-0", "worker-1"]
+    svc = operator_proc.get_json(control_plane, "-n", namespace, "get", "service", "k8-ok")
+    cm = operator_proc.get_json(control_plane, "-n", namespace, "get", "configmap", "k8-ok-spec")
+    for obj in pods + [svc, cm]:
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "TrainingJob", "k8-ok", uid, True)
+        assert obj["metadata"]["labels"][resources.LABEL_JOB] == "k8-ok"
+    assert svc["spec"]["clusterIP"] == "None"
+    stored = yaml.safe_load(cm["data"][resources.SPEC_KEY])
+    assert stored["spec"]["training"]["epochs"] == 3
+    assert stored["spec"]["network"]["accessLink"]["bandwidth"] == "1Gbit"  # for the agent
+    assert tj["status"]["observedGeneration"] == tj["metadata"]["generation"]
+    created = {c["type"]: c for c in tj["status"]["conditions"]}["Created"]
+    assert created["status"] == "True"
+
+
+def _set_pod_phase(cp, namespace, name, phase, exit_code=None):
+    status = {"phase": phase}
+    if exit_code is not None:
+        status["containerStatuses"] = [{
+            "name": "worker", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"terminated": {"exitCode": exit_code, "reason": "Error",
+                                     "message": "gradient shape mismatch"}}}]
+    cp.kubectl("-n", namespace, "patch", "pod", name, "--subresource=status",
+               "--type=merge", "-p", json.dumps({"status": status}))
+
+
+def test_job_runs_then_fails_with_a_condition_naming_the_failed_pod(control_plane, namespace,
+                                                                    operator):
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-fail", {"replicas": {"workers": 2}}))
+    _wait_job(control_plane, namespace, "k8-fail", "Pending", operator)
+    for replica in ("ps-0", "worker-0", "worker-1"):   # play the kubelet
+        _set_pod_phase(control_plane, namespace, f"k8-fail-{replica}", "Running")
+    tj = _wait_job(control_plane, namespace, "k8-fail", "Running", operator)
+    assert tj["status"]["replicaStatuses"]["Worker"]["active"] == 2
+    _set_pod_phase(control_plane, namespace, "k8-fail-worker-1", "Failed", exit_code=3)
+    tj = _wait_job(control_plane, namespace, "k8-fail", "Failed", operator)
+    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    assert failed["status"] == "True" and failed["reason"] == "PodFailed"
+    assert "k8-fail-worker-1" in failed["message"] and "code 3" in failed["message"]
+    assert "gradient shape mismatch" in failed["message"]
+    assert tj["status"]["replicaStatuses"]["Worker"]["failed"] == 1
+    events = operator_proc.wait_for(lambda: [
+        e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                          "events")["items"]
+        if e["involvedObject"]["name"] == "k8-fail" and e["reason"] == "PodFailed"],
+        30, "the PodFailed event", operator)
+    assert "k8-fail-worker-1" in events[0]["message"]
+
+
+def test_job_succeeds_when_its_workers_succeed(control_plane, namespace, operator):
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-win", {"replicas": {"workers": 1}}))
+    _wait_job(control_plane, namespace, "k8-win", "Pending", operator)
+    _set_pod_phase(control_plane, namespace, "k8-win-ps-0", "Running")
+    _set_pod_phase(control_plane, namespace, "k8-win-worker-0", "Succeeded")
+    tj = _wait_job(control_plane, namespace, "k8-win", "Succeeded", operator)
+    assert tj["status"]["completionTime"]
+
+
+def test_a_spec_change_after_start_is_reported_not_silently_ignored(control_plane, namespace,
+                                                                      operator):
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-edit", {"replicas": {"workers": 1}}))
+    _wait_job(control_plane, namespace, "k8-edit", "Pending", operator)
+    control_plane.kubectl("-n", namespace, "patch", "trainingjob", "k8-edit", "--type=merge",
+                          "-p", json.dumps({"spec": {"training": {"epochs": 5}}}))
+
+    def reported():
+        tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob",
+                                    "k8-edit")
+        return tj if "not applied" in (tj["status"].get("message") or "") else None
+    tj = operator_proc.wait_for(reported, 30, "the spec change to be reported", operator)
+    assert tj["status"]["observedGeneration"] == tj["metadata"]["generation"] == 2
+
+
+def test_operator_restart_creates_nothing_twice(control_plane, namespace, release, operator,
+                                                tmp_path):
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-again", {"replicas": {"workers": 1}}))
+    _wait_job(control_plane, namespace, "k8-again", "Pending", operator)
+    log = tmp_path / "second.log"
+    # A second operator, with the chart's identity, resuming every job as after a restart.
+    second = operator_proc.start(operator_kubeconfig(control_plane, release, "operator2"), log)
+    try:
+        operator_proc.wait_for(lambda: "k8-again" in log.read_text(errors="replace")
+                               and "succeeded" in log.read_text(errors="replace"),
+                               60, "the resumed reconcile", log)
+    finally:
+        operator_proc.stop(second)
+    pods = operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+    assert len(pods) == 2
+    assert "Traceback" not in log.read_text()
+
+
+def test_a_spec_only_the_models_refuse_fails_the_job_with_an_event(control_plane, namespace,
+                                                                   operator):
+    """Cross-field rules (placement names a rack that does not exist) are beyond the CRD
+    schema: the operator fails the job with the models' message and posts an event."""
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        "k8-place", {"replicas": {"workers": 1}, "network": {"placement": {"ps-0": "nowhere"}}}))
+    tj = _wait_job(control_plane, namespace, "k8-place", "Failed", operator)
+    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.network.placement.ps-0" in failed["message"] and "nowhere" in failed["message"]
+    events = operator_proc.wait_for(lambda: [
+        e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                          "events")["items"]
+        if e["involvedObject"]["name"] == "k8-place"], 30, "the event", operator)
+    assert events[0]["reason"] == "InvalidSpec" and "nowhere" in events[0]["message"]
+    assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+
+
+def test_operator_rbac_lacks_nothing_and_grants_nothing_unused(control_plane, operator):
+    """Runs after the reconcile tests above (same module, file order): every request
+    the operator made is in its audit trail."""
+    events = audit.requests_by(control_plane, OPERATOR_USER)
+    assert events, "the operator made no requests as its service account"
+    lacking = audit.denied(events)
+    assert not lacking, f"the chart's ClusterRole lacks: {lacking}"
+    unused = audit.granted(control_plane, "tailcut-operator") - audit.used(events)
+    assert not unused, f"the chart's ClusterRole grants what the operator never used: {unused}"
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_example_is_accepted_by_the_api_server(control_plane, namespace, example):
+    """A server-side dry run: the CRD accepts what the models accept."""
+    result = control_plane.kubectl("-n", namespace, "apply", "--dry-run=server", "-f",
+                                   str(example), check=False)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,89 @@
+"""Manifests the operator creates for a job, and the status it reads back from pods."""
+
+from tailcut import spec
+from tailcut.k8s import resources
+
+OWNER = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob", "name": "k8-demo",
+         "uid": "1234", "controller": True, "blockOwnerDeletion": True}
+
+
+def job(workers=2):
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "k8-demo"},
+                           "spec": {"replicas": {"workers": workers},
+                                    "network": {"racks": [{"name": "a"}, {"name": "b"}]}}})
+
+
+def pod(replica, phase, exit_code=None):
+    p = {"metadata": {"name": f"k8-demo-{replica}",
+                      "labels": {resources.LABEL_REPLICA: replica}},
+         "status": {"phase": phase}}
+    if exit_code is not None:
+        p["status"]["containerStatuses"] = [{"name": "worker", "state": {"terminated": {
+            "exitCode": exit_code, "reason": "Error", "message": "boom"}}}]
+    return p
+
+
+def test_one_pod_per_replica_owned_by_the_job_with_role_and_rack_labels():
+    pods = resources.pods(job(), OWNER, "img:1")
+    assert [p["metadata"]["name"] for p in pods] == ["k8-demo-ps-0", "k8-demo-worker-0",
+                                                     "k8-demo-worker-1"]
+    for p in pods:
+        assert p["metadata"]["ownerReferences"] == [OWNER]
+        assert p["metadata"]["labels"][resources.LABEL_JOB] == "k8-demo"
+        assert p["spec"]["subdomain"] == "k8-demo"
+        assert p["spec"]["automountServiceAccountToken"] is False
+    assert [p["metadata"]["labels"][resources.LABEL_RACK] for p in pods] == ["a", "a", "b"]
+
+
+def test_service_is_headless_and_selects_the_jobs_pods():
+    svc = resources.service(job(), OWNER)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {resources.LABEL_JOB: "k8-demo"}
+
+
+def test_config_map_holds_the_spec_with_defaults_filled_in():
+    cm = resources.config_map(job(), OWNER)
+    again = spec.load_text(cm["data"][resources.SPEC_KEY])
+    assert again == job()
+
+
+def test_job_is_pending_until_every_pod_runs():
+    phase, counts, reason, _ = resources.status_from_pods(
+        job(), [pod("ps-0", "Running"), pod("worker-0", "Running"), pod("worker-1", "Pending")])
+    assert (phase, reason) == ("Pending", "PodsPending")
+    assert counts["Worker"]["active"] == 2
+
+
+def test_job_runs_when_all_pods_run_and_succeeds_when_workers_succeed():
+    running = [pod("ps-0", "Running"), pod("worker-0", "Running"), pod("worker-1", "Running")]
+    assert resources.status_from_pods(job(), running)[0] == "Running"
+    done = [pod("ps-0", "Running"), pod("worker-0", "Succeeded"), pod("worker-1", "Succeeded")]
+    assert resources.status_from_pods(job(), done)[0] == "Succeeded"
+
+
+def test_a_failed_pod_fails_the_job_and_is_named_with_its_exit_code():
+    phase, counts, reason, message = resources.status_from_pods(
+        job(), [pod("ps-0", "Running"), pod("worker-0", "Running"),
+                pod("worker-1", "Failed", exit_code=3)])
+    assert (phase, reason) == ("Failed", "PodFailed")
+    assert "k8-demo-worker-1: container worker exited with code 3 (boom)" in message
+    assert counts["Worker"]["failed"] == 1
+
+
+def test_pods_of_one_rack_prefer_one_node_and_racks_prefer_different_nodes():
+    ps, w0, w1 = resources.pods(job(), OWNER, "img:1")
+    same = ps["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    terms = same[0]["podAffinityTerm"]["labelSelector"]["matchExpressions"]
+    assert {"key": resources.LABEL_RACK, "operator": "In", "values": ["a"]} in terms
+    assert same[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    apart = w1["spec"]["affinity"]["podAntiAffinity"]
+    rule = apart["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert {"key": resources.LABEL_RACK, "operator": "NotIn", "values": ["b"]} in (
+        rule["labelSelector"]["matchExpressions"])
+
+
+def test_roles_other_than_ps_and_worker_keep_their_own_name():
+    assert resources.role_of("bg-client-0") == "bg-client"
+    assert resources.role_key("bg-client") == "bg-client"
+    assert resources.role_key("worker") == "Worker"

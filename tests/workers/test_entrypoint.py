@@ -1,0 +1,49 @@
+"""The worker image's entrypoint turns the mounted spec and a replica name into the
+RoleConfig the role runs with."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from tailcut import spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_entrypoint():
+    loaded = importlib.util.spec_from_file_location("entrypoint", REPO / "workers" / "entrypoint.py")
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module
+
+
+def test_workers_connect_to_the_ps_through_the_headless_service(tmp_path):
+    entry = load_entrypoint()
+    job = spec.load_file(REPO / "examples" / "quickstart.yaml")
+    worker = entry.role_config(job, "worker-2", str(tmp_path))
+    assert (worker.role, worker.index, worker.ps_host) == ("worker", 2, "ps-0.quickstart")
+    assert worker.target_accuracy == 0.93 and worker.num_workers == 4
+    ps = entry.role_config(job, "ps-0", str(tmp_path))
+    assert (ps.role, ps.ps_host) == ("ps", "0.0.0.0")
+
+
+def test_an_unknown_replica_is_refused_naming_the_jobs_pods(tmp_path, capsys):
+    entry = load_entrypoint()
+    code = entry.main(["--spec", str(REPO / "examples" / "quickstart.yaml"),
+                       "--replica", "worker-9"])
+    assert code == 2
+    assert "worker-9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dockerfile", ["operator/Dockerfile", "operator/agent.Dockerfile",
+                                        "workers/Dockerfile"])
+def test_every_dockerfile_copies_and_runs_files_that_exist(dockerfile):
+    text = (REPO / dockerfile).read_text()
+    for src in re.findall(r"^COPY\s+(\S+)", text, re.M):
+        assert (REPO / src).exists(), f"{dockerfile}: COPY {src}: no such path"
+    for module in re.findall(r'"-m", "([\w.]+)"', text):
+        assert importlib.util.find_spec(module) is not None, f"{dockerfile}: -m {module}"
+    for path in re.findall(r'"/app/([\w/.]+\.py)"', text):
+        assert (REPO / path).exists(), f"{dockerfile}: /app/{path} is not in the repository"

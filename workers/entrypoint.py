@@ -1,0 +1,56 @@
+"""Entrypoint of a parameter-server or worker pod: turn the job's spec (mounted from the
+operator's config map) and this pod's replica name into a RoleConfig, then run the role.
+
+    python workers/entrypoint.py --spec /etc/tailcut/spec.yaml --replica worker-2
+
+The PS listens on every address of its pod; workers reach it as ps-0.<job> through the
+job's headless service (the pod's hostname and subdomain give it that DNS name).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from tailcut import spec
+from tailcut.k8s import resources
+from tailcut.training import role
+from tailcut.training.config import RoleConfig
+
+
+def role_config(job: spec.TrainingJob, replica: str, results_dir: str) -> RoleConfig:
+    kind, _, index = replica.rpartition("-")
+    t = job.spec.training
+    ps_host = "0.0.0.0" if kind == "ps" else f"ps-0.{job.name}"
+    return RoleConfig(
+        job=job.name, role=kind, index=int(index), ps_host=ps_host,
+        ps_port=resources.PS_PORT, num_workers=job.spec.replicas.workers, model=t.model,
+        batch_size=t.batch_size, learning_rate=t.learning_rate, max_epochs=t.epochs,
+        max_iterations=t.iterations, target_accuracy=t.target_accuracy, seed=t.seed,
+        sync_mode=t.sync_mode, transport={"type": job.spec.transport.type},
+        results_dir=results_dir, timeout_s=t.timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=Path)
+    parser.add_argument("--replica", required=True, help="ps-0, worker-3, ...")
+    args = parser.parse_args(argv)
+    job = spec.load_file(args.spec)
+    if args.replica not in job.spec.pod_names():
+        print(f"entrypoint: --replica {args.replica}: not a pod of job {job.name} "
+              f"({', '.join(job.spec.pod_names())})", file=sys.stderr)
+        return 2
+    if resources.role_of(args.replica) not in ("ps", "worker"):
+        print(f"entrypoint: --replica {args.replica}: this image runs parameter servers and "
+              "workers only", file=sys.stderr)
+        return 2
+    results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
+    config_path = Path(results) / f"{args.replica}.json"
+    role_config(job, args.replica, results).to_json(config_path)
+    return int(role.main([str(config_path)]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
