@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="what this kernel and machine support")
     doctor.set_defaults(handler=_doctor)
+
+    from tailcut.simulate import cli as simulate_cli
+    simulate_cli.add_parser(sub)
     return parser
 
 
