@@ -1,0 +1,77 @@
+"""Enforce a job's scheduling policy on the testbed: priority classes on every pod.
+
+For `cadentflow`, every pod's eth0 egress gets the HTB priority classes of
+tailcut.net.shaping.plan_priorities (siblings of the default class under the link
+class) and the DSCP classifier of tailcut.datapath.classifier at clsact egress pref 2.
+Senders then tag their sockets with classifier.tos_of(level). For `fair` nothing is
+added: every flow lands in the default class and TCP shares the link. (`coflow` on
+the testbed would need a central controller that paces each flow to its MADD rate; it
+is simulated only, and `enforce` refuses it by name.)
+
+    handle = enforce.apply(topology, job.spec.scheduling)
+    ...
+    handle.counts()   # per pod: {level: (packets, bytes)}
+    handle.detach()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tailcut.errors import SpecError
+from tailcut.net import netns, shaping
+from tailcut.net.topology import Topology
+from tailcut.spec.model import Scheduling
+
+POD_IFNAME = "eth0"
+
+
+@dataclass
+class Enforcement:
+    """What apply() attached; detach() removes the classifiers (classes go with the
+    namespaces)."""
+
+    policy: str
+    applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
+    classifiers: list[object] = field(default_factory=list)
+
+    def counts(self) -> dict[str, dict[Optional[int], tuple[int, int]]]:
+        return {c.netns: c.counts() for c in self.classifiers}  # type: ignore[attr-defined]
+
+    def detach(self) -> None:
+        for c in self.classifiers:
+            c.detach()  # type: ignore[attr-defined]
+
+
+def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
+    """Per-level weights from the hand-written tags (level -> weight), or None."""
+    by_level = {t.priority: t.weight for t in scheduling.flows
+                if t.weight is not None and t.priority is not None}
+    if not by_level:
+        return None
+    return [float(by_level.get(level, 1.0)) for level in range(scheduling.priority_levels)]
+
+
+def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
+    """Add what `scheduling.policy` needs to every pod of a built topology."""
+    result = Enforcement(scheduling.policy)
+    if scheduling.policy == "fair":
+        return result
+    if scheduling.policy != "cadentflow":
+        raise SpecError(f"spec.scheduling.policy={scheduling.policy!r}: the testbed enforces "
+                        "fair and cadentflow; coflow runs in `tailcut simulate` only")
+    from tailcut.datapath import classifier  # BCC loads only when a job asks for it
+
+    classes = shaping.plan_priorities(topo.access_link.bandwidth,
+                                      scheduling.priority_levels, weights_of(scheduling))
+    try:
+        for pod in topo.pods:
+            with netns.ipr(pod.netns) as ipr:
+                shaping.apply_priorities(classes, ipr, POD_IFNAME)
+            result.classifiers.append(classifier.attach(pod.netns, POD_IFNAME))
+            result.applied[f"{pod.netns}/{POD_IFNAME}"] = shaping.describe_priorities(classes)
+    except BaseException:
+        result.detach()
+        raise
+    return result
