@@ -73,9 +73,12 @@ def _tos(sock: socket.socket, level: int | None) -> None:
 
 
 def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
-        levels: int = 4, port: int = PORT, timeout_s: float = 120.0) -> list[Iteration]:
+        levels: int = 4, port: int = PORT, timeout_s: float = 120.0,
+        reverse_stagger_s: float = 0.0) -> list[Iteration]:
     """Run `iterations` iterations of the exchange on a built topology (ps-0 and every
-    worker of it) and return their timings. Raises TimeoutError past `timeout_s`."""
+    worker of it) and return their timings. Raises TimeoutError past `timeout_s`.
+    `reverse_stagger_s` > 0 makes the PS start later layers first, each that much
+    before the one below it: the worst send order, which only the classes can undo."""
     ps = topo.pod("ps-0")
     workers = [p for p in topo.pods if p.role == "worker"]
     n_layers = len(layers)
@@ -106,7 +109,8 @@ def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
                 _tos(conn, level[kk])
                 ps_socks[(w, k)] = s
                 w_socks[(w, kk)] = conn
-        return _iterate(layers, len(workers), iterations, ps_socks, w_socks, timeout_s)
+        return _iterate(layers, len(workers), iterations, ps_socks, w_socks, timeout_s,
+                        reverse_stagger_s)
     finally:
         for s in list(ps_socks.values()) + list(w_socks.values()) + listeners:
             s.close()
@@ -114,7 +118,8 @@ def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
 
 def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
              ps_socks: dict[tuple[int, int], socket.socket],
-             w_socks: dict[tuple[int, int], socket.socket], timeout_s: float) -> list[Iteration]:
+             w_socks: dict[tuple[int, int], socket.socket], timeout_s: float,
+             reverse_stagger_s: float) -> list[Iteration]:
     n_layers = len(layers)
     keys = [(w, k) for w in range(n_workers) for k in range(n_layers)]
     start = [threading.Event() for _ in range(iterations)]
@@ -143,6 +148,8 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
         sock, size, buf = ps_socks[(w, k)], layers[k].bytes, bytearray(layers[k].bytes)
         for it in range(iterations):
             start[it].wait()
+            if reverse_stagger_s:
+                time.sleep((n_layers - 1 - k) * reverse_stagger_s)
             sock.sendall(memoryview(payload)[:size])
             _recv_exact(sock, size, buf)
             records[it].push_done_s[(w, k)] = time.monotonic() - t0[it]
