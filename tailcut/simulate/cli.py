@@ -6,6 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
+from tailcut.errors import SpecError
+from tailcut.simulate import architectures
 from tailcut.spec import units
 
 DEFAULT_MODELS = ["resnet-50", "vgg-16", "inception-v3", "mlp"]
@@ -33,10 +35,23 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 def run(args: argparse.Namespace) -> int:
     from tailcut.simulate import experiments
 
-    bandwidths = [units.parse_bandwidth(b) for b in args.bandwidth]
+    bandwidths = []
+    for text in args.bandwidth:
+        try:
+            bandwidths.append(units.parse_bandwidth(text))
+        except ValueError as err:
+            raise SpecError(f"--bandwidth {text}: {err}") from err
     for n in args.workers:
         if n < 1:
-            raise SystemExit(f"tailcut simulate: --workers {n}: must be >= 1")
+            raise SpecError(f"--workers {n}: must be >= 1")
+    for factor in args.compute_scale:
+        if factor <= 0:
+            raise SpecError(f"--compute-scale {factor:g}: must be > 0")
+    for name in args.models:
+        try:
+            architectures.get(name)
+        except ValueError as err:
+            raise SpecError(f"--models: {err}") from err
     out = args.results_dir or Path("results") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.perf_counter()
     print("Fig. 2: training, iteration time relative to TCP (ordered connections)")

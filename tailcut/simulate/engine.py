@@ -19,7 +19,9 @@ Policies: `fair` is TCP: one connection per (src, dst) pair carrying its message
 after the other in the best order (the paper's baseline "transfers the parameters in
 the best possible order from a given node"), connections max-min fair; with
 `tcp="per-tensor"` every message is its own flow, all open at once and max-min fair
-(what a framework that issues every receive at once over multiplexed streams gets). `coflow` is
+(what a framework that issues every receive at once over multiplexed streams gets);
+with `tcp="random"` each connection sends its messages in a random order (TensorFlow's
+order is arbitrary, as TicTac and P3 observed). `coflow` is
 Varys' MADD per coflow (a job's pulls of one iteration, or its pushes). `cadentflow`
 is strict priority by tag: `tags="priority"` uses the layer index (earlier layers
 first), `tags="deadline"` the absolute deadline (earliest deadline first); see
@@ -91,6 +93,7 @@ class Flow:
     priority: float
     deadline_s: float
     remaining: float = 0.0
+    order: float = 0.0       # position in its connection's queue under fair TCP
     start_s: float = -1.0
     end_s: float = -1.0
 
@@ -114,7 +117,8 @@ class Simulation:
 
     def __init__(self, fabric: Fabric, jobs: list[Job], policy: str,
                  tags: Literal["priority", "deadline"] = "priority",
-                 tcp: Literal["ordered", "per-tensor"] = "ordered") -> None:
+                 tcp: Literal["ordered", "per-tensor", "random"] = "ordered",
+                 seed: int = 0) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r}: must be one of {', '.join(POLICIES)}")
         if tags not in ("priority", "deadline"):
@@ -128,9 +132,10 @@ class Simulation:
         self.jobs = jobs
         self.policy = policy
         self.tags = tags
-        if tcp not in ("ordered", "per-tensor"):
-            raise ValueError(f"tcp {tcp!r}: must be 'ordered' or 'per-tensor'")
+        if tcp not in ("ordered", "per-tensor", "random"):
+            raise ValueError(f"tcp {tcp!r}: must be 'ordered', 'per-tensor' or 'random'")
         self.tcp = tcp
+        self._rng = np.random.default_rng(seed)
         self.caps = np.r_[fabric.capacities_byte(), np.inf]  # last: dummy padding link
         self.flows: list[Flow] = []
         self.paths: list[tuple[int, ...]] = []
@@ -154,6 +159,7 @@ class Simulation:
     # -- building blocks -------------------------------------------------------
     def _add_flow(self, flow: Flow) -> None:
         flow.remaining = flow.size
+        flow.order = float(self._rng.random()) if self.tcp == "random" else flow.priority
         fid = len(self.flows)
         self.flows.append(flow)
         self.paths.append(self.fabric.path(flow.src, flow.dst))
@@ -247,7 +253,7 @@ class Simulation:
             for row, f in enumerate(flows):
                 conn = (f.job, f.src, f.dst)
                 best = heads.get(conn)
-                if best is None or (f.priority, f.layer) < (flows[best].priority, flows[best].layer):
+                if best is None or (f.order, f.layer) < (flows[best].order, flows[best].layer):
                     heads[conn] = row
             rows = np.fromiter(heads.values(), dtype=np.int64)
             rates[rows] = allocate.max_min(paths[rows], residual)
@@ -259,8 +265,10 @@ class Simulation:
         if self.tags == "priority":
             key = np.array([f.priority for f in flows], dtype=float)
         else:
-            # Earliest deadline first; layer order breaks ties among equal deadlines.
-            key = np.array([f.deadline_s + 1e-9 * f.layer for f in flows])
+            # Earliest deadline first. Flows with equal deadlines (a pass's pushes all
+            # share the end of computation) form one max-min fair group: the deadline
+            # gives no reason to order them, and ordering them can idle a link.
+            key = np.array([f.deadline_s for f in flows])
         return allocate.strict(paths, key, residual)
 
     # -- loop ------------------------------------------------------------------

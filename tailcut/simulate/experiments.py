@@ -5,7 +5,8 @@ Fig. 4 (two jobs sharing a rack uplink), as tables of iteration time relative to
     print(experiments.format_table(rows))
 
 Baseline (ratio 1.0): `fair` with ordered TCP connections (the paper's baseline). Also
-shown: TCP with one flow per tensor (no ordering at all). `compute_scale` multiplies
+shown: TCP with one flow per tensor (all at once, no ordering) and TCP connections
+that send their messages in a random order (seeded). `compute_scale` multiplies
 every layer's compute time (1.0 = the K80 of the paper's era, 0.1 = an accelerator ten
 times faster), because whether ordering matters depends on how much of the
 communication the compute can hide.
@@ -34,6 +35,7 @@ PAPER_HEADLINES = [
 VARIANTS = [  # column, policy, tags, tcp
     ("tcp", "fair", "priority", "ordered"),
     ("tcp_per_tensor", "fair", "priority", "per-tensor"),
+    ("tcp_random", "fair", "priority", "random"),
     ("coflow", "coflow", "priority", "ordered"),
     ("cadentflow_priority", "cadentflow", "priority", "ordered"),
     ("cadentflow_deadline", "cadentflow", "deadline", "ordered"),
@@ -115,14 +117,16 @@ def format_table(rows: list[dict]) -> str:
         return "(no rows)"
     shared = "alone_s" in rows[0]
     if shared:
-        head = ["model", "Gbit/s", "compute x", "alone s", "TCP", "TCP/tensor", "coflow",
-                "CF prio", "CF deadline"]
-        keys = ["tcp_vs_alone", "tcp_per_tensor_vs_alone", "coflow_vs_alone",
+        head = ["model", "Gbit/s", "compute x", "alone s", "TCP", "TCP/tensor", "TCP/random",
+                "coflow", "CF prio", "CF deadline"]
+        keys = ["tcp_vs_alone", "tcp_per_tensor_vs_alone", "tcp_random_vs_alone",
+                "coflow_vs_alone",
                 "cadentflow_priority_vs_alone", "cadentflow_deadline_vs_alone"]
     else:
         head = ["workload", "model", "W/PS", "Gbit/s", "compute x", "TCP s", "TCP/tensor",
-                "coflow", "CF prio", "CF deadline"]
-        keys = ["tcp_per_tensor_vs_tcp", "coflow_vs_tcp", "cadentflow_priority_vs_tcp",
+                "TCP/random", "coflow", "CF prio", "CF deadline"]
+        keys = ["tcp_per_tensor_vs_tcp", "tcp_random_vs_tcp", "coflow_vs_tcp",
+                "cadentflow_priority_vs_tcp",
                 "cadentflow_deadline_vs_tcp"]
     lines = [head]
     for r in rows:

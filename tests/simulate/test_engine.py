@@ -69,3 +69,17 @@ def test_bad_policy_and_node_outside_the_fabric_are_refused_by_name():
         engine.Simulation(topology.star(2, GBIT), [], "edf")
     with pytest.raises(ValueError, match="node 5 is not on the fabric"):
         engine.Simulation(topology.star(2, GBIT), [engine.Job("x", arch, [0], [5])], "fair")
+
+
+def test_random_tcp_order_is_seeded_and_never_beats_the_best_order():
+    arch = architectures.resnet50()
+    times = []
+    for seed in (1, 1, 2):
+        fabric = topology.star(8, 10 * GBIT)
+        job = engine.Job("t", arch, list(range(4)), list(range(4, 8)))
+        times.append(engine.Simulation(fabric, [job], "fair", tcp="random", seed=seed)
+                     .run().mean_iteration_s())
+    ordered = _run("fair", arch, workers=4, ps=4, bw=10 * GBIT).mean_iteration_s()
+    assert times[0] == times[1]
+    assert min(times) >= ordered * (1 - 1e-9)
+    assert max(times) > ordered * 1.01
