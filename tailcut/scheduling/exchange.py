@@ -45,15 +45,13 @@ class Iteration:
     """Times of one iteration, in seconds from its start."""
 
     seconds: float
+    pull_start_s: dict[tuple[int, int], float] = field(default_factory=dict)  # PS starts sending
     pull_done_s: dict[tuple[int, int], float] = field(default_factory=dict)  # (worker, layer)
     push_done_s: dict[tuple[int, int], float] = field(default_factory=dict)
     forward_done_s: dict[int, float] = field(default_factory=dict)
 
 
-def level_of(layer: int, layers: int, levels: int) -> int:
-    """Priority level of `layer` when `layers` tensors share `levels` classes: the
-    model's order (tags.forward_priority) cut into equal buckets."""
-    return min(levels - 1, tags.forward_priority(layer) * levels // layers)
+level_of = tags.level_of  # kept here too: the exchange's default tagging
 
 
 def _recv_exact(sock: socket.socket, size: int, buf: bytearray) -> None:
@@ -74,15 +72,21 @@ def _tos(sock: socket.socket, level: int | None) -> None:
 
 def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
         levels: int = 4, port: int = PORT, timeout_s: float = 120.0,
-        reverse_stagger_s: float = 0.0) -> list[Iteration]:
+        reverse_stagger_s: float = 0.0,
+        level_by_layer: list[int] | None = None) -> list[Iteration]:
     """Run `iterations` iterations of the exchange on a built topology (ps-0 and every
     worker of it) and return their timings. Raises TimeoutError past `timeout_s`.
     `reverse_stagger_s` > 0 makes the PS start later layers first, each that much
-    before the one below it: the worst send order, which only the classes can undo."""
+    before the one below it: the worst send order, which only the classes can undo.
+    `level_by_layer` (e.g. from tags.resolve) overrides the default level per layer."""
     ps = topo.pod("ps-0")
     workers = [p for p in topo.pods if p.role == "worker"]
     n_layers = len(layers)
-    level = [level_of(k, n_layers, levels) if tagged else None for k in range(n_layers)]
+    if level_by_layer is not None and len(level_by_layer) != n_layers:
+        raise ValueError(f"level_by_layer has {len(level_by_layer)} entries for "
+                         f"{n_layers} layers")
+    chosen = level_by_layer or [level_of(k, n_layers, levels) for k in range(n_layers)]
+    level = [chosen[k] if tagged else None for k in range(n_layers)]
     listeners, ps_socks, w_socks = [], {}, {}
     try:
         for w, pod in enumerate(workers):
@@ -150,6 +154,7 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
             start[it].wait()
             if reverse_stagger_s:
                 time.sleep((n_layers - 1 - k) * reverse_stagger_s)
+            records[it].pull_start_s[(w, k)] = time.monotonic() - t0[it]
             sock.sendall(memoryview(payload)[:size])
             _recv_exact(sock, size, buf)
             records[it].push_done_s[(w, k)] = time.monotonic() - t0[it]

@@ -26,22 +26,24 @@ def test_tagged_exchange_delivers_the_first_layer_first_even_when_sent_last():
                  "scheduling": {"policy": "cadentflow", "priorityLevels": 2}}})
     topo = topology.plan(job)
     network = build.build(topo, has_netem=False)
-    layers = [exchange.LayerLoad(f"l{k}", 300_000, 0.0, 0.0) for k in range(2)]
+    layers = [exchange.LayerLoad(f"l{k}", 1_000_000, 0.0, 0.0) for k in range(2)]
     try:
-        # The PS starts layer 1 first (20 ms ahead): only the classes can put layer 0 first.
+        # The PS starts layer 1 first (40 ms ahead): only the classes can put layer 0 first.
         fair = exchange.run(topo, layers, 1, tagged=False, levels=2,
-                            reverse_stagger_s=0.02)[0]
+                            reverse_stagger_s=0.04)[0]
         handle = enforce.apply(topo, job.spec.scheduling)
         try:
             tagged = exchange.run(topo, layers, 1, tagged=True, levels=2,
-                                  port=exchange.PORT + 1, reverse_stagger_s=0.02)[0]
+                                  port=exchange.PORT + 1, reverse_stagger_s=0.04)[0]
             counts = handle.counts()[topo.pod("ps-0").netns]
         finally:
             handle.detach()
     finally:
         network.destroy()
-    # 300 kB take 48 ms at 50 Mbit/s. Untagged, layer 1's head start puts it first;
-    # tagged, layer 0 overtakes it as soon as it starts.
-    assert fair.pull_done_s[(0, 0)] > fair.pull_done_s[(0, 1)]
-    assert tagged.pull_done_s[(0, 0)] < tagged.pull_done_s[(0, 1)]
+    # 1 MB takes 160 ms alone at 50 Mbit/s. Tagged, layer 0 overtakes layer 1 as soon
+    # as it starts; untagged, it shares the link with (or queues behind) layer 1, which
+    # has 750 kB left after its 40 ms head start: about 280 ms.
+    def took(it):
+        return it.pull_done_s[(0, 0)] - it.pull_start_s[(0, 0)]
+    assert took(tagged) < 0.215 < took(fair), (took(tagged), took(fair))
     assert counts[0][0] > 0 and counts[1][0] > 0
