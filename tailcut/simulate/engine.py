@@ -45,6 +45,7 @@ Policy = Literal["fair", "coflow", "cadentflow"]
 POLICIES: tuple[str, ...] = ("fair", "coflow", "cadentflow")
 PULL, PUSH = 0, 1
 _DONE_FRACTION = 1e-9
+_MAX_HOPS = 4  # longest path: NIC up, rack up, rack down, NIC down
 
 
 @dataclass
@@ -138,13 +139,18 @@ class Simulation:
         self._rng = np.random.default_rng(seed)
         self.caps = np.r_[fabric.capacities_byte(), np.inf]  # last: dummy padding link
         self.flows: list[Flow] = []
-        self.paths: list[tuple[int, ...]] = []
+        # Per-flow state the event loop works on, as arrays indexed by flow id.
+        self._arr: dict[str, np.ndarray] = {
+            "path": np.zeros((0, _MAX_HOPS), dtype=np.int64),
+            "rem": np.zeros(0), "size": np.zeros(0), "prio": np.zeros(0),
+            "deadline": np.zeros(0), "order": np.zeros(0),
+            "layer": np.zeros(0, dtype=np.int64), "conn": np.zeros(0, dtype=np.int64),
+            "coflow": np.zeros(0, dtype=np.int64)}
         self.now = 0.0
         self.events = 0
         self._pending: list[tuple[float, int]] = []   # (release time, flow id)
         self._timers: list[tuple[float, int, int, int, int]] = []  # (t, seq, job, worker, layer)
         self._seq = 0
-        self._active: list[int] = []
         self._owner = [job.ps_of_layer() for job in jobs]
         self._fwd_tags = [tagging.forward_deadlines_s([l.fwd_s for l in job.arch.layers])
                           for job in jobs]
@@ -162,8 +168,28 @@ class Simulation:
         flow.order = float(self._rng.random()) if self.tcp == "random" else flow.priority
         fid = len(self.flows)
         self.flows.append(flow)
-        self.paths.append(self.fabric.path(flow.src, flow.dst))
+        if fid == len(self._arr["rem"]):
+            self._grow()
+        a = self._arr
+        path = self.fabric.path(flow.src, flow.dst)
+        a["path"][fid] = len(self.caps) - 1
+        a["path"][fid, :len(path)] = path
+        a["rem"][fid] = a["size"][fid] = flow.size
+        a["prio"][fid] = flow.priority
+        a["deadline"][fid] = flow.deadline_s
+        a["order"][fid] = flow.order
+        a["layer"][fid] = flow.layer
+        a["conn"][fid] = (flow.job * self.fabric.nodes + flow.src) * self.fabric.nodes + flow.dst
+        a["coflow"][fid] = (flow.job * 1_000_003 + flow.iteration) * 2 + flow.phase
         heapq.heappush(self._pending, (flow.release_s, fid))
+
+    def _grow(self) -> None:
+        """Double the per-flow arrays (amortised O(1) per flow)."""
+        size = max(1024, 2 * len(self._arr["rem"]))
+        for name, old in self._arr.items():
+            new = np.zeros((size,) + old.shape[1:], dtype=old.dtype)
+            new[:len(old)] = old
+            self._arr[name] = new
 
     def _timer(self, t: float, job: int, worker: int, layer: int) -> None:
         self._seq += 1
@@ -235,40 +261,31 @@ class Simulation:
         self._close(j, t)
 
     # -- rates -----------------------------------------------------------------
-    def _rates(self, active: np.ndarray) -> np.ndarray:
-        kmax = 4
-        paths = np.full((len(active), kmax), len(self.caps) - 1, dtype=np.int64)
-        for row, fid in enumerate(active):
-            p = self.paths[fid]
-            paths[row, :len(p)] = p
+    def _rates(self, act: np.ndarray) -> np.ndarray:
+        """Rates of the active flows `act` (ids) under the policy, in bytes/s."""
+        a = self._arr
+        paths = a["path"][act]
         residual = self.caps.copy()
-        flows = [self.flows[f] for f in active]
         if self.policy == "fair" and self.tcp == "per-tensor":
             # Every message its own TCP flow, all open at once (gRPC streams).
             return allocate.max_min(paths, residual)
         if self.policy == "fair":
             # One TCP connection per (src, dst); only its head-of-line message moves.
-            rates = np.zeros(len(active))
-            heads: dict[tuple[int, int, int], int] = {}
-            for row, f in enumerate(flows):
-                conn = (f.job, f.src, f.dst)
-                best = heads.get(conn)
-                if best is None or (f.order, f.layer) < (flows[best].order, flows[best].layer):
-                    heads[conn] = row
-            rows = np.fromiter(heads.values(), dtype=np.int64)
-            rates[rows] = allocate.max_min(paths[rows], residual)
+            rates = np.zeros(len(act))
+            conn = a["conn"][act]
+            order = np.lexsort((a["layer"][act], a["order"][act], conn))
+            first = order[np.r_[True, conn[order][1:] != conn[order][:-1]]]
+            rates[first] = allocate.max_min(paths[first], residual)
             return rates
         if self.policy == "coflow":
-            coflow = np.array([(f.job * 1_000_003 + f.iteration) * 2 + f.phase for f in flows])
-            remaining = np.array([f.remaining for f in flows])
-            return allocate.madd(paths, remaining, coflow, residual)
+            return allocate.madd(paths, a["rem"][act], a["coflow"][act], residual)
         if self.tags == "priority":
-            key = np.array([f.priority for f in flows], dtype=float)
+            key = a["prio"][act]
         else:
             # Earliest deadline first. Flows with equal deadlines (a pass's pushes all
             # share the end of computation) form one max-min fair group: the deadline
             # gives no reason to order them, and ordering them can idle a link.
-            key = np.array([f.deadline_s for f in flows])
+            key = a["deadline"][act]
         return allocate.strict(paths, key, residual)
 
     # -- loop ------------------------------------------------------------------
@@ -277,17 +294,16 @@ class Simulation:
             self._iter[j] = 0
             job.iteration_s.clear()
             self._start_iteration(j, job.start_s)
-        active: list[int] = []
-        while active or self._pending or self._timers:
+        act = np.zeros(0, dtype=np.int64)
+        while len(act) or self._pending or self._timers:
             self.events += 1
             if self.events > max_events:
                 raise RuntimeError(f"simulation did not finish within {max_events} events")
-            ids = np.array(active, dtype=np.int64)
-            rates = self._rates(ids) if active else np.zeros(0)
-            remaining = np.array([self.flows[f].remaining for f in active])
+            rem = self._arr["rem"]
+            rates = self._rates(act) if len(act) else np.zeros(0)
             with np.errstate(divide="ignore", invalid="ignore"):
-                finish = np.where(rates > 0, remaining / rates, np.inf)
-            dt = float(finish.min()) if active else np.inf
+                finish = np.where(rates > 0, rem[act] / rates, np.inf)
+            dt = float(finish.min()) if len(act) else np.inf
             if self._pending:
                 dt = min(dt, self._pending[0][0] - self.now)
             if self._timers:
@@ -297,16 +313,15 @@ class Simulation:
                                    "and nothing else is due")
             dt = max(dt, 0.0)
             self.now += dt
-            still = []
-            for row, fid in enumerate(active):
-                flow = self.flows[fid]
-                flow.remaining -= rates[row] * dt
-                if flow.remaining <= _DONE_FRACTION * flow.size + 1e-6:
-                    flow.remaining = 0.0
-                    self._flow_done(fid, self.now)
-                else:
-                    still.append(fid)
-            active = still
+            if len(act):
+                rem[act] -= rates * dt
+                done = rem[act] <= _DONE_FRACTION * self._arr["size"][act] + 1e-6
+                for fid in act[done]:
+                    rem[fid] = 0.0
+                    self.flows[fid].remaining = 0.0
+                    self._flow_done(int(fid), self.now)
+                act = act[~done]
+            new = []
             while self._timers and self._timers[0][0] <= self.now + 1e-12:
                 _, _, j, w, k = heapq.heappop(self._timers)
                 if k < 0:
@@ -316,5 +331,9 @@ class Simulation:
             while self._pending and self._pending[0][0] <= self.now + 1e-12:
                 _, fid = heapq.heappop(self._pending)
                 self.flows[fid].start_s = self.now
-                active.append(fid)
+                new.append(fid)
+            if new:
+                act = np.r_[act, np.array(new, dtype=np.int64)]
+        for fid, flow in enumerate(self.flows):
+            flow.remaining = float(self._arr["rem"][fid])
         return Result(self.policy, self.jobs, self.flows, self.events)
