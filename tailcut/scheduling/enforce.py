@@ -53,6 +53,18 @@ def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
     return [float(by_level.get(level, 1.0)) for level in range(scheduling.priority_levels)]
 
 
+def check_runnable(scheduling: Scheduling) -> None:
+    """Refuse, before anything is built, a policy `tailcut run` cannot honour yet: its
+    training roles send the whole parameter vector as one untagged message, so
+    priority classes would change nothing and the run would look like a result."""
+    if scheduling.policy != "fair":
+        raise SpecError(
+            f"spec.scheduling.policy={scheduling.policy!r}: `tailcut run` does not tag the "
+            "training roles' traffic per tensor yet, so only 'fair' runs here; compare "
+            "policies on the testbed with bench/cadentflow_testbed.py or at scale with "
+            "`tailcut simulate` (docs/cadentflow.md)")
+
+
 def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
     """Add what `scheduling.policy` needs to every pod of a built topology."""
     result = Enforcement(scheduling.policy)

@@ -36,3 +36,9 @@ def test_hand_written_weights_become_one_weight_per_level():
 def test_no_weights_means_strict_priority():
     job = _job({"policy": "cadentflow", "flows": [{"layer": "W1", "priority": 0}]})
     assert enforce.weights_of(job.spec.scheduling) is None
+
+
+def test_tailcut_run_refuses_a_policy_it_cannot_honour_yet_and_accepts_fair():
+    enforce.check_runnable(_job({"policy": "fair"}).spec.scheduling)
+    with pytest.raises(SpecError, match="spec.scheduling.policy='cadentflow'.*only 'fair'"):
+        enforce.check_runnable(_job({"policy": "cadentflow"}).spec.scheduling)
