@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tailcut import spec  # noqa: E402
 from tailcut.net import build, topology  # noqa: E402
-from tailcut.scheduling import enforce, exchange  # noqa: E402
+from tailcut.scheduling import enforce, exchange, tags  # noqa: E402
 from tailcut.simulate import architectures, engine  # noqa: E402
 from tailcut.simulate import topology as simtopo  # noqa: E402
 
@@ -74,6 +74,11 @@ def main() -> int:
                              "uplink": {"bandwidth": args.rate}},
                  "scheduling": {"policy": "cadentflow", "priorityLevels": levels}}})
     loads = model(args.layers, args.layer_kbytes * 1000, args.fwd_ms / 1000)
+    # The job's tags: derived from the model by the spec's rules (one connection per
+    # tensor carries its pull and its push, so it takes the pull's level).
+    resolved = tags.resolve(job.spec.scheduling, [l.name for l in loads],
+                            [l.fwd_s for l in loads])
+    level_by_layer = [int(resolved[(l.name, "pull")].priority or 0) for l in loads]
     topo = topology.plan(job)
     network = build.build(topo, has_netem=False)
     times: dict[str, list[float]] = {"fair": [], "cadentflow": []}
@@ -86,7 +91,8 @@ def main() -> int:
                 try:
                     its = exchange.run(topo, loads, args.iterations,
                                        tagged=policy == "cadentflow", levels=levels,
-                                       port=exchange.PORT + r)
+                                       port=exchange.PORT + r,
+                                       level_by_layer=level_by_layer)
                 finally:
                     if handle is not None:
                         counts = handle.counts()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tailcut.net import netns
@@ -135,8 +136,8 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
     errors: list[BaseException] = []
     payload = bytes(max(l.bytes for l in layers))
 
-    def guarded(fn):  # type: ignore[no-untyped-def]
-        def body(*args):  # type: ignore[no-untyped-def]
+    def guarded(fn: Callable[..., None]) -> Callable[..., None]:
+        def body(*args: int) -> None:
             try:
                 fn(*args)
             except BaseException as err:  # reported by the coordinator

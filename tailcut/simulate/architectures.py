@@ -112,7 +112,7 @@ def _with_times(name: str, layers: list[Layer], batch: int, iteration_s: float,
 
 def vgg16(batch: int = 32) -> Architecture:
     b = _Builder(224, 3)
-    config = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+    config: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
               512, 512, 512, "M"]
     block, index = 1, 1
     for item in config:

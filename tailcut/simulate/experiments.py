@@ -19,6 +19,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tailcut.simulate import architectures, engine, topology
 
@@ -56,7 +57,7 @@ def _iteration_s(fabric: topology.Fabric, jobs: list[engine.Job], policy: str, t
 
 
 def single_app(models: Sequence[str], workers: Sequence[int], bandwidth_bit: Sequence[float],
-               compute_scale: Sequence[float] = (1.0,), inference: bool = False) -> list[dict]:
+               compute_scale: Sequence[float] = (1.0,), inference: bool = False) -> list[dict[str, Any]]:
     """One job of n workers and n PS on a star, for every combination given."""
     rows = []
     for name in models:
@@ -66,7 +67,7 @@ def single_app(models: Sequence[str], workers: Sequence[int], bandwidth_bit: Seq
             for n in workers:
                 for bw in bandwidth_bit:
                     fabric = topology.star(2 * n, bw)
-                    row: dict = {"workload": "inference" if inference else "training",
+                    row: dict[str, Any] = {"workload": "inference" if inference else "training",
                                  "model": name, "workers": n, "ps": n,
                                  "gbit": bw / 1e9, "compute_scale": scale,
                                  "compute_s": round(arch.compute_s, 6)}
@@ -80,7 +81,7 @@ def single_app(models: Sequence[str], workers: Sequence[int], bandwidth_bit: Seq
 
 
 def shared_link(models: Sequence[str], bandwidth_bit: float = 10e9,
-                compute_scale: Sequence[float] = (1.0,), iterations: int = 5) -> list[dict]:
+                compute_scale: Sequence[float] = (1.0,), iterations: int = 5) -> list[dict[str, Any]]:
     """Fig. 4: jobs A and B (8 workers + 8 PS each); A on rack 0, B on rack 1, and
     4 PS of each on rack 2, whose uplink (6 NICs) they share. Both start at once.
     Ratios are to the single job under deadline CadentFlow, as in the paper."""
@@ -93,7 +94,7 @@ def shared_link(models: Sequence[str], bandwidth_bit: float = 10e9,
             arch = scaled(architectures.get(name), scale)
             alone = _iteration_s(fabric, [engine.Job("a", arch, *a_nodes, iterations)],
                                  "cadentflow", "deadline", "ordered", 1)[0]
-            row: dict = {"workload": "two jobs, shared uplink", "model": name,
+            row: dict[str, Any] = {"workload": "two jobs, shared uplink", "model": name,
                          "workers": 8, "ps": 8, "gbit": bandwidth_bit / 1e9,
                          "compute_scale": scale, "alone_s": alone}
             for column, policy, tags, tcp in VARIANTS:
@@ -106,12 +107,12 @@ def shared_link(models: Sequence[str], bandwidth_bit: float = 10e9,
     return rows
 
 
-def _add_ratios(row: dict) -> None:
+def _add_ratios(row: dict[str, Any]) -> None:
     for column, *_ in VARIANTS[1:]:
         row[column + "_vs_tcp"] = row[column + "_s"] / row["tcp_s"]
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width table people can read in a terminal."""
     if not rows:
         return "(no rows)"
@@ -147,7 +148,7 @@ def format_headlines() -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in PAPER_HEADLINES)
 
 
-def write(rows: list[dict], out: Path, stem: str) -> None:
+def write(rows: list[dict[str, Any]], out: Path, stem: str) -> None:
     """rows as CSV and JSON under `out`."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{stem}.csv", "w", newline="") as handle:
