@@ -101,7 +101,7 @@ def main() -> int:
                 times[policy].append(median)
                 print(f"round {r}: {policy:>10} iteration {median * 1e3:7.1f} ms "
                       f"(median of {args.iterations})", flush=True)
-        ps_counts = counts[topo.pod("ps-0").netns]
+        ps_counts = counts[f"{topo.pod('ps-0').netns}/eth0"]
         print("PS egress packets per class in the last cadentflow round: " + ", ".join(
             f"{'default' if k is None else f'level {k}'} {v[0]}" for k, v in ps_counts.items()
             if v[0]))

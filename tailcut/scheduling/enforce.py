@@ -1,8 +1,11 @@
 """Enforce a job's scheduling policy on the testbed: priority classes on every pod.
 
-For `cadentflow`, every pod's eth0 egress gets the HTB priority classes of
+For `cadentflow`, every shaped egress gets the HTB priority classes of
 tailcut.net.shaping.plan_priorities (siblings of the default class under the link
-class) and the DSCP classifier of tailcut.datapath.classifier at clsact egress pref 2.
+class) and the DSCP classifier of tailcut.datapath.classifier at clsact egress pref 2:
+each pod's eth0 (pod -> rack), the rack's port towards each pod (rack -> pod: where
+several senders meet on the way to one receiver), and both ends of every uplink. The
+DSCP survives bridging and routing, so one tag is honoured at every hop.
 Senders then tag their sockets with classifier.tos_of(level). For `fair` nothing is
 added: every flow lands in the default class and TCP shares the link. (`coflow` on
 the testbed would need a central controller that paces each flow to its MADD rate; it
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tailcut.errors import SpecError
-from tailcut.net import netns, shaping
+from tailcut.net import naming, netns, shaping
 from tailcut.net.topology import Topology
 from tailcut.spec.model import Scheduling
 
@@ -37,7 +40,9 @@ class Enforcement:
     classifiers: list[object] = field(default_factory=list)
 
     def counts(self) -> dict[str, dict[Optional[int], tuple[int, int]]]:
-        return {c.netns: c.counts() for c in self.classifiers}  # type: ignore[attr-defined]
+        """Per "ns/ifname": packets and bytes per priority level (None = untagged)."""
+        return {f"{c.netns}/{c.ifname}": c.counts()  # type: ignore[attr-defined]
+                for c in self.classifiers}
 
     def detach(self) -> None:
         for c in self.classifiers:
@@ -75,14 +80,24 @@ def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
                         "fair and cadentflow; coflow runs in `tailcut simulate` only")
     from tailcut.datapath import classifier  # BCC loads only when a job asks for it
 
-    classes = shaping.plan_priorities(topo.access_link.bandwidth,
-                                      scheduling.priority_levels, weights_of(scheduling))
+    weights = weights_of(scheduling)
+    access = shaping.plan_priorities(topo.access_link.bandwidth,
+                                     scheduling.priority_levels, weights)
+    uplink = shaping.plan_priorities(topo.uplink.bandwidth, scheduling.priority_levels,
+                                     weights)
+    egresses: list[tuple[str, str, list[shaping.PrioClass]]] = []
+    for rack in topo.racks:
+        for pod in rack.pods:
+            egresses.append((pod.netns, POD_IFNAME, access))
+            egresses.append((rack.netns, naming.rack_port(pod.slot), access))
+        egresses.append((rack.netns, naming.RACK_UPLINK_IF, uplink))
+        egresses.append((topo.spine_netns, naming.spine_port(rack.index), uplink))
     try:
-        for pod in topo.pods:
-            with netns.ipr(pod.netns) as ipr:
-                shaping.apply_priorities(classes, ipr, POD_IFNAME)
-            result.classifiers.append(classifier.attach(pod.netns, POD_IFNAME))
-            result.applied[f"{pod.netns}/{POD_IFNAME}"] = shaping.describe_priorities(classes)
+        for ns, ifname, classes in egresses:
+            with netns.ipr(ns) as ipr:
+                shaping.apply_priorities(classes, ipr, ifname)
+            result.classifiers.append(classifier.attach(ns, ifname))
+            result.applied[f"{ns}/{ifname}"] = shaping.describe_priorities(classes)
     except BaseException:
         result.detach()
         raise

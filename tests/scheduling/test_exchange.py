@@ -35,7 +35,8 @@ def test_tagged_exchange_delivers_the_first_layer_first_even_when_sent_last():
         try:
             tagged = exchange.run(topo, layers, 1, tagged=True, levels=2,
                                   port=exchange.PORT + 1, reverse_stagger_s=0.04)[0]
-            counts = handle.counts()[topo.pod("ps-0").netns]
+            all_counts = handle.counts()
+            counts = all_counts[f"{topo.pod('ps-0').netns}/eth0"]
         finally:
             handle.detach()
     finally:
@@ -47,3 +48,8 @@ def test_tagged_exchange_delivers_the_first_layer_first_even_when_sent_last():
         return it.pull_done_s[(0, 0)] - it.pull_start_s[(0, 0)]
     assert took(tagged) < 0.215 < took(fair), (took(tagged), took(fair))
     assert counts[0][0] > 0 and counts[1][0] > 0
+    # The rack's port towards the worker saw the same tags (DSCP survives the bridge).
+    rack_port = all_counts[f"{topo.racks[0].netns}/p{topo.pod('worker-0').slot}"]
+    assert rack_port[0][0] > 0 and rack_port[1][0] > 0
+    # Pods, rack ports and both ends of the uplink: 2 pods x 2 + 2.
+    assert len(all_counts) == 6
