@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     crd.add_argument("--write", action="store_true",
                      help="write it to manifests/crd.yaml and the Helm chart's crds/")
     crd.set_defaults(handler=_crd)
+
+    from tailcut.simulate import cli as simulate_cli
+    simulate_cli.add_parser(sub)
     return parser
 
 

@@ -124,3 +124,79 @@ def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[o
             from tailcut.datapath import dropper  # BCC loads only when a link drops
             attached.append(dropper.attach(netns_name, ifname, op.loss))
     return attached
+
+
+# -- CadentFlow priority classes ----------------------------------------------------
+# Siblings of the default class 1:10 under the link class 1:1, one per priority level:
+#
+#   1:1  htb rate R ceil R                       (the link, as above)
+#   ├── 1:10 htb rate R/1000 ceil R prio 7       default, untagged traffic
+#   ├── 1:20 htb rate R/1000 ceil R prio 0       level 0 (most urgent)
+#   ├── 1:21 htb rate R/1000 ceil R prio 1       level 1
+#   ...
+#
+# HTB first gives every class its `rate`, then lends the rest of the link to the
+# classes of the lowest `prio` first: with tiny rates that is strict priority. With
+# weights the classes share one prio and rate = R * weight / sum(weights), so they
+# split the link by weight. The default class's rate drops from R to R/1000: a class
+# under its rate sends without asking its parent, so a full-rate 1:10 next to the
+# priority classes would let the pod send more than R.
+PRIORITY_CLASS_BASE = 0x20  # minor of level 0: 1:20 (ebpf/classifier.h: TAILCUT_CLASS_BASE)
+PRIORITY_FLOOR = 1000       # classes guarantee rate / PRIORITY_FLOOR each
+HTB_MAX_PRIO = 7
+
+
+@dataclass(frozen=True)
+class PrioClass:
+    """One HTB class of a priority level (level None = the default class 1:10)."""
+
+    level: int | None
+    classid: int
+    rate_bit: int
+    ceil_bit: int
+    prio: int
+
+    @property
+    def burst_bytes(self) -> int:
+        return Htb(self.ceil_bit).burst_bytes
+
+    @property
+    def quantum_bytes(self) -> int:
+        return max(MTU_BYTES, min(HTB_QUANTUM_MAX, self.rate_bit // 8 // 10))
+
+
+def plan_priorities(link_rate_bit: int, levels: int,
+                    weights: list[float] | None = None) -> list[PrioClass]:
+    """The classes for `levels` priority levels on a link of `link_rate_bit`, the
+    default class first. `weights` (one per level) turns strict priority into shares."""
+    if not 1 <= levels <= HTB_MAX_PRIO:
+        raise ValueError(f"levels={levels}: must be in 1..{HTB_MAX_PRIO} (HTB has 8 prio "
+                         "values and the default class keeps the last one)")
+    if weights is not None:
+        if len(weights) != levels or any(w <= 0 for w in weights):
+            raise ValueError(f"weights={weights}: need {levels} positive numbers, one per level")
+    floor = max(8_000, link_rate_bit // PRIORITY_FLOOR)
+    classes = [PrioClass(None, DEFAULT_CLASS, floor, link_rate_bit, HTB_MAX_PRIO)]
+    for level in range(levels):
+        if weights is None:
+            rate, prio = floor, level
+        else:
+            rate, prio = max(floor, int(link_rate_bit * weights[level] / sum(weights))), 0
+        classes.append(PrioClass(level, 0x10000 | (PRIORITY_CLASS_BASE + level), rate,
+                                 link_rate_bit, prio))
+    return classes
+
+
+def apply_priorities(classes: list[PrioClass], ipr: "IPRoute", ifname: str) -> None:
+    """Add (replace) the priority classes under 1:1 of `ifname`, whose HTB tree
+    `apply` built. Re-applying is harmless."""
+    index = ipr.link_lookup(ifname=ifname)[0]
+    for cls in classes:
+        ipr.tc("replace-class", "htb", index, cls.classid, parent=LINK_CLASS,
+               rate=f"{cls.rate_bit}bit", ceil=f"{cls.ceil_bit}bit", prio=cls.prio,
+               burst=cls.burst_bytes, cburst=cls.burst_bytes, quantum=cls.quantum_bytes)
+
+
+def describe_priorities(classes: list[PrioClass]) -> str:
+    return ", ".join(f"1:{c.classid & 0xFFFF:x} prio {c.prio} rate {c.rate_bit / 1e6:g} Mbit/s"
+                     for c in classes)

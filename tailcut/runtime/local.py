@@ -51,6 +51,8 @@ def run(job: TrainingJob, results_dir: Path,
     if os.geteuid() != 0:
         raise RunError("the local runtime needs root (it creates network namespaces); "
                        "run as root or through sudo")
+    from tailcut.scheduling import enforce  # CadentFlow (issue 6)
+    enforce.check_runnable(job.spec.scheduling)
     topo = topology.plan(job)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "logs").mkdir(exist_ok=True)

@@ -161,6 +161,69 @@ class Network(_Model):
         return racks
 
 
+SCHEDULING_POLICIES = ("fair", "coflow", "cadentflow")
+MAX_PRIORITY_LEVELS = 8   # HTB classes 1:20..1:27 per pod (tailcut.net.shaping)
+
+
+class FlowTag(_Model):
+    """CadentFlow tags of the flows that carry one tensor (a layer of the model)."""
+
+    layer: str = Field(description="tensor name as the model lists it (e.g. 'W1'), or '*'")
+    direction: Literal["pull", "push", "both"] = Field(
+        default="both", description="pull: PS -> worker (parameters); push: gradients")
+    priority: Optional[int] = Field(default=None, ge=0,
+                                    description="0 is the most urgent level")
+    deadline_ms: Optional[float] = Field(
+        default=None, ge=0.0, description="from the start of the pass the flow belongs to")
+    weight: Optional[float] = Field(
+        default=None, gt=0.0, le=1000.0,
+        description="share of the link among flows of equal priority (class rate)")
+
+
+class Scheduling(_Model):
+    """How the network treats the job's flows: the comparison switch of CadentFlow."""
+
+    policy: str = Field(default="fair",
+                        description="fair (TCP max-min), coflow (Varys MADD) or cadentflow")
+    objective: Literal["minCompletionTime", "minMaxDelay"] = Field(
+        default="minCompletionTime",
+        description="minCompletionTime: finish the last flow first subject to priorities; "
+                    "minMaxDelay: minimise the worst delay past the deadlines")
+    derive_tags: bool = Field(
+        default=True, description="derive tags from the model: forward pass earlier layers "
+        "first, backward by gradient readiness, deadlines from measured compute time")
+    priority_levels: int = Field(default=4, ge=1, le=MAX_PRIORITY_LEVELS,
+                                 description="priority classes per pod")
+    flows: list[FlowTag] = Field(default_factory=list,
+                                 description="hand-written tags; override derived ones")
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in SCHEDULING_POLICIES:
+            raise ValueError(f"unknown scheduling policy {value!r}; choose one of "
+                             f"{', '.join(SCHEDULING_POLICIES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _tags_fit(self) -> "Scheduling":
+        if self.flows and self.policy != "cadentflow":
+            raise ValueError(f"flows: per-flow tags need policy cadentflow (policy is "
+                             f"{self.policy!r}); remove them or set policy: cadentflow")
+        for i, tag in enumerate(self.flows):
+            if tag.priority is not None and tag.priority >= self.priority_levels:
+                raise ValueError(f"flows[{i}].priority: {tag.priority} is not a level of "
+                                 f"this job; priorityLevels={self.priority_levels} allows "
+                                 f"0..{self.priority_levels - 1}")
+            if tag.deadline_ms is not None and self.objective != "minMaxDelay":
+                raise ValueError(f"flows[{i}].deadlineMs: deadlines need objective "
+                                 "minMaxDelay (the objective is minCompletionTime)")
+            if tag.priority is None and tag.deadline_ms is None and tag.weight is None:
+                raise ValueError(f"flows[{i}]: a tag needs at least one of priority, "
+                                 "deadlineMs, weight")
+        return self
+
+
 class Metadata(BaseModel):
     """Kubernetes object metadata: only the name matters; the rest is kept as is."""
 
@@ -176,6 +239,7 @@ class JobSpec(_Model):
     transport: Transport = Field(default_factory=Transport)
     background_load: Optional[background.BackgroundLoad] = Field(
         default=None, description="other applications' traffic on the job's links (Locust)")
+    scheduling: Scheduling = Field(default_factory=Scheduling)
 
     def pod_names(self) -> list[str]:
         """Pods in creation order: parameter servers first, then workers, then the

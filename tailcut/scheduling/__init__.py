@@ -1,0 +1,1 @@
+"""Flow scheduling: CadentFlow tags and the testbed's enforcement of them."""

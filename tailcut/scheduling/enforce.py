@@ -1,0 +1,104 @@
+"""Enforce a job's scheduling policy on the testbed: priority classes on every pod.
+
+For `cadentflow`, every shaped egress gets the HTB priority classes of
+tailcut.net.shaping.plan_priorities (siblings of the default class under the link
+class) and the DSCP classifier of tailcut.datapath.classifier at clsact egress pref 2:
+each pod's eth0 (pod -> rack), the rack's port towards each pod (rack -> pod: where
+several senders meet on the way to one receiver), and both ends of every uplink. The
+DSCP survives bridging and routing, so one tag is honoured at every hop.
+Senders then tag their sockets with classifier.tos_of(level). For `fair` nothing is
+added: every flow lands in the default class and TCP shares the link. (`coflow` on
+the testbed would need a central controller that paces each flow to its MADD rate; it
+is simulated only, and `enforce` refuses it by name.)
+
+    handle = enforce.apply(topology, job.spec.scheduling)
+    ...
+    handle.counts()   # per pod: {level: (packets, bytes)}
+    handle.detach()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tailcut.errors import SpecError
+from tailcut.net import naming, netns, shaping
+from tailcut.net.topology import Topology
+from tailcut.spec.model import Scheduling
+
+POD_IFNAME = "eth0"
+
+
+@dataclass
+class Enforcement:
+    """What apply() attached; detach() removes the classifiers (classes go with the
+    namespaces)."""
+
+    policy: str
+    applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
+    classifiers: list[object] = field(default_factory=list)
+
+    def counts(self) -> dict[str, dict[Optional[int], tuple[int, int]]]:
+        """Per "ns/ifname": packets and bytes per priority level (None = untagged)."""
+        return {f"{c.netns}/{c.ifname}": c.counts()  # type: ignore[attr-defined]
+                for c in self.classifiers}
+
+    def detach(self) -> None:
+        for c in self.classifiers:
+            c.detach()  # type: ignore[attr-defined]
+
+
+def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
+    """Per-level weights from the hand-written tags (level -> weight), or None."""
+    by_level = {t.priority: t.weight for t in scheduling.flows
+                if t.weight is not None and t.priority is not None}
+    if not by_level:
+        return None
+    return [float(by_level.get(level, 1.0)) for level in range(scheduling.priority_levels)]
+
+
+def check_runnable(scheduling: Scheduling) -> None:
+    """Refuse, before anything is built, a policy `tailcut run` cannot honour yet: its
+    training roles send the whole parameter vector as one untagged message, so
+    priority classes would change nothing and the run would look like a result."""
+    if scheduling.policy != "fair":
+        raise SpecError(
+            f"spec.scheduling.policy={scheduling.policy!r}: `tailcut run` does not tag the "
+            "training roles' traffic per tensor yet, so only 'fair' runs here; compare "
+            "policies on the testbed with bench/cadentflow_testbed.py or at scale with "
+            "`tailcut simulate` (docs/cadentflow.md)")
+
+
+def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
+    """Add what `scheduling.policy` needs to every pod of a built topology."""
+    result = Enforcement(scheduling.policy)
+    if scheduling.policy == "fair":
+        return result
+    if scheduling.policy != "cadentflow":
+        raise SpecError(f"spec.scheduling.policy={scheduling.policy!r}: the testbed enforces "
+                        "fair and cadentflow; coflow runs in `tailcut simulate` only")
+    from tailcut.datapath import classifier  # BCC loads only when a job asks for it
+
+    weights = weights_of(scheduling)
+    access = shaping.plan_priorities(topo.access_link.bandwidth,
+                                     scheduling.priority_levels, weights)
+    uplink = shaping.plan_priorities(topo.uplink.bandwidth, scheduling.priority_levels,
+                                     weights)
+    egresses: list[tuple[str, str, list[shaping.PrioClass]]] = []
+    for rack in topo.racks:
+        for pod in rack.pods:
+            egresses.append((pod.netns, POD_IFNAME, access))
+            egresses.append((rack.netns, naming.rack_port(pod.slot), access))
+        egresses.append((rack.netns, naming.RACK_UPLINK_IF, uplink))
+        egresses.append((topo.spine_netns, naming.spine_port(rack.index), uplink))
+    try:
+        for ns, ifname, classes in egresses:
+            with netns.ipr(ns) as ipr:
+                shaping.apply_priorities(classes, ipr, ifname)
+            result.classifiers.append(classifier.attach(ns, ifname))
+            result.applied[f"{ns}/{ifname}"] = shaping.describe_priorities(classes)
+    except BaseException:
+        result.detach()
+        raise
+    return result

@@ -1,0 +1,203 @@
+"""A layer-by-layer PS exchange over real TCP between pod namespaces, tagged per layer.
+
+This is the testbed side of the CadentFlow comparison: one PS and n workers, one TCP
+connection per (worker, layer) so each tensor is its own flow (the per-tensor case of
+tailcut.simulate), carrying the layer's parameters PS -> worker (pull) and then its
+gradient worker -> PS (push). Per iteration a worker runs the forward pass layer by
+layer as the parameters arrive, then the backward pass in reverse, pushing each
+gradient when it is ready; the iteration ends when the PS has every gradient.
+
+Compute is emulated by sleeping each layer's forward/backward time (as the paper's
+simulation uses traced compute times); the bytes are real and cross the shaped veths.
+With `tagged=True` every socket carries IP_TOS of its layer's priority level (earlier
+layers first, tailcut.scheduling.tags), which the DSCP classifier turns into an HTB
+class; with `tagged=False` every flow shares the default class (TCP fair share).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tailcut.net import netns
+from tailcut.net.topology import Topology
+from tailcut.scheduling import tags
+
+PORT = 47000
+CHUNK = 1 << 16
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class LayerLoad:
+    """One tensor of the exchanged model: bytes each way and compute seconds."""
+
+    name: str
+    bytes: int
+    fwd_s: float
+    bwd_s: float
+
+
+@dataclass
+class Iteration:
+    """Times of one iteration, in seconds from its start."""
+
+    seconds: float
+    pull_start_s: dict[tuple[int, int], float] = field(default_factory=dict)  # PS starts sending
+    pull_done_s: dict[tuple[int, int], float] = field(default_factory=dict)  # (worker, layer)
+    push_done_s: dict[tuple[int, int], float] = field(default_factory=dict)
+    forward_done_s: dict[int, float] = field(default_factory=dict)
+
+
+level_of = tags.level_of  # kept here too: the exchange's default tagging
+
+
+def _recv_exact(sock: socket.socket, size: int, buf: bytearray) -> None:
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[:min(CHUNK, size - got)])
+        if n == 0:
+            raise ConnectionError("peer closed the connection mid-message")
+        got += n
+
+
+def _tos(sock: socket.socket, level: int | None) -> None:
+    if level is not None:
+        from tailcut.datapath import classifier
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, classifier.tos_of(level))
+
+
+def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
+        levels: int = 4, port: int = PORT, timeout_s: float = 120.0,
+        reverse_stagger_s: float = 0.0,
+        level_by_layer: list[int] | None = None) -> list[Iteration]:
+    """Run `iterations` iterations of the exchange on a built topology (ps-0 and every
+    worker of it) and return their timings. Raises TimeoutError past `timeout_s`.
+    `reverse_stagger_s` > 0 makes the PS start later layers first, each that much
+    before the one below it: the worst send order, which only the classes can undo.
+    `level_by_layer` (e.g. from tags.resolve) overrides the default level per layer."""
+    ps = topo.pod("ps-0")
+    workers = [p for p in topo.pods if p.role == "worker"]
+    n_layers = len(layers)
+    if level_by_layer is not None and len(level_by_layer) != n_layers:
+        raise ValueError(f"level_by_layer has {len(level_by_layer)} entries for "
+                         f"{n_layers} layers")
+    chosen = level_by_layer or [level_of(k, n_layers, levels) for k in range(n_layers)]
+    level = [chosen[k] if tagged else None for k in range(n_layers)]
+    listeners, ps_socks, w_socks = [], {}, {}
+    try:
+        for w, pod in enumerate(workers):
+            with netns.entered(pod.netns):
+                lst = socket.socket()
+                lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                lst.bind((pod.ip, port))
+                lst.listen(n_layers)
+                lst.settimeout(CONNECT_TIMEOUT_S)
+            listeners.append(lst)
+            for k in range(n_layers):
+                with netns.entered(ps.netns):
+                    s = socket.socket()
+                _tos(s, level[k])
+                s.settimeout(CONNECT_TIMEOUT_S)
+                s.connect((pod.ip, port))
+                s.sendall(k.to_bytes(4, "big"))
+                conn, _ = lst.accept()
+                conn.settimeout(None)
+                s.settimeout(None)
+                got = bytearray(4)
+                _recv_exact(conn, 4, got)
+                kk = int.from_bytes(got, "big")
+                _tos(conn, level[kk])
+                ps_socks[(w, k)] = s
+                w_socks[(w, kk)] = conn
+        return _iterate(layers, len(workers), iterations, ps_socks, w_socks, timeout_s,
+                        reverse_stagger_s)
+    finally:
+        for s in list(ps_socks.values()) + list(w_socks.values()) + listeners:
+            s.close()
+
+
+def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
+             ps_socks: dict[tuple[int, int], socket.socket],
+             w_socks: dict[tuple[int, int], socket.socket], timeout_s: float,
+             reverse_stagger_s: float) -> list[Iteration]:
+    n_layers = len(layers)
+    keys = [(w, k) for w in range(n_workers) for k in range(n_layers)]
+    start = [threading.Event() for _ in range(iterations)]
+    arrived = [{key: threading.Event() for key in keys} for _ in range(iterations)]
+    ready = [{key: threading.Event() for key in keys} for _ in range(iterations)]
+    finished = [threading.Semaphore(0) for _ in range(iterations)]
+    records = [Iteration(0.0) for _ in range(iterations)]
+    t0 = [0.0] * iterations
+    errors: list[BaseException] = []
+    payload = bytes(max(l.bytes for l in layers))
+
+    def guarded(fn: Callable[..., None]) -> Callable[..., None]:
+        def body(*args: int) -> None:
+            try:
+                fn(*args)
+            except BaseException as err:  # reported by the coordinator
+                errors.append(err)
+                for it in range(iterations):
+                    finished[it].release(len(keys))
+                    for ev in list(arrived[it].values()) + list(ready[it].values()) + [start[it]]:
+                        ev.set()
+        return body
+
+    @guarded
+    def ps_side(w: int, k: int) -> None:
+        sock, size, buf = ps_socks[(w, k)], layers[k].bytes, bytearray(layers[k].bytes)
+        for it in range(iterations):
+            start[it].wait()
+            if reverse_stagger_s:
+                time.sleep((n_layers - 1 - k) * reverse_stagger_s)
+            records[it].pull_start_s[(w, k)] = time.monotonic() - t0[it]
+            sock.sendall(memoryview(payload)[:size])
+            _recv_exact(sock, size, buf)
+            records[it].push_done_s[(w, k)] = time.monotonic() - t0[it]
+            finished[it].release()
+
+    @guarded
+    def worker_side(w: int, k: int) -> None:
+        sock, size, buf = w_socks[(w, k)], layers[k].bytes, bytearray(layers[k].bytes)
+        for it in range(iterations):
+            _recv_exact(sock, size, buf)
+            records[it].pull_done_s[(w, k)] = time.monotonic() - t0[it]
+            arrived[it][(w, k)].set()
+            ready[it][(w, k)].wait()
+            sock.sendall(memoryview(payload)[:size])
+
+    @guarded
+    def compute(w: int) -> None:
+        for it in range(iterations):
+            for k, layer in enumerate(layers):
+                arrived[it][(w, k)].wait()
+                time.sleep(layer.fwd_s)
+            records[it].forward_done_s[w] = time.monotonic() - t0[it]
+            for k in range(n_layers - 1, -1, -1):
+                time.sleep(layers[k].bwd_s)
+                ready[it][(w, k)].set()
+
+    threads = [threading.Thread(target=ps_side, args=key, daemon=True) for key in keys]
+    threads += [threading.Thread(target=worker_side, args=key, daemon=True) for key in keys]
+    threads += [threading.Thread(target=compute, args=(w,), daemon=True)
+                for w in range(n_workers)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout_s
+    for it in range(iterations):
+        t0[it] = time.monotonic()
+        start[it].set()
+        for _ in keys:
+            if not finished[it].acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"iteration {it} did not finish within {timeout_s} s")
+        if errors:
+            raise errors[0]
+        records[it].seconds = time.monotonic() - t0[it]
+    for t in threads:
+        t.join(timeout=5.0)
+    return records

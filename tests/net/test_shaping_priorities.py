@@ -1,0 +1,36 @@
+"""The plan of CadentFlow priority classes (pure; no root)."""
+
+import pytest
+
+from tailcut.net import shaping
+
+
+def test_strict_priority_classes_get_tiny_rates_full_ceil_and_their_level_as_prio():
+    classes = shaping.plan_priorities(100_000_000, 3)
+    default, *levels = classes
+    assert default.classid == shaping.DEFAULT_CLASS and default.prio == 7
+    assert [c.classid for c in levels] == [0x10020, 0x10021, 0x10022]
+    assert [c.prio for c in levels] == [0, 1, 2]
+    assert all(c.ceil_bit == 100_000_000 and c.rate_bit == 100_000 for c in classes)
+
+
+def test_weights_become_class_rates_at_one_prio():
+    _, a, b = shaping.plan_priorities(90_000_000, 2, weights=[2.0, 1.0])
+    assert (a.rate_bit, b.rate_bit) == (60_000_000, 30_000_000)
+    assert a.prio == b.prio == 0
+
+
+def test_the_classifier_and_the_plan_agree_on_class_minors():
+    from tailcut.datapath import classifier
+    classes = shaping.plan_priorities(10**9, 4)
+    assert [c.classid & 0xFFFF for c in classes[1:]] == \
+        [classifier.class_minor(level) for level in range(4)]
+
+
+@pytest.mark.parametrize("levels, weights, field", [
+    (0, None, "levels=0"), (8, None, "levels=8"), (2, [1.0], "weights=\\[1.0\\]"),
+    (2, [1.0, 0.0], "weights="),
+])
+def test_bad_levels_or_weights_are_refused_by_name(levels, weights, field):
+    with pytest.raises(ValueError, match=field):
+        shaping.plan_priorities(10**9, levels, weights)

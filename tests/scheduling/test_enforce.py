@@ -1,0 +1,44 @@
+"""Enforcement of the scheduling policy: what it refuses and how weights map to levels."""
+
+import pytest
+
+from tailcut import spec
+from tailcut.errors import SpecError
+from tailcut.net import topology
+from tailcut.scheduling import enforce
+
+
+def _job(scheduling: dict) -> spec.TrainingJob:
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "cf-enforce"},
+                           "spec": {"scheduling": scheduling}})
+
+
+def test_fair_adds_nothing_to_any_pod():
+    job = _job({"policy": "fair"})
+    handle = enforce.apply(topology.plan(job), job.spec.scheduling)
+    assert handle.classifiers == [] and handle.applied == {}
+
+
+def test_coflow_is_refused_on_the_testbed_with_the_field_named():
+    job = _job({"policy": "coflow"})
+    with pytest.raises(SpecError, match="spec.scheduling.policy='coflow'.*simulate"):
+        enforce.apply(topology.plan(job), job.spec.scheduling)
+
+
+def test_hand_written_weights_become_one_weight_per_level():
+    job = _job({"policy": "cadentflow", "priorityLevels": 3,
+                "flows": [{"layer": "W1", "priority": 0, "weight": 3},
+                          {"layer": "b1", "priority": 2, "weight": 0.5}]})
+    assert enforce.weights_of(job.spec.scheduling) == [3.0, 1.0, 0.5]
+
+
+def test_no_weights_means_strict_priority():
+    job = _job({"policy": "cadentflow", "flows": [{"layer": "W1", "priority": 0}]})
+    assert enforce.weights_of(job.spec.scheduling) is None
+
+
+def test_tailcut_run_refuses_a_policy_it_cannot_honour_yet_and_accepts_fair():
+    enforce.check_runnable(_job({"policy": "fair"}).spec.scheduling)
+    with pytest.raises(SpecError, match="spec.scheduling.policy='cadentflow'.*only 'fair'"):
+        enforce.check_runnable(_job({"policy": "cadentflow"}).spec.scheduling)
