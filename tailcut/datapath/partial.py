@@ -86,9 +86,12 @@ def load(*, port: int, job: int, p: float, stride: int) -> bcc.Program:
 class Counter:
     """The counter attached to one interface; events, per-message state and verdicts."""
 
-    def __init__(self, program: bcc.Program, ifname: str, ifindex: int, mode: Mode,
-                 netns_name: str | None) -> None:
+    def __init__(self, program: bcc.Program, ipr: IPRoute, ifname: str, ifindex: int,
+                 mode: Mode, netns_name: str | None) -> None:
         self.program = program
+        # A netlink socket stays in the namespace it was opened in: detach() works from
+        # any thread, whichever namespace that thread is in.
+        self._ipr = ipr
         self.ifname = ifname
         self.ifindex = ifindex
         self.mode = mode
@@ -156,13 +159,12 @@ class Counter:
             return
         self._attached = False
         try:
-            with _ipr(self.netns) as ipr:
-                _set_xdp(ipr, self.ifindex, -1, self.mode)
-        except (NetlinkError, DatapathError) as err:
-            code = getattr(err, "code", None)
-            if code not in _GONE and not isinstance(err, DatapathError):
+            _set_xdp(self._ipr, self.ifindex, -1, self.mode)
+        except NetlinkError as err:
+            if err.code not in _GONE:  # gone with its namespace: nothing left to detach
                 raise DatapathError(f"cannot detach XDP from {self.ifname}: {err}") from err
         finally:
+            self._ipr.close()
             self.program.close()
 
     def __enter__(self) -> Counter:
@@ -192,27 +194,29 @@ def attach(ifname: str, *, port: int, job: int, p: float, stride: int,
     if mode not in XDP_FLAGS:
         raise ValueError(f"mode={mode!r}: must be one of {sorted(XDP_FLAGS)}")
     program = load(port=port, job=job, p=p, stride=stride)
+    ipr = None
     try:
-        with _ipr(netns_name) as ipr:
-            found = ipr.link_lookup(ifname=ifname)
-            if not found:
-                raise DatapathError(f"no interface {ifname} in "
-                                    f"{netns_name or 'this network namespace'}")
-            index = int(found[0])
-            if ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED"):
-                raise DatapathError(f"{ifname} already has an XDP program; detach it first "
-                                    "(one bounded-loss receiver per interface)")
-            try:
-                _set_xdp(ipr, index, program.fds[FUNCTION], mode)
-            except NetlinkError as err:
-                raise DatapathError(f"cannot attach XDP to {ifname} in {mode} mode: {err} "
-                                    "(`tailcut doctor` says which modes work)") from err
-            got = ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED")
-            if got != XDP_ATTACHED[mode]:
-                _set_xdp(ipr, index, -1, mode)
-                raise DatapathError(f"asked for {mode} XDP on {ifname}; the kernel reports {got}")
-        return Counter(program, ifname, index, mode, netns_name)
+        ipr = _ipr(netns_name)
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise DatapathError(f"no interface {ifname} in "
+                                f"{netns_name or 'this network namespace'}")
+        index = int(found[0])
+        if ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED"):
+            raise DatapathError(f"{ifname} already has an XDP program; detach it first "
+                                "(one bounded-loss receiver per interface)")
+        try:
+            _set_xdp(ipr, index, program.fds[FUNCTION], mode)
+        except NetlinkError as err:
+            raise DatapathError(f"cannot attach XDP to {ifname} in {mode} mode: {err} "
+                                "(`tailcut doctor` says which modes work)") from err
+        got = ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED")
+        if got != XDP_ATTACHED[mode]:
+            _set_xdp(ipr, index, -1, mode)
+            raise DatapathError(f"asked for {mode} XDP on {ifname}; the kernel reports {got}")
+        return Counter(program, ipr, ifname, index, mode, netns_name)
     except BaseException:
+        if ipr is not None:
+            ipr.close()
         program.close()
         raise
-
