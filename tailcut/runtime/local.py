@@ -128,8 +128,29 @@ def _role_config(job: TrainingJob, pod: Pod, ps_pod: Pod, results_dir: Path) -> 
         num_workers=job.spec.replicas.workers, model=t.model, batch_size=t.batch_size,
         learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
         target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
-        transport={"type": job.spec.transport.type}, results_dir=str(results_dir),
+        transport=transport_options(job, pod), results_dir=str(results_dir),
         timeout_s=t.timeout_s)
+
+
+def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
+    """The role's transport options from the spec (transports.get takes them).
+
+    Datagram transports pace their senders: unless the spec sets rateMbit, the PS
+    sends at its access link's rate (to one worker at a time) and each worker at an
+    equal share of it, since under BSP all workers push to the PS's link at once."""
+    t = job.spec.transport
+    options: dict[str, Any] = {"type": t.type}
+    if t.type in ("udp", "bounded-loss"):
+        link_mbit = job.spec.network.access_link.bandwidth / 1e6
+        share = link_mbit if pod.role == "ps" else link_mbit / job.spec.replicas.workers
+        options.update(job=job.name, rate_mbit=t.rate_mbit or share, seed=job.spec.training.seed
+                       + pod.index + (0 if pod.role == "ps" else 1))
+    if t.type == "bounded-loss":
+        options.update(p=t.p, xdp_mode=t.xdp_mode)
+    if t.type == "app-drop":
+        options.update(p=t.p, seed=job.spec.training.seed + pod.index
+                       + (0 if pod.role == "ps" else 1))
+    return options
 
 
 def _watch(job: TrainingJob, ps: subprocess.Popen[bytes],
