@@ -41,6 +41,13 @@ MAGIC = b"TCBC"
 HEADER = struct.Struct("!4sBBHIiiIQI")
 # A NACK lists at most every slot of the largest message (8192 u32s = 32 KiB).
 MAX_EXTRA = 1 << 16
+# TCP_RTO_MIN_US (Linux 6.16+; Python does not name it). A lost control frame is a lone
+# small segment: no duplicate ACKs, so only a timer recovers it, and by default that
+# is the 200 ms minimum RTO (or a tail loss probe padded by the 200 ms delayed-ACK
+# allowance). Every message waits on its BEGIN and DONE, so the channel asks for a
+# 5 ms floor (the kernel rounds it up to whole jiffies).
+TCP_RTO_MIN_US = 45
+CONTROL_RTO_MIN_US = 5000
 
 
 class FrameType(enum.IntEnum):
@@ -78,6 +85,11 @@ class Channel:
         self.peer = peer
         self._send_lock = threading.Lock()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, CONTROL_RTO_MIN_US)
+            self.rto_min_us: int | None = sock.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US)
+        except OSError:  # an older kernel: lost control frames cost up to 200 ms
+            self.rto_min_us = None
 
     def send(self, frame: Frame) -> None:
         data = frame.encode()

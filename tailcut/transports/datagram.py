@@ -37,6 +37,7 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -329,6 +330,14 @@ class DatagramTransport(base.Transport):
         with self._lock:
             if self._by_peer.get(conn.peer_id) is conn:
                 del self._by_peer[conn.peer_id]
+
+    def gather(self, conns: Sequence[base.Connection],
+               timeout_s: float | None) -> list[Message]:
+        """One message from each connection. No reader threads needed: the receive
+        threads complete (and time-stamp) messages in the background, recv only
+        collects them."""
+        deadline = base.deadline_after(timeout_s)
+        return [c.recv(base.remaining(deadline)) for c in conns]
 
     def close(self) -> None:
         super().close()
