@@ -18,8 +18,11 @@ interface (and the program with it) goes when the runtime removes the pod's name
 from __future__ import annotations
 
 import errno
+import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -86,12 +89,12 @@ def load(*, port: int, job: int, p: float, stride: int) -> bcc.Program:
 class Counter:
     """The counter attached to one interface; events, per-message state and verdicts."""
 
-    def __init__(self, program: bcc.Program, ipr: IPRoute, ifname: str, ifindex: int,
+    def __init__(self, program: bcc.Program, ns_fd: int, ifname: str, ifindex: int,
                  mode: Mode, netns_name: str | None) -> None:
         self.program = program
-        # A netlink socket stays in the namespace it was opened in: detach() works from
-        # any thread, whichever namespace that thread is in.
-        self._ipr = ipr
+        # The namespace the counter was attached in, held open: detach() may run in
+        # another thread, in another namespace (pyroute2 binds netlink per thread).
+        self._ns_fd = ns_fd
         self.ifname = ifname
         self.ifindex = ifindex
         self.mode = mode
@@ -159,12 +162,13 @@ class Counter:
             return
         self._attached = False
         try:
-            _set_xdp(self._ipr, self.ifindex, -1, self.mode)
+            with _inside(self._ns_fd), IPRoute() as ipr:
+                _set_xdp(ipr, self.ifindex, -1, self.mode)
         except NetlinkError as err:
             if err.code not in _GONE:  # gone with its namespace: nothing left to detach
                 raise DatapathError(f"cannot detach XDP from {self.ifname}: {err}") from err
         finally:
-            self._ipr.close()
+            os.close(self._ns_fd)
             self.program.close()
 
     def __enter__(self) -> Counter:
@@ -174,13 +178,28 @@ class Counter:
         self.detach()
 
 
-def _ipr(netns_name: str | None) -> IPRoute:
-    if netns_name is None:
-        return IPRoute()
+@contextmanager
+def _inside(ns_fd: int) -> Iterator[None]:
+    """Run the body with the calling thread in the namespace open at ``ns_fd``."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        return netns.ipr(netns_name)
-    except Exception as err:  # NetError: the namespace is gone
-        raise DatapathError(f"network namespace {netns_name}: {err}") from err
+        netns.setns_fd(ns_fd)
+        try:
+            yield
+        finally:
+            netns.setns_fd(home)
+    finally:
+        os.close(home)
+
+
+def _namespace_fd(netns_name: str | None) -> int:
+    """An open fd of ``netns_name``, or of the calling thread's namespace."""
+    if netns_name is None:
+        return os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        return netns.enter_fd(netns_name)
+    except FileNotFoundError as err:
+        raise DatapathError(f"network namespace {netns_name} does not exist") from err
 
 
 def _set_xdp(ipr: IPRoute, index: int, fd: int, mode: Mode) -> None:
@@ -194,29 +213,31 @@ def attach(ifname: str, *, port: int, job: int, p: float, stride: int,
     if mode not in XDP_FLAGS:
         raise ValueError(f"mode={mode!r}: must be one of {sorted(XDP_FLAGS)}")
     program = load(port=port, job=job, p=p, stride=stride)
-    ipr = None
+    ns_fd = -1
     try:
-        ipr = _ipr(netns_name)
-        found = ipr.link_lookup(ifname=ifname)
-        if not found:
-            raise DatapathError(f"no interface {ifname} in "
-                                f"{netns_name or 'this network namespace'}")
-        index = int(found[0])
-        if ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED"):
-            raise DatapathError(f"{ifname} already has an XDP program; detach it first "
-                                "(one bounded-loss receiver per interface)")
-        try:
-            _set_xdp(ipr, index, program.fds[FUNCTION], mode)
-        except NetlinkError as err:
-            raise DatapathError(f"cannot attach XDP to {ifname} in {mode} mode: {err} "
-                                "(`tailcut doctor` says which modes work)") from err
-        got = ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED")
-        if got != XDP_ATTACHED[mode]:
-            _set_xdp(ipr, index, -1, mode)
-            raise DatapathError(f"asked for {mode} XDP on {ifname}; the kernel reports {got}")
-        return Counter(program, ipr, ifname, index, mode, netns_name)
+        ns_fd = _namespace_fd(netns_name)
+        with _inside(ns_fd), IPRoute() as ipr:
+            found = ipr.link_lookup(ifname=ifname)
+            if not found:
+                raise DatapathError(f"no interface {ifname} in "
+                                    f"{netns_name or 'this network namespace'}")
+            index = int(found[0])
+            if ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED"):
+                raise DatapathError(f"{ifname} already has an XDP program; detach it first "
+                                    "(one bounded-loss receiver per interface)")
+            try:
+                _set_xdp(ipr, index, program.fds[FUNCTION], mode)
+            except NetlinkError as err:
+                raise DatapathError(f"cannot attach XDP to {ifname} in {mode} mode: {err} "
+                                    "(`tailcut doctor` says which modes work)") from err
+            got = ipr.get_links(index)[0].get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED")
+            if got != XDP_ATTACHED[mode]:
+                _set_xdp(ipr, index, -1, mode)
+                raise DatapathError(f"asked for {mode} XDP on {ifname}; the kernel reports "
+                                    f"{got}")
+        return Counter(program, ns_fd, ifname, index, mode, netns_name)
     except BaseException:
-        if ipr is not None:
-            ipr.close()
+        if ns_fd >= 0:
+            os.close(ns_fd)
         program.close()
         raise

@@ -617,11 +617,20 @@ class DatagramTransport(base.Transport):
             rx.conn.inbox.put((msg, record))
 
     def _event_loop(self) -> None:
+        next_sweep = 0.0
         while self._running:
             counter = self.counter
             if counter is None:
                 return
             events = counter.poll(50)
+            if time.monotonic() >= next_sweep:
+                # Packets still in flight after DONE (the sender stops a little late)
+                # re-create a finished message's entry: free those again.
+                with self._lock:
+                    stale = [m for m in counter.messages() if m in self._finished]
+                for m in stale:
+                    counter.forget(m, self.job_id)
+                next_sweep = time.monotonic() + 0.1
             done: list[_Done] = []
             with self._lock:
                 for ev in events:
