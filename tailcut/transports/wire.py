@@ -15,9 +15,10 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import re
+import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -93,6 +94,16 @@ def field_names() -> list[str]:
     return [name for name, _ in header_type()._fields_]
 
 
+def _struct() -> struct.Struct:
+    """A struct.Struct with the ctypes view's layout (parsing is ~5x faster with it)."""
+    codes = {1: "B", 2: "H", 4: "I", 8: "Q"}
+    fmt = ">" + "".join(codes[ctypes.sizeof(t)] for _, t in header_type()._fields_)
+    unpacker = struct.Struct(fmt)
+    if unpacker.size != ctypes.sizeof(header_type()):  # the view has padding: never here
+        raise RuntimeError(f"struct {STRUCT} has padding; wire.py assumes none")
+    return unpacker
+
+
 MAGIC = const("MAGIC")
 VERSION = const("VERSION")
 F_RETX = const("F_RETX")
@@ -100,6 +111,7 @@ F_LAST = const("F_LAST")
 FLAGS = const("FLAGS")
 HEADER_BYTES = header_bytes()
 DATA_KINDS = frozenset({int(base.Kind.PUSH), int(base.Kind.PARAMS)})
+_UNPACK = _struct()
 
 
 def elements_per_packet(mtu: int = DEFAULT_MTU) -> int:
@@ -115,9 +127,25 @@ def job_id(job: str) -> int:
     return int.from_bytes(hashlib.sha256(job.encode()).digest()[:4], "big")
 
 
-@dataclass(frozen=True)
-class Packet:
-    """One parsed datagram. ``values`` is a read-only view into the datagram."""
+class _Fields(NamedTuple):
+    """The header's fields in order (checked against the ctypes view by a test)."""
+
+    magic: int
+    version: int
+    flags: int
+    kind: int
+    reserved: int
+    job: int
+    message: int
+    seq: int
+    start: int
+    end: int
+    total: int
+
+
+class Packet(NamedTuple):
+    """One parsed datagram. ``values`` is a read-only view into the datagram. (A named
+    tuple, not a dataclass: the receiver builds one per packet, ~90k a second.)"""
 
     flags: int
     kind: int
@@ -170,7 +198,7 @@ def parse(data: bytes | bytearray | memoryview,
     view = memoryview(data).cast("B")
     if len(view) < HEADER_BYTES:
         raise BadPacket(f"truncated: {len(view)} bytes, the header alone is {HEADER_BYTES}")
-    h = header_type().from_buffer_copy(view[:HEADER_BYTES])
+    h = _Fields(*_UNPACK.unpack_from(view))
     if h.magic != MAGIC:
         raise BadPacket(f"magic: {h.magic:#010x}, expected {MAGIC:#010x} (\"TCLB\")")
     if h.version != VERSION:

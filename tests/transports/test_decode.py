@@ -86,7 +86,8 @@ def test_a_tcpdump_capture_of_a_live_message_decodes(tmp_path: Path, capsys) -> 
                                      "udp", "port", "47300"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            time.sleep(1.0)  # tcpdump needs a moment before it captures
+            # tcpdump says "listening on eth0" on stderr once it captures.
+            assert b"listening on" in dump.stderr.readline()
             with pair("bounded-loss", 47300, lambda: netns.entered(link.receiver),
                       lambda: netns.entered(link.sender), host=RECEIVER_IP, p=1.0,
                       job="bl-decode") as (_, s, _client, c):

@@ -123,3 +123,8 @@ def test_fuzzed_headers_are_accepted_only_when_every_field_is_consistent(
     assert fields["kind"] in wire.DATA_KINDS
     assert p.start < p.end <= p.total <= 10_000
     assert payload_bytes == 4 * (p.end - p.start) == p.values.nbytes
+
+
+def test_the_fast_parser_reads_fields_in_the_header_order() -> None:
+    assert list(wire._Fields._fields) == wire.field_names()
+    assert wire._UNPACK.size == wire.HEADER_BYTES
