@@ -11,8 +11,12 @@ directions; datagram senders pace at 1 Gbit/s / 4 (their share of the PS's link)
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
-from bench import bl_net
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bl_net  # noqa: E402
 
 ELEMENTS = 1 << 20  # 4 MiB of float32
 TRANSPORTS = {

@@ -11,8 +11,12 @@ event (the crossing packet), both CLOCK_MONOTONIC. Medians over --runs runs. Roo
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
-from bench import bl_net
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bl_net  # noqa: E402
 
 ELEMENTS = 1 << 20
 LINK_BIT = 1e9
