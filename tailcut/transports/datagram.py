@@ -35,6 +35,7 @@ import ctypes
 import logging
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 # <asm-generic/socket.h>; Python 3.11 does not export the FORCE variants.
 _BUFFER_OPTS = {33: socket.SO_RCVBUF, 32: socket.SO_SNDBUF}  # FORCE -> plain
 SOCKET_BUFFER_BYTES = 32 << 20
+SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; also the SCM type of the timestamp
+_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
 ETH_BYTES = 14  # what HTB counts on top of the IP packet
 BURST_PACKETS = 16  # packets sent between two checks of the clock and of DONE
 MAX_SLOTS = wire.const("MAX_SLOTS")
@@ -81,8 +84,8 @@ class _Rx:
     wire_bytes: int = 0
     fired: bool = False
     event_ns: int = 0
-    end_at: float | None = None  # when the last END arrived (None: no pass pending)
-    last_at: float = 0.0  # when the last packet of this message was read
+    end_at: float | None = None  # monotonic time the last END was read (None: no pass)
+    end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
     begun_ns: int = field(default_factory=time.monotonic_ns)
 
 
@@ -180,7 +183,7 @@ class DatagramTransport(base.Transport):
     bounded = False
 
     def __init__(self, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
-                 rate_mbit: float | None = None, end_grace_ms: float = 5.0,
+                 rate_mbit: float | None = None, end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None) -> None:
         super().__init__()
         if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and rate_mbit > 0):
@@ -206,6 +209,7 @@ class DatagramTransport(base.Transport):
         self._threads: list[threading.Thread] = []
         self._running = False
         self._pace_bit: float | None = None
+        self._read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of the last datagram read
         self.counter: Any = None  # tailcut.datapath.partial.Counter when XDP is on
         self.stats: collections.Counter[str] = collections.Counter()
         self.completions: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
@@ -298,6 +302,8 @@ class DatagramTransport(base.Transport):
         except OSError as err:
             udp.close()
             raise base.TransportError(f"cannot bind UDP {host}:{port}: {err.strerror}") from err
+        # Kernel receive timestamps tell the receive loop how far it has read (see _sweep).
+        udp.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         udp.settimeout(0.002)
         self._udp = udp
 
@@ -448,6 +454,7 @@ class DatagramTransport(base.Transport):
                 rx = self._rx.get(frame.message)
                 if rx is not None and rx.conn is conn:
                     rx.end_at = time.monotonic()
+                    rx.end_ns = time.time_ns()
         elif frame.type in (FrameType.DONE, FrameType.NACK):
             tx = conn.tx.get(frame.message)
             if tx is not None:
@@ -490,15 +497,24 @@ class DatagramTransport(base.Transport):
         view = memoryview(buf)
         udp = self._udp
         assert udp is not None
+        ancillary = socket.CMSG_SPACE(_TIMESPEC.size)
         next_sweep = 0.0
         while self._running:
             done: list[_Done] = []
             try:
-                n, addr = udp.recvfrom_into(buf)
+                n, anc, _flags, addr = udp.recvmsg_into([buf], ancillary)
             except TimeoutError:
                 n = -1
+                # The socket is empty: everything that arrived until now has been read.
+                self._read_up_to_ns = time.time_ns()
             except OSError:
                 break  # closed
+            else:
+                for level, kind, data in anc:
+                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS \
+                            and len(data) >= _TIMESPEC.size:
+                        sec, nsec = _TIMESPEC.unpack_from(data)
+                        self._read_up_to_ns = sec * 1_000_000_000 + nsec
             now = time.monotonic()
             with self._lock:
                 if n >= 0:
@@ -552,7 +568,6 @@ class DatagramTransport(base.Transport):
         rx.mask[pkt.start:pkt.end] = True
         rx.count += pkt.elements
         rx.wire_bytes += len(data)
-        rx.last_at = time.monotonic()
         self.stats["accepted"] += 1
         self._check(rx, done)
 
@@ -576,9 +591,13 @@ class DatagramTransport(base.Transport):
         """Passes that ended: complete (udp, or p without an XDP event) or NACK. Holds
         self._lock."""
         for rx in list(self._rx.values()):
-            # A pass is over once END is in and no packet of it was read for the grace
-            # time: while the socket still holds a backlog, its packets keep coming.
-            if rx.end_at is None or now - max(rx.end_at, rx.last_at) < self.end_grace_s:
+            # A pass is drained once the socket has been read up to END's arrival: the
+            # sender sent END after the pass's last packet, over the same FIFO path, so
+            # a datagram that reached the kernel after END was read means every packet
+            # of the pass that survived has been read too. The grace covers reordering
+            # between CPUs.
+            if rx.end_at is None or self._read_up_to_ns < rx.end_ns \
+                    or now - rx.end_at < self.end_grace_s:
                 continue
             rx.end_at = None
             if not self.bounded or rx.count >= rx.threshold:
@@ -657,7 +676,7 @@ class BoundedLossTransport(DatagramTransport):
 
     def __init__(self, p: float = 0.9, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
                  rate_mbit: float | None = None, xdp: bool = True,
-                 xdp_mode: str = "generic", end_grace_ms: float = 5.0,
+                 xdp_mode: str = "generic", end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None) -> None:
         super().__init__(job=job, mtu=mtu, rate_mbit=rate_mbit, end_grace_ms=end_grace_ms,
                          max_elements=max_elements, seed=seed)

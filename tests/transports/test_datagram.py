@@ -176,12 +176,12 @@ def test_hostile_datagrams_do_not_crash_the_receiver_or_corrupt_a_message() -> N
         # p = 1: everything arrived, and the forged 1e30s never overwrote a value.
         assert msg.mask is None and np.array_equal(msg.values, VECTOR)
         st = server.stats
-        assert st["bad_packet"] >= 3 * 200 and st["unknown_job"] >= 1
         assert st["accepted"] == wire.slots(VECTOR.size, wire.elements_per_packet())
         # and it still works afterwards
         c.send(Message(Kind.PUSH, 1, 0, VECTOR), 10)
         assert np.array_equal(s.recv(10).values, VECTOR)
         # By now the socket has been read past the second flood (it is FIFO).
+        assert st["bad_packet"] >= 4 * 200 and st["unknown_job"] >= 4
         assert st["duplicate"] + st["late"] >= 999  # the flood, its slot counted once
 
 
