@@ -6,7 +6,6 @@ on an unshaped veth with and without the counter attached (generic and native mo
 Root. Medians of --runs; the receive-rate variants are interleaved within each run."""
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ RECEIVER = """
 import socket, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)
-s.bind(("{ip}", {port})); s.settimeout(1.0); print("ready", flush=True)
+s.bind(("{ip}", {port})); s.settimeout(60.0); print("ready", flush=True)
 n = 0; first = last = None
 try:
     while True:
@@ -39,6 +38,7 @@ try:
         last = time.monotonic()
         if first is None:
             first = last
+            s.settimeout(1.0)  # the sender has started: 1 s of silence ends the count
 except socket.timeout:
     pass
 print(n, (n - 1) / (last - first) if n > 1 else 0)
@@ -88,7 +88,9 @@ def receive_rate(link, packets: int, mode: str | None) -> float:
         tx = procs.spawn(link.sender, [sys.executable, "-c", textwrap.dedent(SENDER.format(
             pkt=pkt.hex(), count=packets, ip=RECEIVER_IP, port=PORT))],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={})
-        tx.communicate(timeout=120)
+        _, tx_err = tx.communicate(timeout=120)
+        if tx.returncode != 0:
+            raise RuntimeError(f"sender failed: {tx_err.decode()}")
         out, err = rx.communicate(timeout=60)
         got, rate = out.split()
         return float(rate)
