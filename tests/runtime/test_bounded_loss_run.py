@@ -20,7 +20,7 @@ kind: TrainingJob
 metadata: {name: bl-e2e}
 spec:
   replicas: {workers: 2}
-  training: {iterations: 40, epochs: 1000, timeoutS: 120}
+  training: {batchSize: 250, iterations: 32, epochs: 1000, timeoutS: 120}
   network:
     accessLink: {bandwidth: 1Gbit, loss: 0.05}
   transport: {type: bounded-loss, p: 0.9}
@@ -30,14 +30,14 @@ spec:
 def test_a_bounded_loss_run_keeps_p_of_every_message_and_leaves_nothing(tmp_path) -> None:
     job = spec.load_text(JOB)
     result = local.run(job, tmp_path, progress=lambda line: None)
-    assert result.iterations == 40
+    assert result.iterations == 32
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["transport"] == "bounded-loss"
     rows = list(csv.DictReader(open(tmp_path / "messages.csv")))
     rows += [r for i in range(2)
              for r in csv.DictReader(open(tmp_path / f"messages-worker-{i}.csv"))]
     data = [r for r in rows if r["kind"] in ("PUSH", "PARAMS")]
-    assert len(data) == 2 * 40 * 2
+    assert len(data) == 2 * 32 * 2
     total = 64714  # the MLP's parameters
     allowed = total - datagram.threshold_elements(0.9, total)
     assert max(int(r["missing"]) for r in data) <= allowed
