@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from tailcut.transports import base, control, wire
+from tailcut.transports import batch as batch_mod
 from tailcut.transports.base import Kind, Message
 from tailcut.transports.control import Frame, FrameType
 
@@ -420,19 +421,27 @@ class DatagramTransport(base.Transport):
         rate = self._pace_bit
         started = time.monotonic()
         wire_bits = 0
-        for i, slot in enumerate(order):
-            n = int(lengths[slot])
-            udp.sendto(raw[slot, :n], conn.udp_addr)
-            wire_bits += 8 * (n + wire.IP_UDP_BYTES + ETH_BYTES)
-            if i % BURST_PACKETS == BURST_PACKETS - 1:
-                if tx.done.is_set():
-                    return seq + i + 1
-                if deadline is not None and time.monotonic() > deadline:
-                    raise base.TransportTimeout(f"sending to {conn.peer} ran out of time")
-                if rate:
-                    ahead = started + wire_bits / rate - time.monotonic()
-                    if ahead > 0:
-                        time.sleep(ahead)
+        # sendmmsg sends a burst per system call; a socket wrapped by a test (to drop
+        # datagrams) or a libc without it takes the per-datagram path.
+        batch = (batch_mod.Batch(udp, raw, lengths, order, conn.udp_addr)
+                 if batch_mod.available() and isinstance(udp, socket.socket) else None)
+        for first in range(0, len(order), BURST_PACKETS):
+            burst = order[first:first + BURST_PACKETS]
+            if batch is not None:
+                batch.send(first, len(burst))
+            else:
+                for slot in burst:
+                    udp.sendto(raw[slot, :int(lengths[slot])], conn.udp_addr)
+            wire_bits += 8 * int(lengths[burst].sum() + len(burst) * (wire.IP_UDP_BYTES
+                                                                      + ETH_BYTES))
+            if tx.done.is_set():
+                return seq + first + len(burst)
+            if deadline is not None and time.monotonic() > deadline:
+                raise base.TransportTimeout(f"sending to {conn.peer} ran out of time")
+            if rate:
+                ahead = started + wire_bits / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
         self.stats["packets_sent"] += len(order)
         return seq + len(order)
 

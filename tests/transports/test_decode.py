@@ -93,13 +93,19 @@ def test_a_tcpdump_capture_of_a_live_message_decodes(tmp_path: Path, capsys) -> 
                       job="bl-decode") as (_, s, _client, c):
                 c.send(Message(Kind.PUSH, 4, 1, np.arange(2000, dtype=np.float32)), 10)
                 s.recv(10)
-            time.sleep(0.5)
+            # Under load tcpdump can lag: wait until it has written the 6 data packets
+            # (24-byte file header, then 16 + 1514 bytes or less per packet).
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and \
+                    (not pcap.exists() or pcap.stat().st_size < 24 + 5 * (16 + 1514)):
+                time.sleep(0.1)
         finally:
             dump.send_signal(signal.SIGINT)
             dump.wait(5)
     finally:
         remove_link(link)
-    assert cli.main(["decode", str(pcap)]) == 0
+    found = cli.main(["decode", str(pcap)])
     out = capsys.readouterr().out
+    assert found == 0, (out, pcap.stat().st_size, dump.stderr.read().decode())
     assert "PUSH" in out and "total 2000 elements" in out
     assert "delivered 2000/2000 elements (100.0%) in 6 distinct ranges" in out
