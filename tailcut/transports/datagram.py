@@ -36,6 +36,7 @@ import logging
 import queue
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -710,8 +711,10 @@ class BoundedLossTransport(DatagramTransport):
         except DatapathError as err:
             raise base.TransportError(f"bounded-loss receiver on {local_ip}:{port}: {err}") \
                 from err
-        log.info("bounded-loss: XDP counter on %s (%s mode)", self.counter.ifname,
-                 self.counter.mode)
+        # Said on stderr, which the runtime keeps in logs/<pod>.log: which mode is in use.
+        print(f"tailcut bounded-loss: XDP counter attached to {self.counter.ifname} in "
+              f"{self.counter.mode} mode (prog id {self.counter.prog_id}, p={self.p}, "
+              f"{self.stride} floats per packet)", file=sys.stderr, flush=True)
 
 
 class UdpTransport(DatagramTransport):
