@@ -17,8 +17,8 @@ Everything else goes over a TCP control channel (control.py). Per message:
                                       <-  NACK with the missing slots
     retransmit them (flag RETX), END  ->  ... until p
 
-``udp`` sends one pass and never retransmits; the receiver completes at END (after
-``end_grace_ms`` for the last packets to drain) with whatever arrived. The receiver
+``udp`` sends one pass and never retransmits; the receiver completes once the pass is
+drained (read up to END's arrival, see ``_sweep``) with whatever arrived. The receiver
 hands the application the vector and a mask of what arrived (None if everything
 did); the PS averages each coordinate over the workers that delivered it.
 
