@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
 
     from tailcut.simulate import cli as simulate_cli
     simulate_cli.add_parser(sub)
+    decode = sub.add_parser("decode", help="print the bounded-loss packets of a pcap capture")
+    decode.add_argument("pcap", type=Path, help="capture written by tcpdump -w")
+    decode.add_argument("--message", type=lambda v: int(v, 0),
+                        help="message id to dump (default: the first in the capture)")
+    decode.add_argument("--port", type=int, help="only datagrams to this UDP port")
+    decode.set_defaults(handler=_decode)
     return parser
 
 
@@ -145,6 +151,14 @@ def _crd(args: argparse.Namespace) -> int:
         path.write_text(crd.render())
         print(f"wrote {path}")
     return 0
+def _decode(args: argparse.Namespace) -> int:
+    from tailcut.transports import decode
+    try:
+        found = decode.dump(args.pcap, sys.stdout, message=args.message, port=args.port)
+    except (OSError, decode.PcapError) as err:
+        print(f"tailcut decode: {err}", file=sys.stderr)
+        return 2
+    return 0 if found else 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ _NR_BPF = {"x86_64": 321, "aarch64": 280}
 
 BPF_MAP_CREATE = 0
 BPF_PROG_LOAD = 5
+BPF_PROG_TEST_RUN = 10
 
 BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_PROG_TYPE_XDP = 6
@@ -72,3 +73,25 @@ def create_ringbuf(size_bytes: int) -> int:
     """Create a BPF ring buffer map (size: a power-of-2 multiple of the page size)."""
     return _bpf(BPF_MAP_CREATE, _MapCreateAttr(map_type=BPF_MAP_TYPE_RINGBUF,
                                                 max_entries=size_bytes))
+
+
+class _TestRunAttr(ctypes.Structure):
+    # union bpf_attr, BPF_PROG_TEST_RUN member ("test"), up to batch_size.
+    _fields_ = [("prog_fd", ctypes.c_uint32), ("retval", ctypes.c_uint32),
+                ("data_size_in", ctypes.c_uint32), ("data_size_out", ctypes.c_uint32),
+                ("data_in", ctypes.c_uint64), ("data_out", ctypes.c_uint64),
+                ("repeat", ctypes.c_uint32), ("duration", ctypes.c_uint32),
+                ("ctx_size_in", ctypes.c_uint32), ("ctx_size_out", ctypes.c_uint32),
+                ("ctx_in", ctypes.c_uint64), ("ctx_out", ctypes.c_uint64),
+                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
+                ("batch_size", ctypes.c_uint32)]
+
+
+def test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> tuple[int, int]:
+    """Run a loaded program on `packet` `repeat` times in the kernel (BPF_PROG_TEST_RUN).
+    Returns (the program's return value, mean nanoseconds per run)."""
+    buf = ctypes.create_string_buffer(packet, len(packet))
+    attr = _TestRunAttr(prog_fd=prog_fd, data_size_in=len(packet),
+                        data_in=ctypes.addressof(buf), repeat=repeat)
+    _bpf(BPF_PROG_TEST_RUN, attr)
+    return int(attr.retval), int(attr.duration)

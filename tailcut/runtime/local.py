@@ -144,13 +144,34 @@ def _role_config(job: TrainingJob, pod: Pod, topo: Topology, results_dir: Path) 
         num_workers=r.workers, model=t.model, batch_size=t.batch_size,
         learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
         target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
-        transport={"type": job.spec.transport.type}, results_dir=str(results_dir),
+        transport=transport_options(job, pod), results_dir=str(results_dir),
         timeout_s=t.timeout_s,
         shard_endpoints=[endpoint(f"ps-{i}") for i in range(r.parameter_servers)],
         replica_endpoint=endpoint("replica-0") if r.ps_replica else None,
         aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
                      for a, agg in enumerate(r.aggregators)],
         staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us)
+
+
+def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
+    """The role's transport options from the spec (transports.get takes them).
+
+    Datagram transports pace their senders: unless the spec sets rateMbit, the PS
+    sends at its access link's rate (to one worker at a time) and each worker at an
+    equal share of it, since under BSP all workers push to the PS's link at once."""
+    t = job.spec.transport
+    options: dict[str, Any] = {"type": t.type}
+    if t.type in ("udp", "bounded-loss"):
+        link_mbit = job.spec.network.access_link.bandwidth / 1e6
+        share = link_mbit if pod.role == "ps" else link_mbit / job.spec.replicas.workers
+        options.update(job=job.name, rate_mbit=t.rate_mbit or share, seed=job.spec.training.seed
+                       + pod.index + (0 if pod.role == "ps" else 1))
+    if t.type == "bounded-loss":
+        options.update(p=t.p, xdp_mode=t.xdp_mode)
+    if t.type == "app-drop":
+        options.update(p=t.p, seed=job.spec.training.seed + pod.index
+                       + (0 if pod.role == "ps" else 1))
+    return options
 
 
 def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,

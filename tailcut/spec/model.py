@@ -16,7 +16,8 @@ from tailcut.spec import background, units
 API_VERSION = "tailcut.dev/v1alpha1"
 KIND = "TrainingJob"
 MODELS = ("mlp",)            # grows with tailcut.training.models
-TRANSPORTS = ("tcp",)        # udp, bounded-loss and app-drop arrive with the transport work
+TRANSPORTS = ("tcp", "udp", "bounded-loss", "app-drop")  # docs/bounded-loss.md
+LOSSY_TRANSPORTS = ("bounded-loss", "app-drop")          # the ones that take p
 SYNC_MODES = ("bsp", "async", "ssp")
 MAX_RACKS = 250              # rack r gets the subnet 10.<r+1>.0.0/24
 MAX_PODS_PER_RACK = 250
@@ -124,6 +125,18 @@ class Training(_Model):
 
 class Transport(_Model):
     type: str = "tcp"
+    p: Optional[float] = Field(
+        default=None, gt=0.0, le=1.0,
+        description="bounded-loss: fraction of every message that must arrive; "
+                    "app-drop: fraction the sender keeps")
+    rate_mbit: Optional[float] = Field(
+        default=None, gt=0.0, le=1_000_000.0,
+        description="udp/bounded-loss pacing rate per sender; unset: the access link's "
+                    "rate for the PS and an equal share of it for each worker")
+    xdp_mode: Literal["generic", "native"] = Field(
+        default="generic",
+        description="bounded-loss: XDP mode of the receive counter (native costs TCP "
+                    "throughput on a veth)")
 
     @field_validator("type")
     @classmethod
@@ -132,6 +145,19 @@ class Transport(_Model):
             raise ValueError(f"unsupported transport {value!r}; supported: "
                              f"{', '.join(TRANSPORTS)}")
         return value
+
+    @model_validator(mode="after")
+    def _p_where_it_applies(self) -> "Transport":
+        if self.type in LOSSY_TRANSPORTS and self.p is None:
+            raise ValueError(f"p: {self.type} needs p, the fraction of every message to "
+                             "deliver, in (0, 1], e.g. p: 0.9")
+        if self.type not in LOSSY_TRANSPORTS and self.p is not None:
+            raise ValueError(f"p: only {' and '.join(LOSSY_TRANSPORTS)} take p; "
+                             f"{self.type} delivers what it delivers")
+        if self.type in ("tcp", "app-drop") and self.rate_mbit is not None:
+            raise ValueError(f"rateMbit: {self.type} is paced by TCP; only udp and "
+                             "bounded-loss take a rate")
+        return self
 
 
 _Name = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$",

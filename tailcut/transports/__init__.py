@@ -11,10 +11,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from tailcut.transports import base, tcp
+from tailcut.transports import app_drop, base, datagram, tcp
 
 _FACTORIES: dict[str, Callable[..., base.Transport]] = {
     "tcp": tcp.TcpTransport,
+    "udp": datagram.UdpTransport,
+    "bounded-loss": datagram.BoundedLossTransport,
+    "app-drop": app_drop.AppDropTransport,
 }
 
 

@@ -12,7 +12,7 @@ def test_get_builds_the_named_transport_with_its_options() -> None:
 
 
 def test_an_unknown_transport_name_lists_the_supported_ones() -> None:
-    with pytest.raises(ValueError, match="transport 'quic' is unknown; supported: tcp"):
+    with pytest.raises(ValueError, match="transport 'quic' is unknown; supported: app-drop, bounded-loss, tcp, udp"):
         transports.get("quic")
 
 

@@ -1,0 +1,59 @@
+"""Shared by the bounded-loss benchmarks: build a job's network with tailcut's own
+builder, run a bench role in a pod, and summarise latencies."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailcut import features, spec
+from tailcut.net import build, topology
+from tailcut.runtime import procs
+
+ROLE = Path(__file__).with_name("bl_role.py")
+
+
+def job(name: str, workers: int, loss: float, bandwidth: str = "1Gbit") -> Any:
+    return spec.from_dict({
+        "apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"replicas": {"workers": workers},
+                 "network": {"accessLink": {"bandwidth": bandwidth, "loss": loss}}}})
+
+
+@contextlib.contextmanager
+def network(name: str, workers: int, loss: float,
+            bandwidth: str = "1Gbit") -> Iterator[topology.Topology]:
+    """One rack: ps-0 and `workers` workers, every access link shaped and lossy."""
+    topo = topology.plan(job(name, workers, loss, bandwidth))
+    net = build.build(topo, features.netem().available)
+    try:
+        yield topo
+    finally:
+        net.destroy()
+
+
+def start(pod: topology.Pod, config: dict[str, Any]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return procs.spawn(pod.netns, [sys.executable, str(ROLE), json.dumps(config)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def finish(proc: subprocess.Popen[bytes], timeout_s: float = 300) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench role failed ({proc.returncode}):\n{err.decode()[-3000:]}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q))

@@ -1,0 +1,152 @@
+/* The bounded-loss receiver counter: an XDP program that counts, per message, the
+ * float32 elements that arrived in range-indexed UDP packets (each packet slot once,
+ * however often it arrives) and emits a ring-buffer event when the count crosses
+ * p * total: the "partial delivery" signal. Every packet is passed on (XDP_PASS):
+ * the receiving socket still gets the data. Loader: tailcut/datapath/partial.py.
+ * Wire header, maps and counters: partial.h. */
+#include <uapi/linux/bpf.h>
+#include <uapi/linux/if_ether.h>
+#include <uapi/linux/ip.h>
+#include <uapi/linux/in.h>
+#include <uapi/linux/udp.h>
+
+#include "partial.h"
+
+/* The loader compiles one program per receiver with
+ *   -DTAILCUT_BL_PORT=<UDP port>        packets to other ports are not looked at
+ *   -DTAILCUT_BL_JOB=<job id>U          packets of other jobs are not counted
+ *   -DTAILCUT_BL_P_PPM=<p * 1e6>        e.g. 900000 for p = 0.9
+ *   -DTAILCUT_BL_STRIDE=<elements per full packet>, e.g. 360 */
+#if !defined(TAILCUT_BL_PORT) || !defined(TAILCUT_BL_JOB) || \
+    !defined(TAILCUT_BL_P_PPM) || !defined(TAILCUT_BL_STRIDE)
+#error "compile with -DTAILCUT_BL_PORT, -DTAILCUT_BL_JOB, -DTAILCUT_BL_P_PPM and -DTAILCUT_BL_STRIDE, as tailcut/datapath/partial.py does"
+#endif
+
+BPF_HASH(bl_messages, struct tailcut_bl_key, struct tailcut_bl_state, TAILCUT_BL_MESSAGES);
+BPF_RINGBUF_OUTPUT(bl_events, TAILCUT_BL_EVENTS_PAGES);
+BPF_PERCPU_ARRAY(bl_stats, __u64, TAILCUT_BL_REASONS);
+/* One zeroed state, never written: the template for a new bl_messages entry. */
+BPF_ARRAY(bl_zero, struct tailcut_bl_state, 1);
+
+static __always_inline int verdict(__u32 reason)
+{
+	__u64 *n = bl_stats.lookup(&reason);
+
+	if (n)
+		*n += 1;
+	return XDP_PASS;
+}
+
+int tailcut_partial(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	struct tailcut_bl_hdr *h;
+	struct tailcut_bl_key key = {};
+	struct tailcut_bl_state *st;
+	__u32 ihl, udp_len, payload, start, end, total, slot, n, word;
+	__u64 bit, old, before, thr, old_total;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end || ip->protocol != IPPROTO_UDP)
+		return XDP_PASS;
+	/* Fragments carry no UDP header of their own (and the sender never fragments). */
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return XDP_PASS;
+	ihl = ip->ihl * 4;
+	if (ihl < sizeof(*ip))
+		return XDP_PASS;
+	udp = (void *)ip + ihl;
+	if ((void *)(udp + 1) > data_end || udp->dest != bpf_htons(TAILCUT_BL_PORT))
+		return XDP_PASS;
+
+	/* From here on the packet is addressed to us: each one gets exactly one verdict. */
+	h = (void *)(udp + 1);
+	udp_len = bpf_ntohs(udp->len);
+	if ((void *)(h + 1) > data_end || udp_len < sizeof(*udp) + sizeof(*h) ||
+	    (void *)udp + udp_len > data_end)
+		return verdict(TAILCUT_BL_SHORT);
+	if (h->magic != bpf_htonl(TAILCUT_BL_MAGIC))
+		return verdict(TAILCUT_BL_BAD_MAGIC);
+	if (h->version != TAILCUT_BL_VERSION)
+		return verdict(TAILCUT_BL_BAD_VERSION);
+	if ((h->flags & ~TAILCUT_BL_FLAGS) || h->reserved)
+		return verdict(TAILCUT_BL_BAD_FLAGS);
+	start = bpf_ntohl(h->start);
+	end = bpf_ntohl(h->end);
+	total = bpf_ntohl(h->total);
+	if (end <= start || end > total ||
+	    total > (__u32)TAILCUT_BL_MAX_SLOTS * TAILCUT_BL_STRIDE)
+		return verdict(TAILCUT_BL_BAD_RANGE);
+	payload = udp_len - sizeof(*udp) - sizeof(*h);
+	n = end - start;
+	/* n <= total <= 2^13 * STRIDE, so 4 * n cannot overflow a u32 for sane strides. */
+	if (payload != 4 * n)
+		return verdict(TAILCUT_BL_BAD_LENGTH);
+	slot = start / TAILCUT_BL_STRIDE;
+	if (start % TAILCUT_BL_STRIDE ||
+	    end != (total - start < TAILCUT_BL_STRIDE ? total : start + TAILCUT_BL_STRIDE))
+		return verdict(TAILCUT_BL_MISALIGNED);
+	if (h->job != bpf_htonl(TAILCUT_BL_JOB))
+		return verdict(TAILCUT_BL_UNKNOWN_JOB);
+	/* ceil(p * total), at least 1; total < 2^32 and p_ppm <= 1e6 fit a u64. */
+	thr = ((__u64)total * TAILCUT_BL_P_PPM + 999999) / 1000000;
+	if (!thr)
+		thr = 1;
+
+	key.job = TAILCUT_BL_JOB;
+	key.message = bpf_ntohl(h->message);
+	st = bl_messages.lookup(&key);
+	if (!st) {
+		/* A state is 1 KiB, more than the 512-byte BPF stack: insert a copy of the
+		 * never-written entry of bl_zero. insert() is BPF_NOEXIST: a racer may win. */
+		__u32 zero_key = 0;
+		struct tailcut_bl_state *zero = bl_zero.lookup(&zero_key);
+
+		if (!zero)
+			return verdict(TAILCUT_BL_TABLE_FULL);
+		bl_messages.insert(&key, zero);
+		st = bl_messages.lookup(&key);
+		if (!st)
+			return verdict(TAILCUT_BL_TABLE_FULL);
+	}
+	/* The first packet fixes the message's total; every CPU may race for it. */
+	old_total = __sync_val_compare_and_swap(&st->total, 0, total);
+	if (old_total == 0) {
+		st->threshold = thr;
+		st->first_ns = bpf_ktime_get_ns();
+	} else if (old_total != total) {
+		return verdict(TAILCUT_BL_TOTAL_MISMATCH);
+	}
+	/* slot < MAX_SLOTS follows from the range check, so clang drops a plain bounds
+	 * test; the empty asm hides what it knows and the mask keeps the verifier sure. */
+	word = slot / 64;
+	asm volatile("" : "+r"(word));
+	word &= TAILCUT_BL_SLOT_WORDS - 1;
+	bit = 1ULL << (slot & 63);
+	old = __sync_fetch_and_or(&st->slots[word], bit);
+	if (old & bit) {
+		__sync_fetch_and_add(&st->duplicates, 1);
+		return verdict(TAILCUT_BL_DUPLICATE);
+	}
+	__sync_fetch_and_add(&st->packets, 1);
+	before = __sync_fetch_and_add(&st->counted, n);
+	/* thr is computed from this packet's total, which equals the message's: no CPU
+	 * depends on another having written st->threshold yet. */
+	if (before < thr && before + n >= thr &&
+	    __sync_val_compare_and_swap(&st->fired, 0, 1) == 0) {
+		struct tailcut_bl_event ev = {
+			.job = key.job, .message = key.message, .counted = before + n,
+			.total = total, .seq = bpf_ntohl(h->seq), .slot = slot,
+			.ktime_ns = bpf_ktime_get_ns(),
+		};
+
+		bl_events.ringbuf_output(&ev, sizeof(ev), 0);
+	}
+	return verdict(TAILCUT_BL_COUNTED);
+}

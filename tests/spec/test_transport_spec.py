@@ -1,0 +1,44 @@
+"""The spec's transport field: one line switches transport; p is checked where it applies."""
+
+import pytest
+
+from tailcut import spec
+from tailcut.runtime import local
+from tailcut.net import topology
+from tests.spec.test_spec import error_of, load
+
+
+@pytest.mark.parametrize("line,kind,p", [
+    ("{type: tcp}", "tcp", None),
+    ("{type: udp}", "udp", None),
+    ("{type: bounded-loss, p: 0.9}", "bounded-loss", 0.9),
+    ("{type: app-drop, p: 1}", "app-drop", 1.0),
+])
+def test_one_line_switches_the_transport(line: str, kind: str, p: object) -> None:
+    job = load(f"spec: {{transport: {line}}}")
+    assert (job.spec.transport.type, job.spec.transport.p) == (kind, p)
+
+
+@pytest.mark.parametrize("line,words", [
+    ("{type: bounded-loss}", "spec.transport.p: bounded-loss needs p"),
+    ("{type: app-drop}", "spec.transport.p: app-drop needs p"),
+    ("{type: bounded-loss, p: 0}", "spec.transport.p=0: must be greater than 0"),
+    ("{type: bounded-loss, p: 1.5}", "spec.transport.p=1.5: must be less than or equal to 1"),
+    ("{type: tcp, p: 0.9}", "spec.transport.p: only bounded-loss and app-drop take p"),
+    ("{type: tcp, rateMbit: 100}", "spec.transport.rateMbit: tcp is paced by TCP"),
+    ("{type: bounded-loss, p: 0.9, xdpMode: offload}", "spec.transport.xdpMode='offload'"),
+])
+def test_bad_transport_settings_name_the_field(line: str, words: str) -> None:
+    assert words in error_of(f"spec: {{transport: {line}}}")
+
+
+def test_the_runtime_gives_workers_a_share_of_the_link_and_the_ps_all_of_it() -> None:
+    job = spec.load_file("examples/bounded-loss.yaml")
+    topo = topology.plan(job)
+    ps = local.transport_options(job, topo.pod("ps-0"))
+    w = local.transport_options(job, topo.pod("worker-2"))
+    assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "rate_mbit": 1000.0,
+                  "seed": 0, "p": 0.9, "xdp_mode": "generic"}
+    assert w["rate_mbit"] == 250.0 and w["seed"] == 3
+    tcp = load("spec: {transport: {type: tcp}}")
+    assert local.transport_options(tcp, topology.plan(tcp).pod("ps-0")) == {"type": "tcp"}

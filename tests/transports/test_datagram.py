@@ -1,0 +1,276 @@
+"""The udp and bounded-loss transports: delivery, p as a floor, hostile datagrams into a
+live receiver, and (as root) the XDP-signalled receiver across a lossy veth."""
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tailcut import transports
+from tailcut.transports import base, datagram, wire
+from tailcut.transports.base import Kind, Message
+
+VECTOR = np.random.default_rng(1).standard_normal(50_000).astype(np.float32)  # 139 packets
+
+
+@contextmanager
+def pair(name: str, port: int, server_ctx: Callable[[], Any] | None = None,
+         client_ctx: Callable[[], Any] | None = None, host: str = "127.0.0.1",
+         **options: Any) -> Iterator[tuple[Any, base.Connection, Any, base.Connection]]:
+    """A listening and a connecting transport joined by one connection. The contexts
+    (e.g. netns.entered) are entered around listen and connect."""
+    server = transports.get(name, **options)
+    client = transports.get(name, **options)
+    got: dict[str, Any] = {}
+
+    def listen() -> None:
+        try:
+            with (server_ctx or _nothing)():
+                got["conns"] = server.listen(host, port, 1, 10)
+        except BaseException as err:  # re-raised in the test thread
+            got["error"] = err
+
+    t = threading.Thread(target=listen)
+    t.start()
+    try:
+        with (client_ctx or _nothing)():
+            c = client.connect(host, port, 10)
+    finally:
+        t.join()
+    if "error" in got:
+        client.close()
+        raise got["error"]
+    s = got["conns"][0]
+    try:
+        yield server, s, client, c
+    finally:
+        c.close()
+        s.close()
+        client.close()
+        server.close()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def delivered(msg: Message) -> np.ndarray:
+    return np.ones(msg.values.size, bool) if msg.mask is None else msg.mask
+
+
+def test_messages_without_a_vector_travel_on_the_control_channel() -> None:
+    with pair("udp", 47201) as (_, s, _client, c):
+        c.send(Message(Kind.HELLO, 0, 3))
+        msg = s.recv(5)
+        assert (msg.kind, msg.iteration, msg.sender, msg.values.size) == (Kind.HELLO, 0, 3, 0)
+
+
+def test_udp_delivers_a_vector_and_says_what_arrived() -> None:
+    with pair("udp", 47202, job="bl-udp") as (_, s, _client, c):
+        for i in range(3):
+            c.send(Message(Kind.PUSH, i, 2, VECTOR), 10)
+            msg = s.recv(10)
+            ok = delivered(msg)
+            assert (msg.kind, msg.iteration, msg.sender) == (Kind.PUSH, i, 2)
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+            assert ok.mean() > 0.5  # loopback, paced by nothing: normally all of it
+
+
+def test_bounded_loss_delivers_at_least_p_and_stops_sending_there() -> None:
+    with pair("bounded-loss", 47203, p=0.8, xdp=False, job="bl-p") as (_, s, client, c):
+        for i in range(5):
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
+            msg = s.recv(10)
+            ok = delivered(msg)
+            assert ok.sum() >= datagram.threshold_elements(0.8, VECTOR.size)
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+        # DONE at p stops the sender before the end of a pass, at least sometimes.
+        slots = wire.slots(VECTOR.size, wire.elements_per_packet())
+        assert client.stats["packets_sent"] <= 5 * slots
+
+
+def test_the_receiver_nacks_and_the_sender_retransmits_until_p() -> None:
+    """Drop every third packet at the sender's socket: one pass reaches 2/3 < p = 0.9,
+    so only retransmissions of NACKed slots can complete the message."""
+    with pair("bounded-loss", 47204, p=0.9, xdp=False, job="bl-nack") as (_, s, client, c):
+        real = client._udp.sendto
+        calls = {"n": 0}
+
+        def lossy(data: Any, addr: Any) -> int:
+            calls["n"] += 1
+            return 0 if calls["n"] % 3 == 0 else real(data, addr)
+
+        client._udp = _Wrapped(client._udp, lossy)
+        c.send(Message(Kind.PUSH, 0, 0, VECTOR), 10)
+        msg = s.recv(10)
+        assert delivered(msg).sum() >= datagram.threshold_elements(0.9, VECTOR.size)
+        assert client.stats["retransmitted"] > 0 and s.transport.stats["nacks"] >= 1
+
+
+class _Wrapped:
+    """A socket whose sendto is replaced (to drop datagrams); the rest passes through."""
+
+    def __init__(self, sock: socket.socket, sendto: Callable[..., int]) -> None:
+        self._sock = sock
+        self.sendto = sendto
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+@pytest.mark.parametrize("p", [0, -0.5, 1.01, True, "0.9"])
+def test_p_outside_zero_one_is_refused_naming_p(p: object) -> None:
+    with pytest.raises(ValueError, match=r"p=.*must be a fraction in \(0, 1\]"):
+        transports.get("bounded-loss", p=p)
+
+
+def hostile_datagrams(job: int, message: int, total: int) -> list[bytes]:
+    """Every kind of bad packet the issue lists, aimed at a live message."""
+    stride = wire.elements_per_packet()
+    good = wire.build(job=job, message=message, seq=0, start=0, total=total,
+                      values=np.full(stride, 1e30, np.float32))
+
+    def h(**f: int) -> bytes:
+        x = wire.header_type().from_buffer_copy(good[:wire.HEADER_BYTES])
+        for k, v in f.items():
+            setattr(x, k, v)
+        return bytes(x) + good[wire.HEADER_BYTES:]
+
+    rng = np.random.default_rng(9)
+    return [
+        h(magic=0), h(version=7), h(end=0), h(start=10, end=5), h(end=total + 1),
+        h(total=total + 360),                      # total disagrees with BEGIN
+        h(start=1, end=stride + 1),                # not on a slot boundary
+        good[:-3], good[:17], b"", good + b"x",    # truncated / ragged
+        h(job=job ^ 0xFFFF), h(message=message ^ 0x5555),  # unknown job / message
+        *[rng.bytes(int(rng.integers(0, 1472))) for _ in range(200)],
+    ]
+
+
+def test_hostile_datagrams_do_not_crash_the_receiver_or_corrupt_a_message() -> None:
+    """Flood a live receiver with bad packets and with forged duplicates of a slot
+    while a real message arrives; the message must come out exactly right."""
+    with pair("bounded-loss", 47205, p=1.0, xdp=False, job="bl-hostile") as \
+            (server, s, client, c):
+        attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        target = server._udp.getsockname()
+        message = (c.peer_id << 16) | 1  # the id the client's first message will have
+        # An exact copy of the message's first packet: a duplicate flood.
+        dup = wire.build(job=server.job_id, message=message, seq=0, start=0,
+                         total=VECTOR.size, values=VECTOR[:360])
+        try:
+            for d in hostile_datagrams(server.job_id, message, VECTOR.size) + [dup] * 500:
+                attacker.sendto(d, target)
+            c.send(Message(Kind.PUSH, 0, 0, VECTOR), 10)
+            for d in hostile_datagrams(server.job_id, message, VECTOR.size) * 3 + [dup] * 500:
+                attacker.sendto(d, target)
+            msg = s.recv(10)
+        finally:
+            attacker.close()
+        # p = 1: everything arrived, and the forged 1e30s never overwrote a value.
+        assert msg.mask is None and np.array_equal(msg.values, VECTOR)
+        st = server.stats
+        assert st["accepted"] == wire.slots(VECTOR.size, wire.elements_per_packet())
+        # and it still works afterwards
+        c.send(Message(Kind.PUSH, 1, 0, VECTOR), 10)
+        assert np.array_equal(s.recv(10).values, VECTOR)
+        # By now the socket has been read past the second flood (it is FIFO).
+        assert st["bad_packet"] >= 4 * 200 and st["unknown_job"] >= 4
+        assert st["duplicate"] + st["late"] >= 999  # the flood, its slot counted once
+
+
+def test_forged_packets_from_another_address_are_ignored() -> None:
+    """Packets of a live message id from an address that is not the peer's."""
+    with pair("udp", 47206, job="bl-forge") as (server, s, client, c):
+        forged = wire.build(job=server.job_id, message=(c.peer_id << 16) | 1, seq=0, start=0,
+                            total=VECTOR.size, values=np.zeros(360, np.float32))
+        attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        attacker.bind(("127.0.0.2", 0))
+        try:
+            for _ in range(50):
+                attacker.sendto(forged, server._udp.getsockname())
+            c.send(Message(Kind.PUSH, 0, 0, VECTOR), 10)
+            msg = s.recv(10)
+        finally:
+            attacker.close()
+        ok = delivered(msg)
+        assert np.array_equal(msg.values[ok], VECTOR[ok])
+        assert server.stats["unknown_message"] + server.stats["foreign_source"] >= 50
+
+
+def test_a_vector_beyond_the_slot_limit_is_refused_before_sending() -> None:
+    with pair("udp", 47207, job="bl-big") as (_, _s, _client, c):
+        too_big = np.zeros(datagram.MAX_SLOTS * 360 + 1, np.float32)
+        with pytest.raises(ValueError, match="at most"):
+            c.send(Message(Kind.PUSH, 0, 0, too_big))
+
+
+def test_the_header_dtype_matches_the_ctypes_view() -> None:
+    dt = datagram._header_dtype()
+    h = wire.header_type()
+    assert dt.itemsize == wire.HEADER_BYTES
+    assert {n: dt.fields[n][1] for n in dt.names} == \
+        {n: getattr(h, n).offset for n in wire.field_names()}
+    rows, lengths = datagram._packetize(VECTOR[:1000], 5, 6, int(Kind.PUSH), 360)
+    raw = rows.view(np.uint8).reshape(len(rows), -1)
+    first = wire.parse(bytes(raw[2, :lengths[2]]))
+    assert (first.start, first.end, first.total, first.job, first.message) == \
+        (720, 1000, 1000, 5, 6)
+    assert np.array_equal(first.values, VECTOR[720:1000])
+
+
+# ---- as root: the XDP-signalled receiver across a real, lossy veth ---------------------
+
+
+@pytest.fixture
+def lossy_link() -> Iterator[Any]:
+    from tailcut.datapath import dropper
+    from tests.datapath.udp_link import IFNAME, build_link, remove_link
+    link = build_link("t")
+    drops = [dropper.attach(link.sender, IFNAME, 0.1), dropper.attach(link.receiver, IFNAME, 0.1)]
+    try:
+        yield link
+    finally:
+        for d in drops:
+            d.detach()
+        remove_link(link)
+
+
+@pytest.mark.netns
+@pytest.mark.bpf
+def test_bounded_loss_over_a_lossy_veth_completes_on_the_xdp_event(lossy_link: Any) -> None:
+    """10% loss each way, p = 0.8: every message arrives with at least p, completed by
+    the XDP counter's event; the control channel survives the loss too."""
+    from tailcut.net import netns
+    from tests.datapath.udp_link import RECEIVER_IP
+    with pair("bounded-loss", 47210, lambda: netns.entered(lossy_link.receiver),
+              lambda: netns.entered(lossy_link.sender), host=RECEIVER_IP, p=0.8,
+              job="bl-xdp", rate_mbit=500) as (server, s, client, c):
+        assert server.counter.mode == "generic" and client.counter.mode == "generic"
+        for i in range(10):
+            c.send(Message(Kind.PUSH, i, 1, VECTOR), 20)
+            msg = s.recv(20)
+            ok = delivered(msg)
+            assert ok.sum() >= datagram.threshold_elements(0.8, VECTOR.size)
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+            s.send(Message(Kind.PARAMS, i, -1, VECTOR), 20)  # and back, through XDP too
+            back = c.recv(20)
+            assert delivered(back).sum() >= datagram.threshold_elements(0.8, VECTOR.size)
+        reasons = [r["reason"] for r in server.completions]
+        assert reasons.count("xdp") + reasons.count("full") == 10, reasons
+        assert server.counter.stats()["counted"] >= 10 * 112
+        # Every entry is freed after completion, and again if late packets re-create it.
+        deadline = time.monotonic() + 1
+        while server.counter.messages() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.counter.messages() == []
+    from tests.datapath.udp_link import IFNAME
+    with netns.ipr(lossy_link.receiver) as ipr:
+        link = ipr.get_links(ipr.link_lookup(ifname=IFNAME)[0])[0]
+        assert not link.get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED")  # close() detached it
