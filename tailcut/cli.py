@@ -122,6 +122,8 @@ def _add_model_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser
                             "(default: the model's, see `tailcut models`)")
     sweep.add_argument("--bandwidth", default="1Gbit",
                        help="PS link rate for the modelled JCT, tc style (default 1Gbit)")
+    sweep.add_argument("--jobs", type=int,
+                       help="runs emulated in parallel (default: one per CPU core)")
     sweep.add_argument("--results-dir", type=Path,
                        help="where to write results (default: results/sweep-<time>)")
     sweep.set_defaults(handler=_sweep)
@@ -167,8 +169,10 @@ def _sweep(args: argparse.Namespace) -> int:
         sweep.loss_rates(args.step, args.p_max)
     except ValueError as err:
         raise SpecError(f"sweep: {err}") from err
-    if args.runs < 1 or args.workers < 1 or (args.max_epochs is not None and args.max_epochs < 1):
-        raise SpecError("sweep: --runs, --workers and --max-epochs must be >= 1")
+    for flag in ("runs", "workers", "max_epochs", "jobs"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SpecError(f"sweep: --{flag.replace('_', '-')}={value}: must be >= 1")
     out = args.results_dir or Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "settings.json").write_text(json.dumps(
@@ -181,7 +185,8 @@ def _sweep(args: argparse.Namespace) -> int:
     for name in names:
         result = sweep.sweep(name, loss=loss, step=args.step, p_max=args.p_max, runs=args.runs,
                              num_workers=args.workers, max_epochs=args.max_epochs,
-                             bandwidth_bps=bandwidth, progress=lambda m: print(m, flush=True))
+                             bandwidth_bps=bandwidth, jobs=args.jobs,
+                             progress=lambda m: print(m, flush=True))
         points += sweep.point_rows(result)
         table.append(sweep.table_row(result))
         for rows, path, fields in ((points, out / "sweep.csv", sweep.POINT_FIELDS),

@@ -81,7 +81,7 @@ def test_bandwidth_round_trips_in_tc_spelling():
      "repeated: a"),
     ("spec: {network: {racks: []}}", "spec.network.racks", "at least 1"),
     ("spec: {transport: {type: quic}}", "spec.transport.type='quic'", "supported: tcp"),
-    ("spec: {training: {model: resnet}}", "spec.training.model='resnet'", "known: mlp"),
+    ("spec: {training: {model: resnet}}", "spec.training.model='resnet'", "known: cnn, mf, mlp"),
     ("spec: {training: {syncMode: async}}", "spec.training.syncMode='async'", "'bsp'"),
     ("spec: {training: {learningRate: 0}}", "spec.training.learningRate=0", "greater than 0"),
     ("spec: {training: {targetAccuracy: 1.2}}", "spec.training.targetAccuracy=1.2",
@@ -127,3 +127,11 @@ def test_broken_yaml_and_multiple_documents_are_refused():
 def test_a_missing_file_is_named():
     with pytest.raises(SpecError, match="nope.yaml: cannot read"):
         spec.load_file("nope.yaml")
+
+
+def test_every_registered_model_is_valid_in_a_training_job():
+    # The spec asks the training registry, so a new model needs no second list.
+    from tailcut.training import models
+    for name in models.names():
+        job = spec.load_text(HEADER + f"spec: {{training: {{model: {name}}}}}\n")
+        assert job.spec.training.model == name
