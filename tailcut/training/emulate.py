@@ -67,7 +67,9 @@ class LossModel:
                 f"granularity={self.granularity!r}: must be one of {', '.join(GRANULARITIES)}"
             )
         if self.direction not in DIRECTIONS:
-            raise ValueError(f"direction={self.direction!r}: must be one of {', '.join(DIRECTIONS)}")
+            raise ValueError(
+                f"direction={self.direction!r}: must be one of {', '.join(DIRECTIONS)}"
+            )
         if self.range_bytes < 4 or self.range_bytes % 4:
             raise ValueError(
                 f"range_bytes={self.range_bytes}: must be a positive multiple of 4 "
@@ -156,7 +158,8 @@ def train(
         pushes = []
         for w in range(num_workers):
             pull_mask = loss.mask(n, loss_rng) if loss.lossy(Kind.PARAMS) else None
-            worker.apply_params(copies[w], Message(Kind.PARAMS, iteration, base.PS_SENDER, params, pull_mask))
+            pulled = Message(Kind.PARAMS, iteration, base.PS_SENDER, params, pull_mask)
+            worker.apply_params(copies[w], pulled)
             t0 = time.perf_counter()
             x, y = shards[w]
             rows = next(batches[w])

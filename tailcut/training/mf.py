@@ -65,7 +65,8 @@ class MF:
         p, q, bu, bi = self._views(params)
         users, items = x[:, 0], x[:, 1]
         pu, qi = p[users], q[items]
-        err = self.mean + bu[users] + bi[items] + np.einsum("nk,nk->n", pu, qi) - y.astype(params.dtype)
+        pred = self.mean + bu[users] + bi[items] + np.einsum("nk,nk->n", pu, qi)
+        err = pred - y.astype(params.dtype)
         n = max(len(y), 1)
         loss = 0.5 * float(err @ err) + 0.5 * self.l2 * float((pu * pu).sum() + (qi * qi).sum())
 
@@ -90,17 +91,17 @@ class MF:
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """The training objective and the share of ratings predicted within half a star."""
         self._check(params)
-        loss, _ = self._loss_only(params, x, y)
+        loss = self._loss_only(params, x, y)
         pred = np.clip(self.predict(params, x), 1.0, 5.0)
         close = np.abs(pred - y) < 0.5
         return loss, float(close.mean()) if len(y) else 0.0
 
-    def _loss_only(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    def _loss_only(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
         p, q, _, _ = self._views(params)
         err = self.predict(params, x) - y.astype(params.dtype)
         pu, qi = p[x[:, 0]], q[x[:, 1]]
         loss = 0.5 * float(err @ err) + 0.5 * self.l2 * float((pu * pu).sum() + (qi * qi).sum())
-        return loss / max(len(y), 1), len(y)
+        return loss / max(len(y), 1)
 
     def _views(self, flat: np.ndarray) -> list[np.ndarray]:
         return [

@@ -53,7 +53,8 @@ def make_ratings_dataset(
     keep = rng.permutation(first)
     users, items = users[keep], items[keep]
 
-    latent = 3.5 + b_user[users] + b_item[items] + np.einsum("nk,nk->n", p_user[users], q_item[items])
+    taste = np.einsum("nk,nk->n", p_user[users], q_item[items])
+    latent = 3.5 + b_user[users] + b_item[items] + taste
     stars = np.clip(np.rint(latent + rng.normal(0.0, noise, latent.size)), 1, 5)
     x = np.stack([users, items], axis=1).astype(np.int64)
     y = stars.astype(np.float32)

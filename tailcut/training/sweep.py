@@ -1,4 +1,4 @@
-"""Loss-tolerance sweep: emulated BSP training at p = 0, step, 2*step, ... until it stops converging.
+"""Loss-tolerance sweep: emulated BSP training at p = 0, step, 2*step, ... until it fails.
 
 For each model and loss rate p, ``runs`` emulated jobs (seeds 0..runs-1, each as
 ``tailcut run`` with that seed would train) give the median number of epochs to
@@ -244,7 +244,8 @@ POINT_FIELDS = (
     "median_final_accuracy", "modelled_jct_s", "delivered", "compute_ms", "emulation_s",
 )
 TABLE_FIELDS = (
-    "model", "x1", "x1_spread", "x2", "baseline_epochs", "baseline_jct_s", "jct_at_x1_s", "paper_x1",
+    "model", "x1", "x1_spread", "x2", "baseline_epochs", "baseline_jct_s", "jct_at_x1_s",
+    "paper_x1",
     "paper_x2", "granularity", "direction", "range_bytes", "workers", "runs",
 )
 
