@@ -145,7 +145,8 @@ def _set_jcts(result: Result, num_params: int) -> None:
     for pt in result.points:
         net = network_s(num_params, result.num_workers, pt.p, result.bandwidth_bps)
         jcts = [modelled_jct(r, compute, evaluation, net) for r in pt.runs if r.converged]
-        pt.jct_s = statistics.median(jcts) if jcts else math.inf
+        # A loss rate whose median run failed has no JCT, even if one run made it.
+        pt.jct_s = statistics.median(jcts) if jcts and pt.converged else math.inf
 
 
 def sweep(
@@ -246,7 +247,7 @@ POINT_FIELDS = (
 TABLE_FIELDS = (
     "model", "x1", "x1_spread", "x2", "baseline_epochs", "baseline_jct_s", "jct_at_x1_s",
     "paper_x1",
-    "paper_x2", "granularity", "direction", "range_bytes", "workers", "runs",
+    "paper_x2", "first_failure_p", "granularity", "direction", "range_bytes", "workers", "runs",
 )
 
 
@@ -285,6 +286,8 @@ def table_row(result: Result) -> dict[str, object]:
         "jct_at_x1_s": "" if x1 is None else _num(by_p[x1].jct_s, 3),
         "paper_x1": PAPER_X1.get(result.model, ""),
         "paper_x2": PAPER_X2.get(result.model, ""),
+        # Empty when every p up to p_max converged: x2 is then only a lower bound.
+        "first_failure_p": next((pt.p for pt in result.points if not pt.converged), ""),
         "granularity": result.loss.granularity,
         "direction": result.loss.direction,
         "range_bytes": result.loss.range_bytes if result.loss.granularity == "packet" else "",
@@ -298,13 +301,15 @@ def format_table(rows: list[dict[str, object]]) -> str:
     lines = [f"{'model':<8}{'x1':>6}{'x1*':>6}{'x2':>6}{'epochs@0':>10}{'JCT@0 s':>10}"
              f"{'JCT@x1 s':>10}{'paper x1':>10}{'paper x2':>10}"]
     for r in rows:
+        x2 = _cell(r["x2"]) if r.get("first_failure_p", "") != "" else f">={_cell(r['x2'])}"
         lines.append(f"{r['model']!s:<8}{_cell(r['x1']):>6}{_cell(r['x1_spread']):>6}"
-                     f"{_cell(r['x2']):>6}"
+                     f"{x2:>6}"
                      f"{_cell(r['baseline_epochs']):>10}{_cell(r['baseline_jct_s']):>10}"
                      f"{_cell(r['jct_at_x1_s']):>10}{_cell(r['paper_x1']):>10}"
                      f"{_cell(r['paper_x2']):>10}")
     lines.append("x1* = x1 measured against the slowest p = 0 run instead of the median "
-                 "(epochs differ between seeds even without loss)")
+                 "(epochs differ between seeds even without loss); >=x: converged at every "
+                 "p tried")
     return "\n".join(lines)
 
 

@@ -66,7 +66,11 @@ def test_rows_and_table_show_x1_x2_and_the_papers_bound_beside_ours() -> None:
     line = sweep.table_row(result)
     assert set(line) == set(sweep.TABLE_FIELDS)
     assert (line["x1"], line["x2"], line["paper_x1"]) == (0.05, 0.05, 0.35)
-    assert line["x1_spread"] == 0.05
+    assert line["x1_spread"] == 0.05 and line["first_failure_p"] == 0.1
+    assert math.isinf(result.points[2].jct_s)  # one run of three converged: no JCT
+    unbounded = sweep.table_row(_result({0.0: [5], 0.05: [5]}))
+    assert unbounded["first_failure_p"] == ""
+    assert sweep.format_table([unbounded]).splitlines()[1].split()[3] == ">=0.05"
     text = sweep.format_table([line])
     assert text.splitlines()[1].split()[:4] == ["mf", "0.05", "0.05", "0.05"]
 
