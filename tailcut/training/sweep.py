@@ -298,12 +298,12 @@ def table_row(result: Result) -> dict[str, object]:
 
 def format_table(rows: list[dict[str, object]]) -> str:
     """Table 3 as text: our x1 and x2 beside the paper's."""
-    lines = [f"{'model':<8}{'x1':>6}{'x1*':>6}{'x2':>6}{'epochs@0':>10}{'JCT@0 s':>10}"
+    lines = [f"{'model':<8}{'x1':>6}{'x1*':>6}{'x2':>8}{'epochs@0':>10}{'JCT@0 s':>10}"
              f"{'JCT@x1 s':>10}{'paper x1':>10}{'paper x2':>10}"]
     for r in rows:
         x2 = _cell(r["x2"]) if r.get("first_failure_p", "") != "" else f">={_cell(r['x2'])}"
         lines.append(f"{r['model']!s:<8}{_cell(r['x1']):>6}{_cell(r['x1_spread']):>6}"
-                     f"{x2:>6}"
+                     f"{x2:>8}"
                      f"{_cell(r['baseline_epochs']):>10}{_cell(r['baseline_jct_s']):>10}"
                      f"{_cell(r['jct_at_x1_s']):>10}{_cell(r['paper_x1']):>10}"
                      f"{_cell(r['paper_x2']):>10}")
