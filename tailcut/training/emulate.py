@@ -181,7 +181,7 @@ def train(
             _, accuracy = model.evaluate(params, ds.x_test, ds.y_test)
             evals.append(time.perf_counter() - t0)
             accuracies.append(accuracy)
-            if accuracy >= target or epoch >= limit or not math.isfinite(float(params[0])):
+            if accuracy >= target or epoch >= limit or not np.isfinite(params).all():
                 break
     return Run(
         converged=accuracy >= target,
