@@ -71,11 +71,14 @@ def _panel(ax: plt.Axes, rows: list[dict[str, str]], summary: dict[str, str]) ->
                  label="modelled JCT")
         ax2.set_ylim(0, max(j for _, j in ok) * 1.3)
     ax2.set_ylabel("modelled JCT (s)", color="tab:orange")
+    # x2 is only a lower bound when no p failed (table3.csv's first_failure_p is empty).
+    bounded = summary.get("first_failure_p", "") != ""
     for key, style in (("x1", "--"), ("x2", ":")):
         value = summary.get(key, "")
         if value != "":
+            sign = ">=" if key == "x2" and not bounded else "="
             ax.axvline(float(value), color="black", linestyle=style, linewidth=1)
-            ax.text(float(value), cap * 1.05, f" {key}={float(value):.2f}", fontsize=8)
+            ax.text(float(value), cap * 1.05, f" {key}{sign}{float(value):.2f}", fontsize=8)
     name = rows[0]["model"]
     paper = summary.get("paper_x1", "")
     ax.set_title(f"{name}" + (f" (paper x1 = {paper})" if paper else ""))
