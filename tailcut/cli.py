@@ -1,4 +1,4 @@
-"""The `tailcut` command: run, validate, clean and doctor."""
+"""The `tailcut` command: run, validate, clean, doctor, models and sweep."""
 
 import argparse
 import sys
@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="message id to dump (default: the first in the capture)")
     decode.add_argument("--port", type=int, help="only datagrams to this UDP port")
     decode.set_defaults(handler=_decode)
+    _add_model_commands(sub)
     return parser
 
 
@@ -159,6 +160,117 @@ def _decode(args: argparse.Namespace) -> int:
         print(f"tailcut decode: {err}", file=sys.stderr)
         return 2
     return 0 if found else 1
+
+# --- models and sweep (issue 4: training workloads, emulated-loss sweeps) ---
+
+def _add_model_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    models = sub.add_parser("models", help="list the models a TrainingJob can train")
+    models.set_defaults(handler=_models)
+
+    sweep = sub.add_parser(
+        "sweep", help="loss-tolerance sweep: emulated BSP training at p = 0, 0.05, ... "
+                      "(no network, no root)")
+    sweep.add_argument("--model", required=True,
+                       help="a model name, several separated by commas, or 'all'")
+    sweep.add_argument("--p-max", type=float, default=0.95,
+                       help="highest loss rate tried (default 0.95); the sweep stops "
+                            "earlier at the first p that does not converge")
+    sweep.add_argument("--step", type=float, default=0.05, help="loss rate step (default 0.05)")
+    sweep.add_argument("--runs", type=int, default=3,
+                       help="runs (seeds 0..N-1) per loss rate; medians are reported (default 3)")
+    sweep.add_argument("--workers", type=int, default=4, help="emulated workers (default 4)")
+    sweep.add_argument("--granularity", choices=("packet", "coordinate"), default="packet",
+                       help="lose whole packets (ranges of consecutive floats, default) or "
+                            "single floats")
+    sweep.add_argument("--direction", choices=("push", "pull", "both"), default="both",
+                       help="which messages lose data: gradients, parameters or both (default)")
+    sweep.add_argument("--range-bytes", type=int, default=1400,
+                       help="payload bytes per packet for --granularity packet (default 1400)")
+    sweep.add_argument("--max-epochs", type=int,
+                       help="epochs after which a run counts as not converged "
+                            "(default: the model's, see `tailcut models`)")
+    sweep.add_argument("--bandwidth", default="1Gbit",
+                       help="PS link rate for the modelled JCT, tc style (default 1Gbit)")
+    sweep.add_argument("--jobs", type=int,
+                       help="runs emulated in parallel (default: one per CPU core)")
+    sweep.add_argument("--results-dir", type=Path,
+                       help="where to write results (default: results/sweep-<time>)")
+    sweep.set_defaults(handler=_sweep)
+
+
+def _models(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tailcut.training import models
+    print(f"{'model':<8}{'params':>9}{'bytes':>10}  {'target':<8}{'lr':>6}{'batch':>6}"
+          f"{'max ep':>7}  data / metric")
+    for name in models.names():
+        entry = models.info(name)
+        model = models.create(name, models.dataset(name, 0))
+        nbytes = model.num_params * np.dtype(np.float32).itemsize
+        print(f"{name:<8}{model.num_params:>9}{nbytes:>10}  {entry.target_accuracy:<8g}"
+              f"{entry.learning_rate:>6g}{entry.batch_size:>6}{entry.max_epochs:>7}  "
+              f"{entry.data}; target = {entry.metric}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    import csv
+    import json
+    import os
+    # One BLAS thread, as the roles use: on two cores numpy's default thread pool
+    # makes these small matrix products several times slower. Only effective
+    # before numpy loads, which nothing on this path has done yet.
+    if "numpy" not in sys.modules:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+
+    from tailcut.reports import sweep as sweep_plot
+    from tailcut.spec import units
+    from tailcut.training import emulate, models, sweep
+    names = models.names() if args.model == "all" else args.model.split(",")
+    for name in names:
+        if name not in models.names():
+            raise SpecError(f"--model {name!r}: unknown; known: {', '.join(models.names())}, all")
+    try:
+        bandwidth = units.parse_bandwidth(args.bandwidth)
+        loss = emulate.LossModel(0.0, args.granularity, args.direction, args.range_bytes)
+        sweep.loss_rates(args.step, args.p_max)
+    except ValueError as err:
+        raise SpecError(f"sweep: {err}") from err
+    for flag in ("runs", "workers", "max_epochs", "jobs"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SpecError(f"sweep: --{flag.replace('_', '-')}={value}: must be >= 1")
+    out = args.results_dir or Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "settings.json").write_text(json.dumps(
+        {"models": names, **{k: (str(v) if isinstance(v, Path) else v)
+                             for k, v in vars(args).items() if k not in ("handler", "model")}},
+        indent=2) + "\n")
+    started = time.monotonic()
+    points: list[dict[str, object]] = []
+    table: list[dict[str, object]] = []
+    for name in names:
+        result = sweep.sweep(name, loss=loss, step=args.step, p_max=args.p_max, runs=args.runs,
+                             num_workers=args.workers, max_epochs=args.max_epochs,
+                             bandwidth_bps=bandwidth, jobs=args.jobs,
+                             progress=lambda m: print(m, flush=True))
+        points += sweep.point_rows(result)
+        table.append(sweep.table_row(result))
+        for rows, path, fields in ((points, out / "sweep.csv", sweep.POINT_FIELDS),
+                                   (table, out / "table3.csv", sweep.TABLE_FIELDS)):
+            with open(path, "w", newline="") as f:  # rewritten per model: progress survives ^C
+                writer = csv.DictWriter(f, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(rows)
+    png = sweep_plot.plot_sweep(out / "sweep.csv", out / "table3.csv", out / "fig2.png")
+    print(f"\nLoss tolerance (x1) and convergence bound (x2), {args.granularity} loss on "
+          f"{args.direction}, {args.workers} workers, median of {args.runs} run(s):")
+    print(sweep.format_table(table))
+    print(f"\nsweep took {time.monotonic() - started:.1f} s; results: {out} "
+          f"(sweep.csv, table3.csv, {png.name})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -40,3 +40,38 @@ def test_the_command_is_reachable_as_a_module():
     out = subprocess.run([sys.executable, "-m", "tailcut.cli", "--help"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "validate" in out.stdout
+
+
+def test_models_lists_every_registered_model_with_its_size_and_target(capsys):
+    from tailcut.training import models
+    assert cli.main(["models"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line.split() for line in out[1:]}
+    assert sorted(listed) == models.names()
+    params, nbytes, target = listed["mlp"][1:4]
+    assert (int(params), int(nbytes), float(target)) == (64714, 4 * 64714, 0.9)
+
+
+def test_sweep_refuses_an_unknown_model_and_bad_settings_naming_them(capsys):
+    assert cli.main(["sweep", "--model", "mlp,resnet"]) == 2
+    assert "--model 'resnet': unknown; known: cnn, mf, mlp, rnn, sparse, all" in (
+        capsys.readouterr().err)
+    assert cli.main(["sweep", "--model", "mf", "--runs", "0"]) == 2
+    assert "--runs=0: must be >= 1" in capsys.readouterr().err
+    assert cli.main(["sweep", "--model", "mf", "--bandwidth", "10Gbps"]) == 2
+    assert "ambiguous" in capsys.readouterr().err
+
+
+def test_sweep_writes_the_table_the_points_and_the_plot(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert cli.main(["sweep", "--model", "mf", "--p-max", "0.1", "--runs", "1", "--jobs", "1",
+                     "--granularity", "coordinate", "--direction", "push",
+                     "--results-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "mf p=0.10:" in printed and "paper x1" in printed
+    assert {p.name for p in out.iterdir()} == {"settings.json", "sweep.csv", "table3.csv",
+                                               "fig2.png"}
+    import csv
+    with open(out / "table3.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert (row["model"], row["granularity"], row["direction"]) == ("mf", "coordinate", "push")

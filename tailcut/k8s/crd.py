@@ -45,9 +45,7 @@ def _choices() -> dict[tuple[str, ...], tuple[str, ...]]:
     """Fields whose allowed values a validator checks, not their type: (path under
     spec) -> the values, read from tailcut.spec.model when the CRD is generated.
     (Model names come from the training registry where the spec asks it for them.)"""
-    names = getattr(model, "known_models", None)
-    out = {("training", "model"): tuple(names() if callable(names)
-                                         else getattr(model, "MODELS", ()))}
+    out = {("training", "model"): model.known_models()}
     for path, constant in ((("transport", "type"), "TRANSPORTS"),
                            (("training", "syncMode"), "SYNC_MODES")):
         out[path] = tuple(getattr(model, constant, ()))

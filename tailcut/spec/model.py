@@ -15,7 +15,6 @@ from tailcut.spec import background, units
 
 API_VERSION = "tailcut.dev/v1alpha1"
 KIND = "TrainingJob"
-MODELS = ("mlp",)            # grows with tailcut.training.models
 TRANSPORTS = ("tcp", "udp", "bounded-loss", "app-drop")  # docs/bounded-loss.md
 LOSSY_TRANSPORTS = ("bounded-loss", "app-drop")          # the ones that take p
 SYNC_MODES = ("bsp", "async", "ssp")
@@ -118,9 +117,19 @@ class Training(_Model):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        if value not in MODELS:
-            raise ValueError(f"unknown model {value!r}; known: {', '.join(MODELS)}")
+        if value not in known_models():
+            raise ValueError(f"unknown model {value!r}; known: {', '.join(known_models())}")
         return value
+
+
+def known_models() -> tuple[str, ...]:
+    """The models a job may name: tailcut.training.models' registry, the one source of truth.
+
+    Imported when called, not at the top: the registry imports numpy, and a spec
+    loaded in a role process must not load numpy before the role limits its threads.
+    """
+    from tailcut.training import models
+    return tuple(models.names())
 
 
 class Transport(_Model):

@@ -16,7 +16,7 @@ the PS and each worker can generate the data themselves instead of shipping it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +30,9 @@ class Dataset:
     x_test: np.ndarray  # (n_test, num_features) float32
     y_test: np.ndarray  # (n_test,) int64
     num_classes: int
+    # Sizes a model needs that the arrays do not show (e.g. users and items of a
+    # ratings matrix, a vocabulary), set by the generator that made the data.
+    sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def num_features(self) -> int:

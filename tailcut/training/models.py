@@ -4,8 +4,12 @@ A model keeps all its parameters in ONE flat float32 vector; ``layers`` names th
 index range of each tensor in forward order, so transports and flow tags can cut
 the vector by range without knowing the model. Each registry entry pairs a model
 with the data it trains on, because a model's shape follows from its data (an MLP's
-input width is the vocabulary size; a later matrix-factorisation model's is the
-number of users and items).
+input width is the vocabulary size; matrix factorisation's is the number of users
+and items), and with the settings and target it converges with.
+
+    mlp     text-like classification (data.py)          mf      ratings (ratings.py)
+    cnn     small images (images.py)                     rnn     toy translation (sequences.py)
+    sparse  Zipf-popular sparse ids, clicks (clicks.py)
 
     dataset = models.dataset("mlp", seed=0)
     model = models.create("mlp", dataset)
@@ -72,20 +76,134 @@ class Model(Protocol):
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered model: how to make its data and how to build it for that data."""
+    """A registered model: its data, how to build it, and the settings it converges with.
+
+    ``target_accuracy`` is what "converged" means for this model: BSP SGD with
+    ``learning_rate`` and ``batch_size`` (per worker, 4 workers, tcp, no loss)
+    reaches it well within ``max_epochs``. ``metric`` says what the model's
+    "accuracy" is, since not every model classifies.
+    """
 
     make_dataset: Callable[[int], data.Dataset]
     build: Callable[[data.Dataset], Model]
+    data: str = ""  # one line: what the generated data is
+    metric: str = "test accuracy"
+    target_accuracy: float = 0.9
+    learning_rate: float = 0.1
+    batch_size: int = 32
+    max_epochs: int = 20
+
+
+# Model modules import Layer from this module, so each builder imports its module
+# when called rather than at the top.
 
 
 def _build_mlp(dataset: data.Dataset) -> Model:
-    from tailcut.training import mlp  # here, not at the top: mlp imports Layer from us
+    from tailcut.training import mlp
 
     return mlp.MLP(dataset.num_features, dataset.num_classes)
 
 
+def _build_mf(dataset: data.Dataset) -> Model:
+    from tailcut.training import mf
+
+    return mf.MF(dataset.sizes["users"], dataset.sizes["items"], float(dataset.y_train.mean()))
+
+
+def _build_cnn(dataset: data.Dataset) -> Model:
+    from tailcut.training import cnn
+
+    s = dataset.sizes
+    return cnn.CNN(s["channels"], s["height"], s["width"], dataset.num_classes)
+
+
+def _build_rnn(dataset: data.Dataset) -> Model:
+    from tailcut.training import rnn
+
+    return rnn.RNN(dataset.sizes["vocab"], dataset.num_classes)
+
+
+def _build_sparse(dataset: data.Dataset) -> Model:
+    from tailcut.training import sparse
+
+    return sparse.Sparse(dataset.sizes["features"], dataset.sizes["fields"])
+
+
+def _ratings(seed: int) -> data.Dataset:
+    from tailcut.training import ratings
+
+    return ratings.make_ratings_dataset(seed)
+
+
+def _images(seed: int) -> data.Dataset:
+    from tailcut.training import images
+
+    return images.make_shapes_dataset(seed)
+
+
+def _sequences(seed: int) -> data.Dataset:
+    from tailcut.training import sequences
+
+    return sequences.make_translation_dataset(seed)
+
+
+def _clicks(seed: int) -> data.Dataset:
+    from tailcut.training import clicks
+
+    return clicks.make_click_dataset(seed)
+
+
+# Targets sit a little below each model's plateau, so "converged" is reached in a
+# few epochs with 4 workers and does not hinge on the noise of the last decimal.
 _REGISTRY: dict[str, Entry] = {
-    "mlp": Entry(make_dataset=lambda seed: data.make_text_dataset(seed), build=_build_mlp),
+    "mlp": Entry(
+        make_dataset=lambda seed: data.make_text_dataset(seed),
+        build=_build_mlp,
+        data="bag-of-words documents, 10 topics, 1000-word vocabulary, 8000 train",
+        target_accuracy=0.9,
+        learning_rate=0.3,
+        batch_size=32,
+        max_epochs=20,
+    ),
+    "mf": Entry(
+        make_dataset=_ratings,
+        build=_build_mf,
+        data="1-5 star ratings, 400 users x 800 items, Zipf(0.9) item popularity",
+        metric="share of test ratings predicted within half a star",
+        target_accuracy=0.67,
+        learning_rate=10.0,
+        batch_size=64,
+        max_epochs=30,
+    ),
+    "cnn": Entry(
+        make_dataset=_images,
+        build=_build_cnn,
+        data="12x12 noisy grey images of 8 shapes at random places, 6000 train",
+        target_accuracy=0.85,
+        learning_rate=0.2,
+        batch_size=32,
+        max_epochs=20,
+    ),
+    "rnn": Entry(
+        make_dataset=_sequences,
+        build=_build_rnn,
+        data="toy translation: word t-3 through a 32-word dictionary, length 12",
+        metric="per-token test accuracy",
+        target_accuracy=0.88,
+        learning_rate=1.0,
+        batch_size=32,
+        max_epochs=20,
+    ),
+    "sparse": Entry(
+        make_dataset=_clicks,
+        build=_build_sparse,
+        data="click logs, 8 ids per example from 10000, Zipf(1.1) popularity",
+        metric="click prediction test accuracy",
+        target_accuracy=0.68,
+        learning_rate=0.5,
+        batch_size=32,
+        max_epochs=20,
+    ),
 }
 
 
@@ -109,3 +227,8 @@ def dataset(name: str, seed: int) -> data.Dataset:
 def create(name: str, dataset: data.Dataset) -> Model:
     """Build model ``name`` sized for ``dataset``."""
     return _entry(name).build(dataset)
+
+
+def info(name: str) -> Entry:
+    """The registry entry of model ``name``: data, metric, target and tuned settings."""
+    return _entry(name)

@@ -19,7 +19,7 @@ def test_mlp_is_registered_and_sized_for_its_dataset() -> None:
 
 
 def test_an_unknown_model_name_lists_the_supported_ones() -> None:
-    with pytest.raises(ValueError, match="supported: mlp"):
+    with pytest.raises(ValueError, match="supported: cnn, mf, mlp, rnn, sparse"):
         models.create("resnet", models.dataset("mlp", 0))
 
 
@@ -29,3 +29,24 @@ def test_layout_places_tensors_back_to_back() -> None:
         ("a", 0, 6),
         ("b", 6, 4),
     ]
+
+
+@pytest.mark.parametrize("name", models.names())
+def test_every_model_tiles_its_flat_vector_and_states_its_settings(name: str) -> None:
+    ds = models.dataset(name, seed=0)
+    model = models.create(name, ds)
+    offset = 0
+    for layer in model.layers:
+        assert layer.offset == offset
+        offset += layer.size
+    assert offset == model.num_params
+    params = model.init_params(np.random.default_rng(0))
+    assert params.dtype == np.float32 and params.shape == (model.num_params,)
+    # Many packets per message, so losing ranges of 350 floats is a fine-grained loss.
+    assert model.num_params > 20 * 350
+    loss, grad = model.loss_and_grad(params, ds.x_train[:8], ds.y_train[:8])
+    assert grad.dtype == np.float32 and np.isfinite(loss) and np.abs(grad).max() > 0
+    entry = models.info(name)
+    assert entry.data and 0 < entry.target_accuracy < 1 and entry.learning_rate > 0
+    # The target is not met by the initial parameters.
+    assert model.evaluate(params, ds.x_test, ds.y_test)[1] < entry.target_accuracy
