@@ -146,7 +146,7 @@ class _Server:
         # bsp barrier state; push sources: direct workers (weight 1), aggregators (group)
         self.total = np.zeros(self.size, dtype=np.float32)
         self.counts = np.zeros(self.size, dtype=np.float32)
-        self.pushed: set[str] = set()
+        self.pushed: dict[str, Message] = {}  # this bsp iteration's pushes, by source
         self.weight = {f"worker-{w}": 1 for w in cfg.direct_workers()}
         for a, agg in enumerate(cfg.aggregators):
             self.weight[f"aggregator-{a}"] = len(agg["workers"])
@@ -327,9 +327,13 @@ class _Server:
                     f"got PUSH for iteration {msg.iteration}"
                 )
             changed = self._count(ev, who)
-            accumulate(self.total, self.counts, msg, self.size, self.weight[who])
-            self.pushed.add(who)
+            self.pushed[who] = msg
             if len(self.pushed) == len(self.weight):
+                # Sum in a fixed order, not arrival order: float32 addition is not
+                # associative, and a run must give the same numbers every time.
+                for source in self.weight:
+                    accumulate(self.total, self.counts, self.pushed[source], self.size,
+                               self.weight[source])
                 mean, _ = mean_of(self.total, self.counts)
                 self.params -= np.float32(self.cfg.learning_rate) * mean
                 self.total[:] = 0

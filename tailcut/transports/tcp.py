@@ -22,6 +22,7 @@ naturally; a 64714-float MLP gradient is 28 + 258856 bytes.
 from __future__ import annotations
 
 import errno
+import select
 import socket
 import struct
 import time
@@ -107,8 +108,22 @@ def _socket_timeout(deadline: float | None) -> float | None:
     return None if left is None else max(left, 1e-6)
 
 
+def _ready(sock: socket.socket, event: int, deadline: float | None) -> bool:
+    """Wait until ``sock`` is readable/writable (``event``) or ``deadline`` passes."""
+    left = base.remaining(deadline)
+    poller = select.poll()
+    poller.register(sock, event)
+    return bool(poller.poll(None if left is None else max(left, 0.0) * 1000))
+
+
 class TcpConnection(base.Connection):
-    """One TCP stream to a peer, carrying framed messages."""
+    """One TCP stream to a peer, carrying framed messages.
+
+    A reader thread may receive while another thread sends on the same socket, so
+    the socket stays in blocking mode for good: timeouts are waits in poll(2) and
+    each call is made non-blocking with MSG_DONTWAIT. (Python's settimeout switches
+    the whole file descriptor to O_NONBLOCK, which made a concurrent blocking send
+    fail with EAGAIN.)"""
 
     def __init__(self, sock: socket.socket, peer: str, max_elements: int) -> None:
         self._sock: socket.socket | None = sock
@@ -117,18 +132,21 @@ class TcpConnection(base.Connection):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, msg: Message, timeout_s: float | None = None) -> None:
-        frame = encode(msg, self.max_elements)
+        view = memoryview(encode(msg, self.max_elements)).cast("B")
         sock = self._live()
-        # Never a timeout of 0: to a socket that means non-blocking, not "no time left".
-        sock.settimeout(None if timeout_s is None else max(timeout_s, 1e-6))
+        deadline = base.deadline_after(timeout_s)
+        sent = 0
         try:
-            sock.sendall(frame)
-        except TimeoutError:
-            # Part of the frame may be out: the stream is no longer usable.
-            self.close()
-            raise base.TransportTimeout(
-                f"sending to {self.peer} took more than {timeout_s} s"
-            ) from None
+            while sent < len(view):
+                if not _ready(sock, select.POLLOUT, deadline):
+                    # Part of the frame may be out: the stream is no longer usable.
+                    self.close()
+                    raise base.TransportTimeout(
+                        f"sending to {self.peer} took more than {timeout_s} s")
+                try:
+                    sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue  # the buffer filled again between poll and send
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as err:
             self.close()
             raise base.PeerClosed(f"{self.peer} closed the connection while we sent to it") from err
@@ -189,16 +207,17 @@ class TcpConnection(base.Connection):
         sock = self._live()
         got = 0
         while got < len(view):
-            sock.settimeout(_socket_timeout(deadline))
-            try:
-                n = sock.recv_into(view[got:])
-            except TimeoutError:
+            if not _ready(sock, select.POLLIN, deadline):
                 if frame_started or got:
                     # We hold half a frame: the stream cannot be resynchronised.
                     self.close()
                 raise base.TransportTimeout(
                     f"no complete message from {self.peer} in time (waiting for the {what})"
-                ) from None
+                )
+            try:
+                n = sock.recv_into(view[got:], 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue  # woken without data (e.g. a spurious wake-up)
             except (ConnectionResetError, ConnectionAbortedError) as err:
                 self.close()
                 raise base.PeerClosed(f"{self.peer} reset the connection") from err
