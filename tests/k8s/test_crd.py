@@ -28,8 +28,12 @@ def test_spec_schema_is_structural():
 
 def test_validator_checked_choices_become_enums():
     schema = crd.spec_schema()
-    assert schema["properties"]["training"]["properties"]["model"]["enum"] == ["mlp"]
-    assert "tcp" in schema["properties"]["transport"]["properties"]["type"]["enum"]
+    from tailcut.training import models
+    assert schema["properties"]["training"]["properties"]["model"]["enum"] == list(models.names())
+    assert schema["properties"]["transport"]["properties"]["type"]["enum"] == [
+        "tcp", "udp", "bounded-loss", "app-drop"]
+    assert schema["properties"]["training"]["properties"]["syncMode"]["enum"] == [
+        "bsp", "async", "ssp"]
 
 
 def test_optional_fields_become_nullable_and_bounds_carry_over():
