@@ -15,6 +15,18 @@ little-endian float32, then (only if flag bit 0 is set) the mask as packed bits:
     28     4*count          values
     ...    ceil(count/8)    mask, np.packbits(bitorder="little"), if flag bit 0
 
+A message sent in parts (CadentFlow: one frame per tensor, each with its own IP_TOS,
+see ``TcpConnection.cuts``) is several frames of the same kind, iteration and sender
+with flag bit 1 set; each carries, between the header and its values, a part header::
+
+    28     4    offset      where this part's values start in the whole message
+    32     4    total       values in the whole message
+    36     1    level       the part's priority level (255: untagged)
+    37     3    padding     zero
+
+``count`` is then the part's size; the receiver reassembles the parts (in any order)
+into one Message whose ``parts`` list each part's range, level and times.
+
 Header integers are big-endian (network order), so a packet dump reads
 naturally; a 64714-float MLP gradient is 28 + 258856 bytes.
 """
@@ -25,6 +37,7 @@ import errno
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -35,6 +48,9 @@ MAGIC = b"TCUT"
 VERSION = 1
 HEADER = struct.Struct("!4sHBBiiIq")
 FLAG_MASK = 0x01
+FLAG_PART = 0x02
+PART = struct.Struct("!IIB3x")
+UNTAGGED = 255
 # Refuse frames that claim more than this many values, before allocating: 2**26
 # floats is 256 MiB, far above any model here (the MLP has ~65k).
 DEFAULT_MAX_ELEMENTS = 1 << 26
@@ -69,6 +85,16 @@ def encode(msg: Message, max_elements: int = DEFAULT_MAX_ELEMENTS) -> bytes:
     return b"".join(parts)
 
 
+def encode_part(msg: Message, cut: base.Cut, sent_at_ns: int) -> list[bytes]:
+    """The frame (header, part header, values) of one part of ``msg``."""
+    values = np.ascontiguousarray(msg.values, dtype=_VALUE_DTYPE).reshape(-1)
+    chunk = values[cut.offset : cut.offset + cut.size]
+    header = HEADER.pack(MAGIC, VERSION, int(msg.kind), FLAG_PART, msg.iteration, msg.sender,
+                         chunk.size, sent_at_ns)
+    level = UNTAGGED if cut.level is None else cut.level
+    return [header, PART.pack(cut.offset, values.size, level), chunk.tobytes()]
+
+
 def parse_header(
     header: bytes, peer: str, max_elements: int
 ) -> tuple[Kind, int, int, int, int, int]:
@@ -88,9 +114,10 @@ def parse_header(
         raise base.ProtocolError(
             f"unknown message kind {kind} from {peer}: known kinds are {sorted(_KINDS)}"
         )
-    if flags & ~FLAG_MASK:
+    if flags & ~(FLAG_MASK | FLAG_PART) or flags == FLAG_MASK | FLAG_PART:
         raise base.ProtocolError(
-            f"unknown flag bits {flags:#04x} from {peer}: only {FLAG_MASK:#04x} is defined"
+            f"unknown flag bits {flags:#04x} from {peer}: {FLAG_MASK:#04x} (mask) and "
+            f"{FLAG_PART:#04x} (part) are defined, not both at once"
         )
     if count > max_elements:
         raise base.ProtocolError(
@@ -115,14 +142,40 @@ class TcpConnection(base.Connection):
         self.peer = peer
         self.max_elements = max_elements
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # CadentFlow: messages of these kinds (whose size matches) go out as one frame
+        # per cut, in the cuts' order, each with IP_TOS tos_of(cut.level); other
+        # messages carry control_tos. Left empty, nothing is tagged.
+        self.cuts: dict[Kind, tuple[base.Cut, ...]] = {}
+        self.control_tos: int = 0
+        self.tos_of: Callable[[int], int] | None = None
+        self._tos = 0
+
+    def _set_tos(self, sock: socket.socket, tos: int) -> None:
+        # Segments built after this carry the new TOS; ones queued before keep theirs.
+        if tos != self._tos:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            self._tos = tos
+
+    def _frames(self, msg: Message, sock: socket.socket) -> list[tuple[int, list[bytes]]]:
+        """(TOS, frame pieces) to send for ``msg``: one per cut, or one whole frame."""
+        cuts = self.cuts.get(msg.kind)
+        if cuts and msg.mask is None and msg.values.size == sum(c.size for c in cuts):
+            sent_at_ns = msg.sent_at_ns or time.time_ns()
+            msg.sent_at_ns = sent_at_ns
+            tos = self.tos_of or (lambda level: 0)
+            return [(0 if c.level is None else tos(c.level), encode_part(msg, c, sent_at_ns))
+                    for c in cuts]
+        return [(self.control_tos, [encode(msg, self.max_elements)])]
 
     def send(self, msg: Message, timeout_s: float | None = None) -> None:
-        frame = encode(msg, self.max_elements)
         sock = self._live()
+        frames = self._frames(msg, sock)
         # Never a timeout of 0: to a socket that means non-blocking, not "no time left".
         sock.settimeout(None if timeout_s is None else max(timeout_s, 1e-6))
         try:
-            sock.sendall(frame)
+            for tos, pieces in frames:
+                self._set_tos(sock, tos)
+                sock.sendall(b"".join(pieces))
         except TimeoutError:
             # Part of the frame may be out: the stream is no longer usable.
             self.close()
@@ -139,6 +192,8 @@ class TcpConnection(base.Connection):
         kind, flags, iteration, sender, count, sent_at_ns = parse_header(
             bytes(header), self.peer, self.max_elements
         )
+        if flags & FLAG_PART:
+            return self._recv_parts(kind, iteration, sender, count, sent_at_ns, deadline)
         values = np.empty(count, dtype=_VALUE_DTYPE)
         self._read_into(values.data.cast("B"), deadline, what="values")
         mask = None
@@ -159,6 +214,49 @@ class TcpConnection(base.Connection):
             received_at_ns=time.time_ns(),
             wire_bytes=HEADER.size + values.nbytes + mask_bytes,
         )
+
+    def _recv_parts(self, kind: Kind, iteration: int, sender: int, count: int,
+                    sent_at_ns: int, deadline: float | None) -> Message:
+        """Read the parts of one message (the first one's header is read) and join them."""
+        values: np.ndarray | None = None
+        filled = 0
+        parts: list[base.Part] = []
+        wire = 0
+        while True:
+            offset, total, level = PART.unpack(bytes(self._read(PART.size, deadline, "part")))
+            if values is None:
+                if total > self.max_elements:
+                    raise base.ProtocolError(
+                        f"message of {total} values in parts from {self.peer} exceeds "
+                        f"max_elements={self.max_elements}")
+                values = np.empty(total, dtype=_VALUE_DTYPE)
+            if values.size != total or offset + count > total:
+                self.close()
+                raise base.ProtocolError(
+                    f"part [{offset}, {offset + count}) of a {total}-value message from "
+                    f"{self.peer} does not fit the message of {values.size} values")
+            self._read_into(values[offset:offset + count].data.cast("B"), deadline, "values")
+            parts.append(base.Part(offset, count, None if level == UNTAGGED else level,
+                                   sent_at_ns, time.time_ns()))
+            filled += count
+            wire += HEADER.size + PART.size + 4 * count
+            if filled >= values.size:
+                break
+            header = self._read(HEADER.size, deadline, what="header")
+            k, flags, it, snd, count, sent_at_ns = parse_header(
+                bytes(header), self.peer, self.max_elements)
+            if (k, it, snd) != (kind, iteration, sender) or not flags & FLAG_PART:
+                self.close()
+                raise base.ProtocolError(
+                    f"{self.peer} sent {k.name}({it}) from {snd} before the last part of "
+                    f"{kind.name}({iteration}) from {sender}")
+        if filled != values.size:
+            self.close()
+            raise base.ProtocolError(f"parts from {self.peer} hold {filled} values; the "
+                                     f"message has {values.size}")
+        return Message(kind=kind, iteration=iteration, sender=sender, values=values,
+                       sent_at_ns=min(p.sent_at_ns for p in parts),
+                       received_at_ns=parts[-1].received_at_ns, wire_bytes=wire, parts=parts)
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
