@@ -15,7 +15,7 @@ from tailcut.spec import background, units
 
 API_VERSION = "tailcut.dev/v1alpha1"
 KIND = "TrainingJob"
-MODELS = ("mlp",)            # grows with tailcut.training.models
+MODELS = ("mlp", "deep-mlp")  # grows with tailcut.training.models
 TRANSPORTS = ("tcp", "udp", "bounded-loss", "app-drop")  # docs/bounded-loss.md
 LOSSY_TRANSPORTS = ("bounded-loss", "app-drop")          # the ones that take p
 SYNC_MODES = ("bsp", "async", "ssp")

@@ -84,8 +84,16 @@ def _build_mlp(dataset: data.Dataset) -> Model:
     return mlp.MLP(dataset.num_features, dataset.num_classes)
 
 
+def _build_deep_mlp(dataset: data.Dataset) -> Model:
+    from tailcut.training import deep_mlp
+
+    return deep_mlp.DeepMLP(dataset.num_features, dataset.num_classes)
+
+
 _REGISTRY: dict[str, Entry] = {
     "mlp": Entry(make_dataset=lambda seed: data.make_text_dataset(seed), build=_build_mlp),
+    "deep-mlp": Entry(make_dataset=lambda seed: data.make_text_dataset(seed),
+                      build=_build_deep_mlp),
 }
 
 
