@@ -34,6 +34,7 @@ naturally; a 64714-float MLP gradient is 28 + 258856 bytes.
 from __future__ import annotations
 
 import errno
+import fcntl
 import socket
 import struct
 import time
@@ -61,6 +62,8 @@ _TRANSIENT_CONNECT_ERRNOS = frozenset(
 )
 _CONNECT_RETRY_S = 0.1
 _VALUE_DTYPE = np.dtype("<f4")
+SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in the send queue not yet sent
+_DRAIN_POLL_S = 0.0002
 _KINDS = frozenset(int(k) for k in Kind)
 
 
@@ -93,6 +96,12 @@ def encode_part(msg: Message, cut: base.Cut, sent_at_ns: int) -> list[bytes]:
                          chunk.size, sent_at_ns)
     level = UNTAGGED if cut.level is None else cut.level
     return [header, PART.pack(cut.offset, values.size, level), chunk.tobytes()]
+
+
+def _unsent_bytes(sock: socket.socket) -> int:
+    """Bytes written to ``sock`` that TCP has not yet put into segments."""
+    raw = fcntl.ioctl(sock.fileno(), SIOCOUTQNSD, b"\0\0\0\0")
+    return int(struct.unpack("i", raw)[0])
 
 
 def parse_header(
@@ -150,11 +159,23 @@ class TcpConnection(base.Connection):
         self.tos_of: Callable[[int], int] | None = None
         self._tos = 0
 
-    def _set_tos(self, sock: socket.socket, tos: int) -> None:
-        # Segments built after this carry the new TOS; ones queued before keep theirs.
-        if tos != self._tos:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
-            self._tos = tos
+    def _set_tos(self, sock: socket.socket, tos: int, deadline: float | None = None) -> None:
+        """Set IP_TOS once every byte written so far has left the socket as segments.
+
+        The kernel stamps a segment with the socket's TOS when it builds it, not when
+        the bytes are written: switching at once would tag the previous part's unsent
+        bytes with the next part's level (measured: most of a level-2 tensor went out
+        at level 3). So wait until the send queue holds no unsent bytes first."""
+        if tos == self._tos:
+            return
+        while _unsent_bytes(sock) > 0:
+            if deadline is not None and time.monotonic() > deadline:
+                self.close()
+                raise base.TransportTimeout(
+                    f"sending to {self.peer}: the previous part did not leave in time")
+            time.sleep(_DRAIN_POLL_S)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        self._tos = tos
 
     def _frames(self, msg: Message, sock: socket.socket) -> list[tuple[int, list[bytes]]]:
         """(TOS, frame pieces) to send for ``msg``: one per cut, or one whole frame."""
@@ -172,9 +193,10 @@ class TcpConnection(base.Connection):
         frames = self._frames(msg, sock)
         # Never a timeout of 0: to a socket that means non-blocking, not "no time left".
         sock.settimeout(None if timeout_s is None else max(timeout_s, 1e-6))
+        deadline = base.deadline_after(timeout_s)
         try:
             for tos, pieces in frames:
-                self._set_tos(sock, tos)
+                self._set_tos(sock, tos, deadline)
                 sock.sendall(b"".join(pieces))
         except TimeoutError:
             # Part of the frame may be out: the stream is no longer usable.

@@ -260,9 +260,9 @@ def test_a_message_with_cuts_goes_as_tagged_parts_and_comes_back_whole(
     left.cuts[Kind.PARAMS] = (base.Cut(6, 4, 0), base.Cut(0, 6, 2))  # later range first
     real_set_tos = left._set_tos
 
-    def spy(sock: socket.socket, tos: int) -> None:
+    def spy(sock: socket.socket, tos: int, deadline: float | None = None) -> None:
         tos_seen.append(tos)
-        real_set_tos(sock, tos)
+        real_set_tos(sock, tos, deadline)
 
     left._set_tos = spy  # type: ignore[method-assign]
     values = np.arange(10, dtype=np.float32)
