@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import queue
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 
@@ -64,6 +66,9 @@ _CONNECT_RETRY_S = 0.1
 _VALUE_DTYPE = np.dtype("<f4")
 SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in the send queue not yet sent
 _DRAIN_POLL_S = 0.0002
+# A tagged connection's sender thread gives up on one message after this long, and
+# close() waits at most this long for the queued messages to go out.
+ASYNC_SEND_TIMEOUT_S = 30.0
 _KINDS = frozenset(int(k) for k in Kind)
 
 
@@ -158,6 +163,9 @@ class TcpConnection(base.Connection):
         self.control_tos: int = 0
         self.tos_of: Callable[[int], int] | None = None
         self._tos = 0
+        self._outbox: queue.Queue[list[tuple[int, list[bytes]]] | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
+        self._send_error: base.TransportError | None = None
 
     def _set_tos(self, sock: socket.socket, tos: int, deadline: float | None = None) -> None:
         """Set IP_TOS once every byte written so far has left the socket as segments.
@@ -191,6 +199,17 @@ class TcpConnection(base.Connection):
     def send(self, msg: Message, timeout_s: float | None = None) -> None:
         sock = self._live()
         frames = self._frames(msg, sock)
+        if self.cuts:
+            # Tagged: a sender thread writes, so that waiting for one part to leave
+            # before re-tagging (_set_tos) does not hold up the caller's sends to its
+            # other peers (a PS answering every worker would otherwise serve them one
+            # after another). Errors surface on the next send or on close.
+            self._enqueue(frames)
+            return
+        self._write(sock, frames, timeout_s)
+
+    def _write(self, sock: socket.socket, frames: list[tuple[int, list[bytes]]],
+               timeout_s: float | None) -> None:
         # Never a timeout of 0: to a socket that means non-blocking, not "no time left".
         sock.settimeout(None if timeout_s is None else max(timeout_s, 1e-6))
         deadline = base.deadline_after(timeout_s)
@@ -207,6 +226,26 @@ class TcpConnection(base.Connection):
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as err:
             self.close()
             raise base.PeerClosed(f"{self.peer} closed the connection while we sent to it") from err
+
+    def _enqueue(self, frames: list[tuple[int, list[bytes]]]) -> None:
+        if self._send_error is not None:
+            raise self._send_error
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                            name=f"tcp-send-{self.peer}")
+            self._sender.start()
+        self._outbox.put(frames)
+
+    def _send_loop(self) -> None:
+        while True:
+            frames = self._outbox.get()
+            if frames is None:
+                return
+            try:
+                self._write(self._live(), frames, ASYNC_SEND_TIMEOUT_S)
+            except base.TransportError as err:
+                self._send_error = err
+                return
 
     def recv(self, timeout_s: float | None = None) -> Message:
         deadline = base.deadline_after(timeout_s)
@@ -281,6 +320,10 @@ class TcpConnection(base.Connection):
                        received_at_ns=parts[-1].received_at_ns, wire_bytes=wire, parts=parts)
 
     def close(self) -> None:
+        sender, self._sender = self._sender, None
+        if sender is not None and sender is not threading.current_thread():
+            self._outbox.put(None)  # what is queued (a STOP, say) still goes out
+            sender.join(ASYNC_SEND_TIMEOUT_S)
         sock, self._sock = self._sock, None
         if sock is None:
             return
