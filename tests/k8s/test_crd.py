@@ -28,7 +28,7 @@ def test_spec_schema_is_structural():
 
 def test_validator_checked_choices_become_enums():
     schema = crd.spec_schema()
-    assert schema["properties"]["training"]["properties"]["model"]["enum"] == ["mlp"]
+    assert schema["properties"]["training"]["properties"]["model"]["enum"] == ["mlp", "deep-mlp"]
     assert "tcp" in schema["properties"]["transport"]["properties"]["type"]["enum"]
 
 
