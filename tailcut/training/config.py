@@ -22,6 +22,9 @@ the plain 1-PS BSP job above):
 - ``sync_mode`` ``bsp``, ``async`` or ``ssp`` with ``staleness`` (iterations a worker
   may run ahead of the slowest), ``ordering`` ``fifo`` or ``stf`` (shortest transfer
   first) for the updates a PS has waiting, ``window_us`` for concurrent connections.
+- ``flows``: the CadentFlow section, ``{"policy": "fair"}`` or ``{"policy": "cadentflow",
+  "pull": {tensor: level}, "push": {tensor: level}}`` (tailcut.training.flows); null
+  means neither cut nor log per tensor.
 """
 
 from __future__ import annotations
