@@ -55,3 +55,31 @@ def test_levels_must_name_exactly_the_models_tensors():
 def test_a_bad_flows_section_is_refused_naming_the_key(raw, message):
     with pytest.raises(ValueError, match=message):
         flows.check(raw)
+
+
+def test_a_sharded_cadentflow_job_sends_each_shards_tensors_as_tagged_parts(tmp_path):
+    import csv
+
+    from tests.training import loopback
+
+    names = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    levels = {name: k for k, name in enumerate(names)}
+    job = loopback.Job(tmp_path, num_workers=2, shards=2, options={
+        "max_iterations": 10, "target_accuracy": None,
+        "flows": {"policy": "cadentflow", "pull": levels, "push": levels}})
+    events = job.run()
+    assert events["ps-0"][-1]["iterations"] == 10
+    with open(job.results / "flows-worker-0.csv", newline="") as f:
+        pulls = list(csv.DictReader(f))
+    # shard 0 holds part of fc1.weight, shard 1 the rest of it and every other tensor
+    per_iteration = {}
+    for row in pulls:
+        per_iteration.setdefault(row["iteration"], []).append((row["layer"], int(row["level"])))
+    assert sorted(per_iteration["3"]) == sorted(
+        [("fc1.weight", 0), ("fc1.weight", 0), ("fc1.bias", 1), ("fc2.weight", 2),
+         ("fc2.bias", 3)])
+    with open(job.results / "flows-ps-1.csv", newline="") as f:
+        pushes = list(csv.DictReader(f))
+    assert {(r["layer"], r["level"]) for r in pushes} == {
+        (name, str(k)) for name, k in levels.items()}
+    assert all(float(r["completion_s"]) >= 0 for r in pulls + pushes)
