@@ -78,6 +78,12 @@ def main() -> None:
     print(f"iteration ms: fair {med['fair'] * 1e3:.1f}  cadentflow "
           f"{med['cadentflow'] * 1e3:.1f}  ratio cadentflow/fair "
           f"{med['cadentflow'] / med['fair']:.3f}")
+    print("\nmedian ms from an iteration's first pull to:")
+    for policy in POLICIES:
+        phases = {k: statistics.median(s["phases_s"][k] for s in runs[policy])
+                  for k in runs[policy][0]["phases_s"]}
+        print(f"{policy:>10}: " + "  ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items())
+              + f"  next pull {med[policy] * 1e3:.1f}")
     for direction in ("pull", "push"):
         print(f"\n{direction} FCT, median of the runs' medians (ms):")
         print(f"{'tensor':>12} {'level':>5} {'fair':>8} {'cadentflow':>10} {'ratio':>6}")

@@ -5,6 +5,7 @@ tailcut.scheduling.tags.resolve); `summarize(results_dir)` reads the roles'
 flows-*.csv and gives what metrics.json records under "scheduling"::
 
     {"policy": "cadentflow", "iteration_s": 0.153, "iterations_measured": 120,
+     "phases_s": {"last_pull_done": 0.21, "first_push_sent": 0.2, "last_push_done": 0.43},
      "fct_s": {"pull": {"fc1.weight": {"level": 0, "median": 0.021, "p95": ..., "n": 480}},
                "push": {...}}}
 
@@ -59,20 +60,33 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
                                                "push": defaultdict(list)}
     level: dict[tuple[str, str], str] = {}
     pull_start: dict[int, int] = {}
+    # per iteration: last PARAMS received, first PUSH sent, last PUSH received (ns)
+    marks: dict[int, list[int]] = defaultdict(lambda: [0, 2**63, 0])
     for path in sorted(results_dir.glob("flows-*.csv")):
         with path.open() as f:
             for row in csv.DictReader(f):
                 direction = "pull" if row["kind"] == "PARAMS" else "push"
                 fct[direction][row["layer"]].append(float(row["completion_s"]))
                 level[(direction, row["layer"])] = row["level"]
+                it, sent = int(row["iteration"]), int(row["sent_at_ns"])
+                done = int(row["received_at_ns"])
                 if direction == "pull":
-                    it, sent = int(row["iteration"]), int(row["sent_at_ns"])
                     pull_start[it] = min(sent, pull_start.get(it, sent))
+                    marks[it][0] = max(marks[it][0], done)
+                else:
+                    marks[it][1] = min(marks[it][1], sent)
+                    marks[it][2] = max(marks[it][2], done)
     steps = sorted(pull_start)
     gaps = [(pull_start[b] - pull_start[a]) / 1e9 for a, b in zip(steps, steps[1:])
             if b == a + 1]
+    phases = [[(m - pull_start[a]) / 1e9 for m in marks[a]] for a, b in zip(steps, steps[1:])
+              if b == a + 1 and marks[a][2]]
     return {
         "policy": policy,
+        # medians over iterations, seconds from the iteration's first pull
+        "phases_s": ({name: round(statistics.median(col), 6) for name, col in zip(
+            ("last_pull_done", "first_push_sent", "last_push_done"), zip(*phases))}
+            if phases else None),
         "iteration_s": round(statistics.median(gaps), 6) if gaps else None,
         "iterations_measured": len(gaps),
         "fct_s": {d: {name: {"level": int(level[(d, name)]) if level[(d, name)] else None,
