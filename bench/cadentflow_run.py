@@ -15,6 +15,7 @@ each tensor's pull and push; then the ratios cadentflow / fair.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import yaml  # noqa: E402
 
 from tailcut import spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
@@ -55,8 +58,6 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: each round builds namespaces")
-    import yaml
-
     base = yaml.safe_load(Path(args.job).read_text())
     runs: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
     with tempfile.TemporaryDirectory(prefix="cf2-bench-") as tmp:
@@ -65,8 +66,6 @@ def main() -> None:
             for policy in order:
                 job = job_for(base, policy, args)
                 local.run(job, Path(tmp) / f"{policy}-{r}", progress=lambda _: None)
-                import json
-
                 summary = json.loads((Path(tmp) / f"{policy}-{r}" / "flows.json").read_text())
                 runs[policy].append(summary)
                 print(f"round {r} {policy:>10}: iteration {summary['iteration_s'] * 1e3:7.1f} ms"
