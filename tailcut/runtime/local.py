@@ -52,7 +52,7 @@ def run(job: TrainingJob, results_dir: Path,
         raise RunError("the local runtime needs root (it creates network namespaces); "
                        "run as root or through sudo")
     from tailcut.scheduling import enforce  # CadentFlow (issue 6)
-    enforce.check_runnable(job.spec.scheduling)
+    enforce.check_runnable(job.spec.scheduling, job)
     topo = topology.plan(job)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "logs").mkdir(exist_ok=True)
@@ -73,8 +73,10 @@ def run(job: TrainingJob, results_dir: Path,
                  f"{network.applied[f'{first_rack.netns}/up']}")
         running: list[subprocess.Popen[bytes]] = []
         bg: Optional[background.Background] = None
+        scheduled: Optional[enforce.Enforcement] = None
         try:
             _write_json(results_dir / "network.json", {"applied": network.applied})
+            scheduled = _enforce(job, topo, progress)
             bg = background.start(job, topo, results_dir, progress)
             roles = _launch(job, topo, results_dir, running)
             done = _watch(job, roles, results_dir, progress)
@@ -87,6 +89,9 @@ def run(job: TrainingJob, results_dir: Path,
             if bg is not None:  # the background ends with the job, whatever ended it
                 progress(background.describe(bg.stop()))
             _record_network(network, results_dir)
+            if scheduled is not None:  # before the namespaces go: counts, then detach
+                _record_scheduling(scheduled, results_dir)
+                scheduled.detach()
             network.destroy()
 
     result = RunResult(job=job.name, results_dir=str(results_dir),
@@ -98,7 +103,8 @@ def run(job: TrainingJob, results_dir: Path,
                 {**asdict(result), "transport": job.spec.transport.type,
                  "model": job.spec.training.model,
                  "target_accuracy": job.spec.training.target_accuracy,
-                 **_roles_summary(job, done)})
+                 **_roles_summary(job, done),
+                 "scheduling": _flows_summary(job, results_dir, progress)})
     if done.get("takeover"):
         t = done["takeover"]
         progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "
@@ -150,7 +156,8 @@ def _role_config(job: TrainingJob, pod: Pod, topo: Topology, results_dir: Path) 
         replica_endpoint=endpoint("replica-0") if r.ps_replica else None,
         aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
                      for a, agg in enumerate(r.aggregators)],
-        staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us)
+        staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
+        flows=_role_flows(job))
 
 
 def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
@@ -281,6 +288,56 @@ def _record_network(network: build.Network, results_dir: Path) -> None:
     _write_json(results_dir / "network.json",
                 {"applied": network.applied,
                  "ebpf_dropper": {"passed": passed, "dropped": dropped}})
+
+
+# --- CadentFlow (issue 6): priority classes on every pod, per-tensor FCTs -------------
+def _enforce(job: TrainingJob, topo: Topology,
+             progress: Callable[[str], None]) -> Any:
+    """Priority classes and the DSCP classifier on every shaped egress (cadentflow)."""
+    from tailcut.scheduling import enforce
+
+    handle = enforce.apply(topo, job.spec.scheduling)
+    if handle.classifiers:
+        progress(f"cadentflow: {job.spec.scheduling.priority_levels} priority classes and "
+                 f"the DSCP classifier on {len(handle.classifiers)} egresses")
+    return handle
+
+
+def _record_scheduling(handle: Any, results_dir: Path) -> None:
+    """Add the classes and per-level packet counts to network.json."""
+    path = results_dir / "network.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    counts = handle.counts()
+    data["scheduling"] = {
+        "policy": handle.policy, "classes": handle.applied,
+        "classified": {where: {("untagged" if lvl is None else str(lvl)): list(pb)
+                               for lvl, pb in by_level.items()}
+                       for where, by_level in counts.items()}}
+    _write_json(path, data)
+
+
+_flows_cache: dict[str, dict[str, Any]] = {}
+
+
+def _role_flows(job: TrainingJob) -> dict[str, Any]:
+    from tailcut.scheduling import flowreport
+
+    key = (f"{job.spec.scheduling.model_dump_json()}/{job.spec.training.model}/"
+           f"{job.spec.training.seed}")
+    if key not in _flows_cache:  # the model is built once per run, not once per pod
+        _flows_cache.clear()
+        _flows_cache[key] = flowreport.role_flows(job)
+    return _flows_cache[key]
+
+
+def _flows_summary(job: TrainingJob, results_dir: Path,
+                   progress: Callable[[str], None]) -> dict[str, Any]:
+    from tailcut.scheduling import flowreport
+
+    summary = flowreport.summarize(results_dir, job.spec.scheduling.policy)
+    _write_json(results_dir / "flows.json", summary)
+    progress(flowreport.describe(summary))
+    return summary
 
 
 def _tail(path: Path) -> str:

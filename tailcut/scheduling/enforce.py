@@ -20,12 +20,15 @@ is simulated only, and `enforce` refuses it by name.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from tailcut.errors import SpecError
 from tailcut.net import naming, netns, shaping
 from tailcut.net.topology import Topology
 from tailcut.spec.model import Scheduling
+
+if TYPE_CHECKING:
+    from tailcut.spec.model import TrainingJob
 
 POD_IFNAME = "eth0"
 
@@ -58,16 +61,29 @@ def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
     return [float(by_level.get(level, 1.0)) for level in range(scheduling.priority_levels)]
 
 
-def check_runnable(scheduling: Scheduling) -> None:
-    """Refuse, before anything is built, a policy `tailcut run` cannot honour yet: its
-    training roles send the whole parameter vector as one untagged message, so
-    priority classes would change nothing and the run would look like a result."""
-    if scheduling.policy != "fair":
+def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) -> None:
+    """Refuse, before anything is built, what `tailcut run` cannot honour: `coflow`
+    (needs a rate controller per flow), and `cadentflow` on anything but the TCP
+    transport without aggregators or a PS replica (only the TCP transport sends a
+    message as tagged per-tensor parts; aggregators and the replica forward whole
+    vectors)."""
+    if scheduling.policy == "coflow":
         raise SpecError(
-            f"spec.scheduling.policy={scheduling.policy!r}: `tailcut run` does not tag the "
-            "training roles' traffic per tensor yet, so only 'fair' runs here; compare "
-            "policies on the testbed with bench/cadentflow_testbed.py or at scale with "
+            "spec.scheduling.policy='coflow': the testbed has no per-flow rate controller "
+            "for MADD yet, so only 'fair' and 'cadentflow' run here; compare coflow with "
             "`tailcut simulate` (docs/cadentflow.md)")
+    if scheduling.policy != "cadentflow" or job is None:
+        return
+    if job.spec.transport.type != "tcp":
+        raise SpecError(
+            f"spec.scheduling.policy='cadentflow' with spec.transport.type="
+            f"{job.spec.transport.type!r}: only the tcp transport tags its messages per "
+            "tensor so far; use transport tcp or policy fair")
+    if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
+        raise SpecError(
+            "spec.scheduling.policy='cadentflow' with spec.replicas.aggregators or "
+            "spec.replicas.psReplica: aggregators and the replica forward whole vectors, "
+            "untagged; run cadentflow without them")
 
 
 def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:

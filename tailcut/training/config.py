@@ -22,6 +22,9 @@ the plain 1-PS BSP job above):
 - ``sync_mode`` ``bsp``, ``async`` or ``ssp`` with ``staleness`` (iterations a worker
   may run ahead of the slowest), ``ordering`` ``fifo`` or ``stf`` (shortest transfer
   first) for the updates a PS has waiting, ``window_us`` for concurrent connections.
+- ``flows``: the CadentFlow section, ``{"policy": "fair"}`` or ``{"policy": "cadentflow",
+  "pull": {tensor: level}, "push": {tensor: level}}`` (tailcut.training.flows); null
+  means neither cut nor log per tensor.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class RoleConfig:
     staleness: int = 0  # ssp: iterations a worker may run ahead of the slowest one
     ordering: str = "fifo"  # which waiting update a PS takes first: fifo or stf
     window_us: int = 1000  # concurrent connections are counted per window of this length
+    flows: dict[str, Any] | None = None  # CadentFlow cuts and tags (tailcut.training.flows)
 
     @property
     def shards(self) -> list[tuple[str, int]]:
@@ -211,6 +215,17 @@ def _check_roles(c: RoleConfig) -> None:
         raise ConfigError(f"ordering={c.ordering!r}: supported: {', '.join(ORDERINGS)}")
     if not isinstance(c.window_us, int) or c.window_us < 1:
         raise ConfigError(f"window_us={c.window_us!r}: must be an integer >= 1")
+    if c.flows is not None:
+        from tailcut.training import flows
+
+        try:
+            flows.check(c.flows)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if c.flows["policy"] == "cadentflow" and (c.transport.get("type") != "tcp"
+                                                  or c.aggregators or c.replica_endpoint):
+            raise ConfigError("flows.policy='cadentflow': needs transport tcp, no "
+                              "aggregators and no replica_endpoint")
 
 
 def _check(c: RoleConfig) -> None:

@@ -153,6 +153,12 @@ def _clicks(seed: int) -> data.Dataset:
     return clicks.make_click_dataset(seed)
 
 
+def _build_deep_mlp(dataset: data.Dataset) -> Model:
+    from tailcut.training import deep_mlp
+
+    return deep_mlp.DeepMLP(dataset.num_features, dataset.num_classes)
+
+
 # Targets sit a little below each model's plateau, so "converged" is reached in a
 # few epochs with 4 workers and does not hinge on the noise of the last decimal.
 _REGISTRY: dict[str, Entry] = {
@@ -201,6 +207,15 @@ _REGISTRY: dict[str, Entry] = {
         metric="click prediction test accuracy",
         target_accuracy=0.68,
         learning_rate=0.5,
+        batch_size=32,
+        max_epochs=20,
+    ),
+    "deep-mlp": Entry(
+        make_dataset=lambda seed: data.make_text_dataset(seed),
+        build=_build_deep_mlp,
+        data="the mlp's documents; 1000-32-512-512-10, so layers differ in size (CadentFlow)",
+        target_accuracy=0.9,
+        learning_rate=0.1,
         batch_size=32,
         max_epochs=20,
     ),

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import inbox, models, peers, records, rpc
+from tailcut.training import flows, inbox, models, peers, records, rpc
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -156,6 +156,11 @@ class _Server:
         self.last_pull: dict[str, int] = {}  # worker -> step it last asked for
         self.updates = np.zeros(self.size, dtype=np.int64)  # per-parameter update counts
         self.arrivals: list[tuple[int, str]] = []  # (arrived_ns, client) of every request
+        try:  # CadentFlow levels (None: fair, messages go whole and untagged)
+            self.pull_levels = flows.levels_for(cfg.flows, "pull", self.model.layers)
+            self.push_levels = flows.levels_for(cfg.flows, "push", self.model.layers)
+        except ValueError as err:
+            raise errors.RunError(str(err)) from None
 
     # ----------------------------------------------------------------- set-up
     def _expected_peers(self) -> set[str]:
@@ -202,6 +207,16 @@ class _Server:
                 by_name["ps-0" if self.shard > 0 else "primary"] = upstream
             self.names = list(by_name)
             self.conns = by_name
+            self.flows_log: records.CsvLog | None = None
+            if cfg.flows is not None:
+                self.flows_log = records.CsvLog(self.results / flows.filename(self.name),
+                                                flows.FIELDS)
+                logs.append(self.flows_log)
+            if self.pull_levels is not None:
+                pull_cuts = flows.cuts(self.model.layers, self.lo, self.hi, self.pull_levels)
+                for who, conn in by_name.items():
+                    if who.startswith("worker-"):
+                        flows.tag(conn, Kind.PARAMS, pull_cuts)
             self.rpcs = records.CsvLog(
                 self.results / records.rpc_filename("server", self.name),
                 records.SERVER_RPC_FIELDS,
@@ -373,6 +388,10 @@ class _Server:
         assert msg is not None
         self.arrivals.append((ev.arrived_ns, who))
         self.messages.write(records.message_row(msg, base.PS_SENDER))
+        if self.flows_log is not None:
+            for row in flows.rows(msg, self.name, self.model.layers, self.lo, self.hi,
+                                  self.push_levels):
+                self.flows_log.write(row)
         changed = msg.values != 0
         if msg.mask is not None:
             changed &= msg.mask

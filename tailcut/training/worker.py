@@ -15,6 +15,7 @@ the seed exactly as the PS does. Every push and pull leaves a row in
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import data, inbox, models, peers, ps, records
+from tailcut.training import data, flows, inbox, models, peers, ps, records
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -90,6 +91,11 @@ class _Worker:
         self.failed_over: dict[str, Any] | None = None
         self.aggregator_gone = base.PeerClosed("the aggregator went away")
         self.sent: dict[tuple[str, str, int], tuple[int, int]] = {}  # (op, server, step)
+        try:  # CadentFlow levels (None: fair, messages go whole and untagged)
+            self.pull_levels = flows.levels_for(cfg.flows, "pull", self.model.layers)
+            self.push_levels = flows.levels_for(cfg.flows, "push", self.model.layers)
+        except ValueError as err:
+            raise errors.RunError(str(err)) from None
 
     def _where(self, who: str) -> str:
         conn = self.conns.get(who)
@@ -113,7 +119,11 @@ class _Worker:
                     Path(cfg.results_dir) / records.rpc_filename("client", self.name),
                     records.CLIENT_RPC_FIELDS,
                 ) as self.rpcs,
+                contextlib.ExitStack() as stack,
             ):
+                self.flows_log = None if cfg.flows is None else stack.enter_context(
+                    records.CsvLog(Path(cfg.results_dir) / flows.filename(self.name),
+                                   flows.FIELDS))
                 try:
                     targets = [(f"ps-{s}", h, p) for s, (h, p) in enumerate(cfg.shards)]
                     if cfg.replica is not None:
@@ -125,6 +135,10 @@ class _Worker:
                         conn = transport.connect(host, port, peers.left(self.deadline))
                         conn.peer = f"{who} at {host}:{port}" if who != "ps-0" else where
                         self.conns[who] = conn
+                        if self.push_levels is not None and who.startswith("ps-"):
+                            lo, hi = self.ranges[int(who.split("-")[1])]
+                            flows.tag(conn, Kind.PUSH,
+                                      flows.cuts(self.model.layers, lo, hi, self.push_levels))
                         # HELLO is the pull for step 0: stamp it as one.
                         self._request(who, Message(Kind.HELLO, peers.WORKER, cfg.index), "pull", 0)
                     self.inbox = inbox.Inbox(list(self.conns.values()))
@@ -228,6 +242,10 @@ class _Worker:
                 continue  # shard 0 from both primary and replica around the take-over
             lo, hi = self.ranges[shard]
             apply_params(self.params[lo:hi], msg)
+            if self.flows_log is not None:
+                for row in flows.rows(msg, self.name, self.model.layers, lo, hi,
+                                      self.pull_levels):
+                    self.flows_log.write(row)
             missing.discard(shard)
             self._client_row("pull", who, msg, dequeued, time.time_ns())
         return True

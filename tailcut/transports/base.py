@@ -82,6 +82,9 @@ class Message:
     sent_at_ns: int = 0
     received_at_ns: int = 0
     wire_bytes: int = 0
+    # Set by a transport that delivered the message in parts (CadentFlow: one frame
+    # per tensor, tailcut.transports.tcp): each part's range and timing.
+    parts: list[Part] | None = None
 
     @property
     def completion_s(self) -> float:
@@ -92,6 +95,31 @@ class Message:
     def missing(self) -> int:
         """Number of coordinates that did not arrive."""
         return 0 if self.mask is None else int(self.mask.size - np.count_nonzero(self.mask))
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One tensor of a message sent as its own part: ``values[offset:offset+size]``,
+    tagged with priority ``level`` (0 is most urgent; None: untagged)."""
+
+    offset: int
+    size: int
+    level: int | None = None
+
+
+@dataclass(frozen=True)
+class Part:
+    """One received part of a message: its range, level and completion stamps."""
+
+    offset: int
+    size: int
+    level: int | None
+    sent_at_ns: int
+    received_at_ns: int
+
+    @property
+    def completion_s(self) -> float:
+        return (self.received_at_ns - self.sent_at_ns) / 1e9
 
 
 class Connection(abc.ABC):

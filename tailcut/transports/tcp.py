@@ -15,6 +15,18 @@ little-endian float32, then (only if flag bit 0 is set) the mask as packed bits:
     28     4*count          values
     ...    ceil(count/8)    mask, np.packbits(bitorder="little"), if flag bit 0
 
+A message sent in parts (CadentFlow: one frame per tensor, each with its own IP_TOS,
+see ``TcpConnection.cuts``) is several frames of the same kind, iteration and sender
+with flag bit 1 set; each carries, between the header and its values, a part header::
+
+    28     4    offset      where this part's values start in the whole message
+    32     4    total       values in the whole message
+    36     1    level       the part's priority level (255: untagged)
+    37     3    padding     zero
+
+``count`` is then the part's size; the receiver reassembles the parts (in any order)
+into one Message whose ``parts`` list each part's range, level and times.
+
 Header integers are big-endian (network order), so a packet dump reads
 naturally; a 64714-float MLP gradient is 28 + 258856 bytes.
 """
@@ -22,10 +34,14 @@ naturally; a 64714-float MLP gradient is 28 + 258856 bytes.
 from __future__ import annotations
 
 import errno
+import fcntl
+import queue
 import select
 import socket
 import struct
+import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -36,6 +52,9 @@ MAGIC = b"TCUT"
 VERSION = 1
 HEADER = struct.Struct("!4sHBBiiIq")
 FLAG_MASK = 0x01
+FLAG_PART = 0x02
+PART = struct.Struct("!IIB3x")
+UNTAGGED = 255
 # Refuse frames that claim more than this many values, before allocating: 2**26
 # floats is 256 MiB, far above any model here (the MLP has ~65k).
 DEFAULT_MAX_ELEMENTS = 1 << 26
@@ -46,6 +65,11 @@ _TRANSIENT_CONNECT_ERRNOS = frozenset(
 )
 _CONNECT_RETRY_S = 0.1
 _VALUE_DTYPE = np.dtype("<f4")
+SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in the send queue not yet sent
+_DRAIN_POLL_S = 0.0002
+# A tagged connection's sender thread gives up on one message after this long, and
+# close() waits at most this long for the queued messages to go out.
+ASYNC_SEND_TIMEOUT_S = 30.0
 _KINDS = frozenset(int(k) for k in Kind)
 
 
@@ -70,6 +94,22 @@ def encode(msg: Message, max_elements: int = DEFAULT_MAX_ELEMENTS) -> bytes:
     return b"".join(parts)
 
 
+def encode_part(msg: Message, cut: base.Cut, sent_at_ns: int) -> list[bytes]:
+    """The frame (header, part header, values) of one part of ``msg``."""
+    values = np.ascontiguousarray(msg.values, dtype=_VALUE_DTYPE).reshape(-1)
+    chunk = values[cut.offset : cut.offset + cut.size]
+    header = HEADER.pack(MAGIC, VERSION, int(msg.kind), FLAG_PART, msg.iteration, msg.sender,
+                         chunk.size, sent_at_ns)
+    level = UNTAGGED if cut.level is None else cut.level
+    return [header, PART.pack(cut.offset, values.size, level), chunk.tobytes()]
+
+
+def _unsent_bytes(sock: socket.socket) -> int:
+    """Bytes written to ``sock`` that TCP has not yet put into segments."""
+    raw = fcntl.ioctl(sock.fileno(), SIOCOUTQNSD, b"\0\0\0\0")
+    return int(struct.unpack("i", raw)[0])
+
+
 def parse_header(
     header: bytes, peer: str, max_elements: int
 ) -> tuple[Kind, int, int, int, int, int]:
@@ -89,9 +129,10 @@ def parse_header(
         raise base.ProtocolError(
             f"unknown message kind {kind} from {peer}: known kinds are {sorted(_KINDS)}"
         )
-    if flags & ~FLAG_MASK:
+    if flags & ~(FLAG_MASK | FLAG_PART) or flags == FLAG_MASK | FLAG_PART:
         raise base.ProtocolError(
-            f"unknown flag bits {flags:#04x} from {peer}: only {FLAG_MASK:#04x} is defined"
+            f"unknown flag bits {flags:#04x} from {peer}: {FLAG_MASK:#04x} (mask) and "
+            f"{FLAG_PART:#04x} (part) are defined, not both at once"
         )
     if count > max_elements:
         raise base.ProtocolError(
@@ -130,26 +171,99 @@ class TcpConnection(base.Connection):
         self.peer = peer
         self.max_elements = max_elements
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # CadentFlow: messages of these kinds (whose size matches) go out as one frame
+        # per cut, in the cuts' order, each with IP_TOS tos_of(cut.level); other
+        # messages carry control_tos. Left empty, nothing is tagged.
+        self.cuts: dict[Kind, tuple[base.Cut, ...]] = {}
+        self.control_tos: int = 0
+        self.tos_of: Callable[[int], int] | None = None
+        self._tos = 0
+        self._outbox: queue.Queue[list[tuple[int, list[bytes]]] | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
+        self._send_error: base.TransportError | None = None
+
+    def _set_tos(self, sock: socket.socket, tos: int, deadline: float | None = None) -> None:
+        """Set IP_TOS once every byte written so far has left the socket as segments.
+
+        The kernel stamps a segment with the socket's TOS when it builds it, not when
+        the bytes are written: switching at once would tag the previous part's unsent
+        bytes with the next part's level (measured: most of a level-2 tensor went out
+        at level 3). So wait until the send queue holds no unsent bytes first."""
+        if tos == self._tos:
+            return
+        while _unsent_bytes(sock) > 0:
+            if deadline is not None and time.monotonic() > deadline:
+                self.close()
+                raise base.TransportTimeout(
+                    f"sending to {self.peer}: the previous part did not leave in time")
+            time.sleep(_DRAIN_POLL_S)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        self._tos = tos
+
+    def _frames(self, msg: Message, sock: socket.socket) -> list[tuple[int, list[bytes]]]:
+        """(TOS, frame pieces) to send for ``msg``: one per cut, or one whole frame."""
+        cuts = self.cuts.get(msg.kind)
+        if cuts and msg.mask is None and msg.values.size == sum(c.size for c in cuts):
+            sent_at_ns = msg.sent_at_ns or time.time_ns()
+            msg.sent_at_ns = sent_at_ns
+            tos = self.tos_of or (lambda level: 0)
+            return [(0 if c.level is None else tos(c.level), encode_part(msg, c, sent_at_ns))
+                    for c in cuts]
+        return [(self.control_tos, [encode(msg, self.max_elements)])]
 
     def send(self, msg: Message, timeout_s: float | None = None) -> None:
-        view = memoryview(encode(msg, self.max_elements)).cast("B")
         sock = self._live()
+        frames = self._frames(msg, sock)
+        if self.cuts:
+            # Tagged: a sender thread writes, so that waiting for one part to leave
+            # before re-tagging (_set_tos) does not hold up the caller's sends to its
+            # other peers (a PS answering every worker would otherwise serve them one
+            # after another). Errors surface on the next send or on close.
+            self._enqueue(frames)
+            return
+        self._write(sock, frames, timeout_s)
+
+    def _write(self, sock: socket.socket, frames: list[tuple[int, list[bytes]]],
+               timeout_s: float | None) -> None:
         deadline = base.deadline_after(timeout_s)
-        sent = 0
         try:
-            while sent < len(view):
-                if not _ready(sock, select.POLLOUT, deadline):
-                    # Part of the frame may be out: the stream is no longer usable.
-                    self.close()
-                    raise base.TransportTimeout(
-                        f"sending to {self.peer} took more than {timeout_s} s")
-                try:
-                    sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    continue  # the buffer filled again between poll and send
+            for tos, pieces in frames:
+                self._set_tos(sock, tos, deadline)
+                view = memoryview(b"".join(pieces)).cast("B")
+                sent = 0
+                while sent < len(view):
+                    if not _ready(sock, select.POLLOUT, deadline):
+                        # Part of the frame may be out: the stream is no longer usable.
+                        self.close()
+                        raise base.TransportTimeout(
+                            f"sending to {self.peer} took more than {timeout_s} s")
+                    try:
+                        sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        continue  # the buffer filled again between poll and send
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as err:
             self.close()
             raise base.PeerClosed(f"{self.peer} closed the connection while we sent to it") from err
+
+    def _enqueue(self, frames: list[tuple[int, list[bytes]]]) -> None:
+        if self._send_error is not None:
+            raise self._send_error
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                            name=f"tcp-send-{self.peer}")
+            self._sender.start()
+        self._outbox.put(frames)
+
+    def _send_loop(self) -> None:
+        while True:
+            frames = self._outbox.get()
+            if frames is None:
+                return
+            try:
+                self._write(self._live(), frames, ASYNC_SEND_TIMEOUT_S)
+            except base.TransportError as err:
+                self._send_error = err
+                return
 
     def recv(self, timeout_s: float | None = None) -> Message:
         deadline = base.deadline_after(timeout_s)
@@ -157,6 +271,8 @@ class TcpConnection(base.Connection):
         kind, flags, iteration, sender, count, sent_at_ns = parse_header(
             bytes(header), self.peer, self.max_elements
         )
+        if flags & FLAG_PART:
+            return self._recv_parts(kind, iteration, sender, count, sent_at_ns, deadline)
         values = np.empty(count, dtype=_VALUE_DTYPE)
         self._read_into(values.data.cast("B"), deadline, what="values")
         mask = None
@@ -178,7 +294,54 @@ class TcpConnection(base.Connection):
             wire_bytes=HEADER.size + values.nbytes + mask_bytes,
         )
 
+    def _recv_parts(self, kind: Kind, iteration: int, sender: int, count: int,
+                    sent_at_ns: int, deadline: float | None) -> Message:
+        """Read the parts of one message (the first one's header is read) and join them."""
+        values: np.ndarray | None = None
+        filled = 0
+        parts: list[base.Part] = []
+        wire = 0
+        while True:
+            offset, total, level = PART.unpack(bytes(self._read(PART.size, deadline, "part")))
+            if values is None:
+                if total > self.max_elements:
+                    raise base.ProtocolError(
+                        f"message of {total} values in parts from {self.peer} exceeds "
+                        f"max_elements={self.max_elements}")
+                values = np.empty(total, dtype=_VALUE_DTYPE)
+            if values.size != total or offset + count > total:
+                self.close()
+                raise base.ProtocolError(
+                    f"part [{offset}, {offset + count}) of a {total}-value message from "
+                    f"{self.peer} does not fit the message of {values.size} values")
+            self._read_into(values[offset:offset + count].data.cast("B"), deadline, "values")
+            parts.append(base.Part(offset, count, None if level == UNTAGGED else level,
+                                   sent_at_ns, time.time_ns()))
+            filled += count
+            wire += HEADER.size + PART.size + 4 * count
+            if filled >= values.size:
+                break
+            header = self._read(HEADER.size, deadline, what="header")
+            k, flags, it, snd, count, sent_at_ns = parse_header(
+                bytes(header), self.peer, self.max_elements)
+            if (k, it, snd) != (kind, iteration, sender) or not flags & FLAG_PART:
+                self.close()
+                raise base.ProtocolError(
+                    f"{self.peer} sent {k.name}({it}) from {snd} before the last part of "
+                    f"{kind.name}({iteration}) from {sender}")
+        if filled != values.size:
+            self.close()
+            raise base.ProtocolError(f"parts from {self.peer} hold {filled} values; the "
+                                     f"message has {values.size}")
+        return Message(kind=kind, iteration=iteration, sender=sender, values=values,
+                       sent_at_ns=min(p.sent_at_ns for p in parts),
+                       received_at_ns=parts[-1].received_at_ns, wire_bytes=wire, parts=parts)
+
     def close(self) -> None:
+        sender, self._sender = self._sender, None
+        if sender is not None and sender is not threading.current_thread():
+            self._outbox.put(None)  # what is queued (a STOP, say) still goes out
+            sender.join(ASYNC_SEND_TIMEOUT_S)
         sock, self._sock = self._sock, None
         if sock is None:
             return

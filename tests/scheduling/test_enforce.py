@@ -38,7 +38,32 @@ def test_no_weights_means_strict_priority():
     assert enforce.weights_of(job.spec.scheduling) is None
 
 
-def test_tailcut_run_refuses_a_policy_it_cannot_honour_yet_and_accepts_fair():
-    enforce.check_runnable(_job({"policy": "fair"}).spec.scheduling)
-    with pytest.raises(SpecError, match="spec.scheduling.policy='cadentflow'.*only 'fair'"):
-        enforce.check_runnable(_job({"policy": "cadentflow"}).spec.scheduling)
+def _run_job(scheduling: dict, **spec_extra: object) -> spec.TrainingJob:
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "cf-enforce"},
+                           "spec": {"scheduling": scheduling, **spec_extra}})
+
+
+def test_tailcut_run_accepts_fair_and_cadentflow_over_tcp_and_refuses_coflow():
+    for policy in ("fair", "cadentflow"):
+        job = _run_job({"policy": policy})
+        enforce.check_runnable(job.spec.scheduling, job)
+    job = _run_job({"policy": "coflow"})
+    with pytest.raises(SpecError, match="spec.scheduling.policy='coflow'.*simulate"):
+        enforce.check_runnable(job.spec.scheduling, job)
+
+
+def test_cadentflow_over_a_datagram_transport_is_refused_naming_both_fields():
+    job = _run_job({"policy": "cadentflow"}, transport={"type": "bounded-loss", "p": 0.9})
+    with pytest.raises(SpecError, match="policy='cadentflow' with spec.transport.type="
+                                        "'bounded-loss'"):
+        enforce.check_runnable(job.spec.scheduling, job)
+
+
+def test_cadentflow_with_aggregators_or_a_replica_is_refused_naming_the_fields():
+    for replicas in ({"workers": 2, "aggregators": [{"workers": [0, 1]}]},
+                     {"workers": 2, "psReplica": True}):
+        job = _run_job({"policy": "cadentflow"}, replicas=replicas)
+        with pytest.raises(SpecError, match="spec.replicas.aggregators or "
+                                            "spec.replicas.psReplica"):
+            enforce.check_runnable(job.spec.scheduling, job)

@@ -249,3 +249,62 @@ def test_listening_on_a_port_in_use_names_the_address() -> None:
         port = busy.getsockname()[1]
         with pytest.raises(base.TransportError, match=f"cannot listen on 127.0.0.1:{port}"):
             tcp.TcpTransport().listen("127.0.0.1", port, count=1, timeout_s=1)
+
+
+def test_a_message_with_cuts_goes_as_tagged_parts_and_comes_back_whole(
+    pair: tuple[tcp.TcpConnection, tcp.TcpConnection],
+) -> None:
+    left, right = pair
+    tos_seen: list[int] = []
+    left.tos_of = lambda level: (8 + level) << 2
+    left.cuts[Kind.PARAMS] = (base.Cut(6, 4, 0), base.Cut(0, 6, 2))  # later range first
+    real_set_tos = left._set_tos
+
+    def spy(sock: socket.socket, tos: int, deadline: float | None = None) -> None:
+        tos_seen.append(tos)
+        real_set_tos(sock, tos, deadline)
+
+    left._set_tos = spy  # type: ignore[method-assign]
+    values = np.arange(10, dtype=np.float32)
+    left.send(Message(Kind.PARAMS, 3, -1, values))
+    got = right.recv(timeout_s=5)
+    assert (got.kind, got.iteration, got.sender) == (Kind.PARAMS, 3, -1)
+    np.testing.assert_array_equal(got.values, values)
+    assert got.parts is not None
+    assert [(p.offset, p.size, p.level) for p in got.parts] == [(6, 4, 0), (0, 6, 2)]
+    assert tos_seen == [(8 + 0) << 2, (8 + 2) << 2]
+    assert left._live().getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == (8 + 2) << 2
+    assert got.wire_bytes == 2 * (tcp.HEADER.size + tcp.PART.size) + 40
+
+
+def test_messages_without_cuts_or_of_another_size_go_whole_with_the_control_tos(
+    pair: tuple[tcp.TcpConnection, tcp.TcpConnection],
+) -> None:
+    left, right = pair
+    left.cuts[Kind.PARAMS] = (base.Cut(0, 2, 1), base.Cut(2, 2, 0))
+    left.control_tos = 32
+    left.send(Message(Kind.PARAMS, 1, -1, np.ones(3, dtype=np.float32)))  # 3 != 2 + 2
+    left.send(Message(Kind.ACK, 1, -1))
+    assert right.recv(timeout_s=5).parts is None
+    assert right.recv(timeout_s=5).kind == Kind.ACK
+    assert left._live().getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 32
+
+
+def test_a_part_that_does_not_fit_its_message_is_a_protocol_error(
+    raw: tuple[socket.socket, tcp.TcpConnection],
+) -> None:
+    a, conn = raw
+    a.sendall(_header(kind=3, flags=tcp.FLAG_PART, count=3) + tcp.PART.pack(2, 4, 0)
+              + np.zeros(3, dtype="<f4").tobytes())
+    with pytest.raises(base.ProtocolError, match=r"part \[2, 5\) of a 4-value message"):
+        conn.recv(timeout_s=5)
+
+
+def test_another_message_between_the_parts_of_one_is_a_protocol_error(
+    raw: tuple[socket.socket, tcp.TcpConnection],
+) -> None:
+    a, conn = raw
+    a.sendall(_header(kind=3, flags=tcp.FLAG_PART, count=2) + tcp.PART.pack(0, 4, 0)
+              + np.zeros(2, dtype="<f4").tobytes() + _header(kind=2, count=0))
+    with pytest.raises(base.ProtocolError, match="before the last part of PARAMS"):
+        conn.recv(timeout_s=5)

@@ -1,0 +1,107 @@
+"""A run's per-tensor flows: the roles' tag config from the spec, and the FCT summary.
+
+`role_flows(job)` is the ``flows`` section of every role config (levels per tensor from
+tailcut.scheduling.tags.resolve); `summarize(results_dir)` reads the roles'
+flows-*.csv and gives what metrics.json records under "scheduling"::
+
+    {"policy": "cadentflow", "iteration_s": 0.153, "iterations_measured": 120,
+     "phases_s": {"last_pull_done": 0.21, "first_push_sent": 0.2, "last_push_done": 0.43},
+     "fct_s": {"pull": {"fc1.weight": {"level": 0, "median": 0.021, "p95": ..., "n": 480}},
+               "push": {...}}}
+
+Iteration time is the median gap between the starts of successive pulls (the first
+PARAMS of iteration k leaving a PS, to that of k+1): one whole pull-compute-push cycle.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tailcut.scheduling import tags
+from tailcut.spec.model import TrainingJob
+
+
+def layer_names(model: str, seed: int) -> list[str]:
+    """The tensors of the job's model, in forward order."""
+    from tailcut.training import models  # numpy models: only when a run needs them
+
+    return [layer.name for layer in models.create(model, models.dataset(model, seed)).layers]
+
+
+def role_flows(job: TrainingJob) -> dict[str, Any]:
+    """The roles' ``flows`` config: the policy and, for cadentflow, each tensor's level
+    per direction (untagged tensors get the last level, the least urgent)."""
+    scheduling = job.spec.scheduling
+    if scheduling.policy != "cadentflow":
+        return {"policy": scheduling.policy}
+    names = layer_names(job.spec.training.model, job.spec.training.seed)
+    resolved = tags.resolve(scheduling, names)
+    last = scheduling.priority_levels - 1
+    out: dict[str, Any] = {"policy": "cadentflow"}
+    for direction in ("pull", "push"):
+        out[direction] = {name: (resolved[(name, direction)].priority
+                                 if resolved[(name, direction)].priority is not None else last)
+                          for name in names}
+    return out
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
+    """Median iteration time and per-tensor FCTs of a finished run's flows-*.csv."""
+    fct: dict[str, dict[str, list[float]]] = {"pull": defaultdict(list),
+                                               "push": defaultdict(list)}
+    level: dict[tuple[str, str], str] = {}
+    pull_start: dict[int, int] = {}
+    # per iteration: last PARAMS received, first PUSH sent, last PUSH received (ns)
+    marks: dict[int, list[int]] = defaultdict(lambda: [0, 2**63, 0])
+    for path in sorted(results_dir.glob("flows-*.csv")):
+        with path.open() as f:
+            for row in csv.DictReader(f):
+                direction = "pull" if row["kind"] == "PARAMS" else "push"
+                fct[direction][row["layer"]].append(float(row["completion_s"]))
+                level[(direction, row["layer"])] = row["level"]
+                it, sent = int(row["iteration"]), int(row["sent_at_ns"])
+                done = int(row["received_at_ns"])
+                if direction == "pull":
+                    pull_start[it] = min(sent, pull_start.get(it, sent))
+                    marks[it][0] = max(marks[it][0], done)
+                else:
+                    marks[it][1] = min(marks[it][1], sent)
+                    marks[it][2] = max(marks[it][2], done)
+    steps = sorted(pull_start)
+    gaps = [(pull_start[b] - pull_start[a]) / 1e9 for a, b in zip(steps, steps[1:])
+            if b == a + 1]
+    phases = [[(m - pull_start[a]) / 1e9 for m in marks[a]] for a, b in zip(steps, steps[1:])
+              if b == a + 1 and marks[a][2]]
+    return {
+        "policy": policy,
+        # medians over iterations, seconds from the iteration's first pull
+        "phases_s": ({name: round(statistics.median(col), 6) for name, col in zip(
+            ("last_pull_done", "first_push_sent", "last_push_done"), zip(*phases))}
+            if phases else None),
+        "iteration_s": round(statistics.median(gaps), 6) if gaps else None,
+        "iterations_measured": len(gaps),
+        "fct_s": {d: {name: {"level": int(level[(d, name)]) if level[(d, name)] else None,
+                             "median": round(statistics.median(v), 6),
+                             "p95": round(_p95(v), 6), "n": len(v)}
+                      for name, v in by_layer.items()}
+                  for d, by_layer in fct.items()},
+    }
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """One line for the run's progress output."""
+    pulls = ", ".join(f"{name} {s['median'] * 1e3:.1f}"
+                      for name, s in summary["fct_s"]["pull"].items())
+    it = summary["iteration_s"]
+    return (f"{summary['policy']}: iteration {it * 1e3:.1f} ms (median of "
+            f"{summary['iterations_measured']}); pull FCT ms by tensor: {pulls}"
+            if it is not None else f"{summary['policy']}: no complete iteration measured")

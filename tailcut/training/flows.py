@@ -1,0 +1,114 @@
+"""Per-tensor flows of a role's messages: how CadentFlow cuts them, and their FCT rows.
+
+A role config's ``flows`` section (written by the runtime from ``spec.scheduling``)::
+
+    {"policy": "cadentflow", "pull": {"fc1.weight": 0, ...}, "push": {"fc1.weight": 0, ...}}
+
+With policy ``cadentflow`` a PS sends each PARAMS and a worker each PUSH as one frame
+per tensor (``tailcut.transports.tcp``), in tag order (level, then forward order), each
+with IP_TOS ``classifier.tos_of(level)``; control messages (HELLO, PULL, ACK, STOP) go
+at level 0, so they never wait behind bulk data in the default class. With ``fair``
+messages go whole and untagged, as always. Either way the receiver writes one row per
+tensor per message to ``flows-<role>.csv``: under ``fair`` a tensor is usable when its
+whole message is, so its completion time is the message's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tailcut.training.models import Layer
+from tailcut.transports import base
+from tailcut.transports.base import Kind, Message
+
+POLICIES = ("fair", "cadentflow")
+FIELDS = ("kind", "iteration", "sender", "receiver", "layer", "level", "bytes",
+          "sent_at_ns", "received_at_ns", "completion_s")
+
+
+def filename(role_name: str) -> str:
+    """``flows-<role>.csv``, e.g. flows-worker-0.csv, flows-ps-0.csv."""
+    return f"flows-{role_name}.csv"
+
+
+def pieces(layers: Sequence[Layer], lo: int, hi: int) -> list[tuple[str, int, int]]:
+    """(tensor, offset in the message, size) of every tensor overlapping [lo, hi), in
+    forward order: a shard's message holds these pieces back to back."""
+    out = []
+    for layer in layers:
+        a, b = max(lo, layer.offset), min(hi, layer.offset + layer.size)
+        if a < b:
+            out.append((layer.name, a - lo, b - a))
+    return out
+
+
+def cuts(layers: Sequence[Layer], lo: int, hi: int,
+         levels: Mapping[str, int]) -> tuple[base.Cut, ...]:
+    """The cuts of a message holding [lo, hi), in send order: most urgent level first,
+    then forward order (earlier layers first, as the next forward pass needs them)."""
+    found = [base.Cut(offset, size, int(levels[name]))
+             for name, offset, size in pieces(layers, lo, hi)]
+    return tuple(sorted(found, key=lambda c: (c.level, c.offset)))
+
+
+def tag(conn: base.Connection, kind: Kind, message_cuts: tuple[base.Cut, ...]) -> None:
+    """Make ``conn`` send ``kind`` messages in ``message_cuts`` and tag its control
+    messages at level 0. Only the TCP transport can (the runtime refuses the others)."""
+    from tailcut.datapath import classifier  # the DSCP mapping lives with the classifier
+
+    if not hasattr(conn, "cuts"):
+        raise base.TransportError(f"the connection to {conn.peer} cannot send tagged "
+                                  "per-tensor messages; cadentflow needs transport tcp")
+    conn.cuts[kind] = message_cuts
+    conn.tos_of = classifier.tos_of  # type: ignore[attr-defined]
+    conn.control_tos = classifier.tos_of(0)  # type: ignore[attr-defined]
+
+
+def rows(msg: Message, receiver: str, layers: Sequence[Layer], lo: int, hi: int,
+         levels: Mapping[str, int] | None) -> list[dict[str, Any]]:
+    """One flows-*.csv row per tensor of a received PARAMS or PUSH message."""
+    parts = {p.offset: p for p in msg.parts or []}
+    out = []
+    for name, offset, size in pieces(layers, lo, hi):
+        part = parts.get(offset)
+        sent = part.sent_at_ns if part else msg.sent_at_ns
+        done = part.received_at_ns if part else msg.received_at_ns
+        level = part.level if part else (levels or {}).get(name)
+        out.append({"kind": msg.kind.name, "iteration": msg.iteration, "sender": msg.sender,
+                    "receiver": receiver, "layer": name,
+                    "level": "" if level is None else level, "bytes": 4 * size,
+                    "sent_at_ns": sent, "received_at_ns": done,
+                    "completion_s": f"{(done - sent) / 1e9:.9f}"})
+    return out
+
+
+def check(raw: Any) -> None:
+    """Validate a role config's ``flows`` section; ValueError names the bad key. (The
+    roles check the tensor names against their model: ``levels_for``.)"""
+    if not isinstance(raw, dict) or raw.get("policy") not in POLICIES:
+        raise ValueError(f"flows={raw!r}: must be an object with policy one of "
+                         f"{', '.join(POLICIES)}")
+    if raw["policy"] == "fair":
+        return
+    for direction in ("pull", "push"):
+        levels = raw.get(direction)
+        if not isinstance(levels, dict):
+            raise ValueError(f"flows.{direction}={levels!r}: must map each tensor to a level")
+        for name, level in levels.items():
+            if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level < 8:
+                raise ValueError(f"flows.{direction}.{name}={level!r}: must be a level 0..7")
+
+
+def levels_for(raw: Mapping[str, Any] | None, direction: str,
+               layers: Sequence[Layer]) -> dict[str, int] | None:
+    """The ``direction`` levels of a cadentflow config, checked against the model's
+    tensors; None under fair (or no config)."""
+    if raw is None or raw["policy"] != "cadentflow":
+        return None
+    levels = dict(raw[direction])
+    names = [layer.name for layer in layers]
+    if set(levels) != set(names):
+        raise ValueError(f"flows.{direction} names {', '.join(sorted(levels))}; the model's "
+                         f"tensors are {', '.join(names)}")
+    return levels
