@@ -257,6 +257,35 @@ def headers(data: np.ndarray) -> np.ndarray:
     return np.ndarray((data.shape[0],), header_dtype(), data, 0, (data.strides[0],))
 
 
+def words(data: np.ndarray) -> np.ndarray:
+    """The headers of datagram rows ``data`` as 32-bit words in memory order (a view),
+    to compare with ``template`` under ``shared_bits``."""
+    headers(data)  # the same checks of the rows
+    return np.ndarray((data.shape[0], HEADER_BYTES // 4), np.uint32, data, 0,
+                      (data.strides[0], 4))
+
+
+@cache
+def shared_bits() -> np.ndarray:
+    """Per header word, the bits every packet of one message has in common: all but
+    seq, start, end and the known flags (an unknown flag bit must still be 0)."""
+    dt = header_dtype()
+    m = np.zeros(1, dt)
+    for name in dt.names:
+        m[name] = np.iinfo(dt.fields[name][0]).max
+    m["seq"] = m["start"] = m["end"] = 0
+    m["flags"] = 0xFF & ~FLAGS
+    return m.view(np.uint32)
+
+
+def template(job: int, message: int, kind: int, total: int) -> np.ndarray:
+    """The header words a well-formed packet of this message has under ``shared_bits``."""
+    t = np.zeros(1, header_dtype())
+    t["magic"], t["version"], t["kind"] = MAGIC, VERSION, kind
+    t["job"], t["message"], t["total"] = job, message, total
+    return t.view(np.uint32)
+
+
 def check_batch(hdr: np.ndarray, lengths: np.ndarray,
                 max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:
     """``parse``'s checks on many datagrams at once: the index into REASONS of the
