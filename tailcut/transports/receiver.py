@@ -200,9 +200,11 @@ class Receiver:
             self.stats["unknown_message"] += idx.size
             return
         from_peer = idx[sources[idx] == peer[1]]
-        self.stats["unknown_message"] += idx.size - from_peer.size
+        if from_peer.size < idx.size:
+            self.stats["unknown_message"] += idx.size - from_peer.size
         room = max(0, STASH_PACKETS - self._stashed)
-        self.stats["stash_full"] += max(0, from_peer.size - room)
+        if from_peer.size > room:
+            self.stats["stash_full"] += from_peer.size - room
         kept = self._stash.setdefault(message, [])
         for i in from_peer[:room].tolist():
             n = int(min(lengths[i], data.shape[1]))  # a cut datagram stays cut (refused)
