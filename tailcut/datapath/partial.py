@@ -124,6 +124,14 @@ class Counter:
             events, self._events = self._events, []
         return events
 
+    def consume(self) -> list[Event]:
+        """Events that arrived, without waiting: the receive loop calls this after each
+        batch it reads (an event is in the ring before its packet reaches the socket)."""
+        with self._lock:
+            self.program.bpf.ring_buffer_consume()
+            events, self._events = self._events, []
+        return events
+
     def state(self, message: int, job: int) -> dict[str, int] | None:
         """The program's record of a message (counted, packets, duplicates, ...), or None."""
         table = self.program.table(MESSAGES_MAP)

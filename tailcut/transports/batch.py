@@ -1,9 +1,17 @@
-"""Send many UDP datagrams per system call with sendmmsg(2), which Python does not wrap.
+"""Send and receive many UDP datagrams per system call (sendmmsg/recvmmsg), which Python
+does not wrap.
 
 The bounded-loss sender's per-packet Python overhead (~4-10 us a sendto) caps one
 sender below a 1 Gbit/s link of 1500-byte packets; one sendmmsg per burst of packets
 removes it, while the kernel still sends, shapes and drops each datagram on its own
-(unlike UDP GSO, whose super-packet a tc-egress dropper would drop as a whole).
+(unlike UDP GSO, whose super-packet a tc-egress dropper would drop as a whole and the
+XDP counter would see as one packet). Each datagram is gathered from several pieces
+(the header row and the values it carries, straight from the vector), so the sender
+never copies a vector into packets.
+
+On the receiving side one recvmmsg fills a preallocated 2-D buffer, one row per
+datagram, with each datagram's true length (MSG_TRUNC), source address and kernel
+arrival time (SO_TIMESTAMPNS); the receiver then checks the whole batch with numpy.
 The libc structs are ctypes Structures: ctypes lays them out, nothing here counts bytes.
 """
 
@@ -13,10 +21,15 @@ import ctypes
 import errno
 import os
 import socket
+from collections.abc import Sequence
 
 import numpy as np
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+MSG_TRUNC = 0x20  # <bits/socket.h>: return a datagram's real length, even if cut
+MSG_DONTWAIT = 0x40
+SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; also the SCM type of the timestamp
 
 
 class _IoVec(ctypes.Structure):
@@ -39,42 +52,79 @@ class _SockAddrIn(ctypes.Structure):
                 ("sin_addr", ctypes.c_uint8 * 4), ("sin_zero", ctypes.c_uint8 * 8)]
 
 
+class _CmsgTimespec(ctypes.Structure):
+    """One control message holding a struct timespec (SCM_TIMESTAMPNS)."""
+
+    _fields_ = [("cmsg_len", ctypes.c_size_t), ("cmsg_level", ctypes.c_int),
+                ("cmsg_type", ctypes.c_int), ("tv_sec", ctypes.c_int64),
+                ("tv_nsec", ctypes.c_int64)]
+
+
+# The kernel puts the data of a control message at CMSG_DATA, which ctypes must agree with.
+assert _CmsgTimespec.tv_sec.offset == socket.CMSG_LEN(0)
+assert ctypes.sizeof(_CmsgTimespec) == socket.CMSG_SPACE(16)
+
 _sendmmsg = getattr(_libc, "sendmmsg", None)
 if _sendmmsg is not None:
     _sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
     _sendmmsg.restype = ctypes.c_int
+_recvmmsg = getattr(_libc, "recvmmsg", None)
+if _recvmmsg is not None:
+    _recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int,
+                          ctypes.c_void_p]
+    _recvmmsg.restype = ctypes.c_int
 
 
 def available() -> bool:
-    return _sendmmsg is not None
+    return _sendmmsg is not None and _recvmmsg is not None
+
+
+class Piece:
+    """One piece of every datagram of a batch: bytes ``[offsets[i], offsets[i] +
+    lengths[i])`` of ``array`` for datagram ``i``."""
+
+    def __init__(self, array: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        if not array.flags.c_contiguous:
+            raise ValueError("a piece's array must be C-contiguous")
+        offsets = np.asarray(offsets, np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        if len(offsets) and (offsets.min() < 0 or (offsets + lengths).max() > array.nbytes):
+            raise ValueError("a piece reaches outside its array")
+        self.array = array
+        self.offsets = offsets
+        self.lengths = lengths
 
 
 class Batch:
-    """Datagrams ``raw[row, :lengths[row]]`` for ``rows`` in send order, to ``addr``."""
+    """Datagrams to ``addr``; datagram ``i`` is the concatenation of every piece's
+    ``i``-th range, in the order given."""
 
-    def __init__(self, sock: socket.socket, raw: np.ndarray, lengths: np.ndarray,
-                 rows: np.ndarray, addr: tuple[str, int]) -> None:
-        n = len(rows)
+    def __init__(self, sock: socket.socket, pieces: Sequence[Piece],
+                 addr: tuple[str, int]) -> None:
+        n = len(pieces[0].offsets)
+        k = len(pieces)
         self._sock = sock
-        self._raw = raw  # keeps the buffer alive while the kernel reads from it
+        self._pieces = pieces  # keeps the buffers alive while the kernel reads from them
         self._name = _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
                                  (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
         iov_dtype = np.dtype(_IoVec)
         msg_dtype = np.dtype(_MMsgHdr)
-        self._iov = np.zeros(n, iov_dtype)
-        self._iov["iov_base"] = raw.ctypes.data + rows.astype(np.int64) * raw.strides[0]
-        self._iov["iov_len"] = lengths[rows]
+        self._iov = np.zeros((n, k), iov_dtype)
+        for j, piece in enumerate(pieces):
+            self._iov["iov_base"][:, j] = piece.array.ctypes.data + piece.offsets
+            self._iov["iov_len"][:, j] = piece.lengths
         self._msgs = np.zeros(n, msg_dtype)
         hdr = self._msgs["msg_hdr"]
         hdr["msg_name"] = ctypes.addressof(self._name)
         hdr["msg_namelen"] = ctypes.sizeof(self._name)
-        hdr["msg_iov"] = self._iov.ctypes.data + np.arange(n, dtype=np.int64) * iov_dtype.itemsize
-        hdr["msg_iovlen"] = 1
+        hdr["msg_iov"] = (self._iov.ctypes.data
+                          + np.arange(n, dtype=np.int64) * k * iov_dtype.itemsize)
+        hdr["msg_iovlen"] = k
         self._base = self._msgs.ctypes.data
         self._size = msg_dtype.itemsize
 
     def send(self, first: int, count: int) -> None:
-        """Send datagrams ``first .. first + count - 1`` (in send order); all of them."""
+        """Send datagrams ``first .. first + count - 1``; all of them."""
         fd = self._sock.fileno()
         while count > 0:
             sent = _sendmmsg(fd, self._base + first * self._size, count, 0)
@@ -85,3 +135,65 @@ class Batch:
                 raise OSError(err, os.strerror(err))
             first += sent
             count -= sent
+
+
+class Inbox:
+    """Up to ``count`` datagrams per recvmmsg call into ``data[i, :row_bytes]``; longer
+    datagrams are cut there, and ``lengths`` still says their real length."""
+
+    def __init__(self, sock: socket.socket, count: int, row_bytes: int) -> None:
+        self._sock = sock
+        self.data = np.zeros((count, row_bytes), np.uint8)
+        self._names = np.zeros(count, np.dtype(_SockAddrIn))
+        self._ctrl = np.zeros(count, np.dtype(_CmsgTimespec))
+        self._iov = np.zeros(count, np.dtype(_IoVec))
+        self._iov["iov_base"] = self.data.ctypes.data + np.arange(count) * row_bytes
+        self._iov["iov_len"] = row_bytes
+        msg_dtype = np.dtype(_MMsgHdr)
+        self._msgs = np.zeros(count, msg_dtype)
+        hdr = self._msgs["msg_hdr"]
+        hdr["msg_name"] = self._names.ctypes.data + np.arange(count) * self._names.itemsize
+        hdr["msg_iov"] = self._iov.ctypes.data + np.arange(count) * self._iov.itemsize
+        hdr["msg_iovlen"] = 1
+        hdr["msg_control"] = self._ctrl.ctypes.data + np.arange(count) * self._ctrl.itemsize
+        self._count = count
+
+    def recv(self) -> int:
+        """Read the datagrams waiting in the socket, up to ``count``, without blocking;
+        0 if there are none. Raises OSError when the socket is closed."""
+        hdr = self._msgs["msg_hdr"]
+        hdr["msg_namelen"] = self._names.itemsize  # the kernel overwrites both
+        hdr["msg_controllen"] = self._ctrl.itemsize
+        while True:
+            got = _recvmmsg(self._sock.fileno(), self._msgs.ctypes.data, self._count,
+                            MSG_DONTWAIT | MSG_TRUNC, None)
+            if got >= 0:
+                return int(got)
+            err = ctypes.get_errno()
+            if err in (errno.EAGAIN, errno.EWOULDBLOCK):
+                return 0
+            if err != errno.EINTR:
+                raise OSError(err, os.strerror(err))
+
+    def lengths(self, n: int) -> np.ndarray:
+        """Real lengths of the first ``n`` datagrams of the last recv (may exceed a row)."""
+        return self._msgs["msg_len"][:n].astype(np.int64)
+
+    def sources(self, n: int) -> np.ndarray:
+        """IPv4 source addresses of the first ``n`` datagrams, as big-endian u32 ints."""
+        return self._names["sin_addr"][:n].copy().view(">u4").reshape(n).astype(np.int64)
+
+    def arrival_ns(self, i: int) -> int | None:
+        """Kernel arrival time (CLOCK_REALTIME) of datagram ``i``, if the socket has
+        SO_TIMESTAMPNS on."""
+        if self._msgs["msg_hdr"]["msg_controllen"][i] < self._ctrl.itemsize:
+            return None
+        c = self._ctrl[i]
+        if c["cmsg_level"] != socket.SOL_SOCKET or c["cmsg_type"] != SO_TIMESTAMPNS:
+            return None
+        return int(c["tv_sec"]) * 1_000_000_000 + int(c["tv_nsec"])
+
+
+def ipv4(address: str) -> int:
+    """``address`` as the integer ``Inbox.sources`` reports for it."""
+    return int.from_bytes(socket.inet_aton(address), "big")

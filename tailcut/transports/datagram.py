@@ -18,9 +18,16 @@ Everything else goes over a TCP control channel (control.py). Per message:
     retransmit them (flag RETX), END  ->  ... until p
 
 ``udp`` sends one pass and never retransmits; the receiver completes once the pass is
-drained (read up to END's arrival, see ``_sweep``) with whatever arrived. The receiver
-hands the application the vector and a mask of what arrived (None if everything
-did); the PS averages each coordinate over the workers that delivered it.
+drained (read up to END's arrival, see ``receiver.Receiver.sweep``) with whatever
+arrived. The receiver hands the application the vector and a mask of what arrived
+(None if everything did); the PS averages each coordinate over the workers that
+delivered it.
+
+This module does the I/O and the threads: packets are built and paced by sender.py,
+read by one thread a batch at a time (``recvmmsg``, batch.py) and checked and put in
+place by receiver.py, which also tells this module what to deliver, DONE or NACK.
+The same thread reads the XDP counter's events right after each batch, so a message
+completes in the pass of the loop that reads its crossing packet.
 
 The XDP counter is attached by the receiving process itself (listen or connect), on
 the interface that holds its address, in generic mode unless ``xdp_mode`` says
@@ -31,11 +38,10 @@ pod's veth, which goes away with the pod's namespace.
 from __future__ import annotations
 
 import collections
-import ctypes
 import logging
 import queue
+import select
 import socket
-import struct
 import sys
 import threading
 import time
@@ -45,8 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from tailcut.transports import base, control, wire
-from tailcut.transports import batch as batch_mod
+from tailcut.transports import base, batch, control, receiver, sender, wire
 from tailcut.transports.base import Kind, Message
 from tailcut.transports.control import Frame, FrameType
 
@@ -55,49 +60,19 @@ log = logging.getLogger(__name__)
 # <asm-generic/socket.h>; Python 3.11 does not export the FORCE variants.
 _BUFFER_OPTS = {33: socket.SO_RCVBUF, 32: socket.SO_SNDBUF}  # FORCE -> plain
 SOCKET_BUFFER_BYTES = 32 << 20
-SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; also the SCM type of the timestamp
-_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
-ETH_BYTES = 14  # what HTB counts on top of the IP packet
-BURST_PACKETS = 16  # packets sent between two checks of the clock and of DONE
 MAX_SLOTS = wire.const("MAX_SLOTS")
-# Packets kept for messages whose BEGIN has not been read yet (the control channel can
-# lag the data); beyond this they are dropped and recovered as losses.
-STASH_PACKETS = 16384
-FINISHED_REMEMBERED = 4096
+RECV_BATCH = 128  # datagrams read per recvmmsg call at most
+IDLE_WAIT_MS = 2  # the receive loop's wait for data when the socket is empty
+# After a batch this small the loop waits COALESCE_S before the next read: a batch
+# costs 40-100 us of numpy calls whatever its size, a packet ~1 us, and at 1 Gbit/s a
+# packet arrives every 12 us. 0.2 ms bounds the delay it adds to a completion.
+COALESCE_PACKETS = 16
+COALESCE_S = 0.0002
+STALE_CHECK_S = 0.1  # how often finished messages' XDP entries are freed again
 _CONNECT_RETRY_S = 0.1
 
-
-@dataclass
-class _Rx:
-    """One message being received."""
-
-    conn: DatagramConnection
-    message: int
-    kind: int
-    iteration: int
-    sender: int
-    total: int
-    sent_at_ns: int
-    threshold: int
-    values: np.ndarray
-    mask: np.ndarray
-    seen: np.ndarray
-    count: int = 0
-    wire_bytes: int = 0
-    fired: bool = False
-    event_ns: int = 0
-    end_at: float | None = None  # monotonic time the last END was read (None: no pass)
-    end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
-    begun_ns: int = field(default_factory=time.monotonic_ns)
-
-
-@dataclass(frozen=True)
-class _Done:
-    """What to do for a message once the lock is released: deliver it, or NACK."""
-
-    rx: _Rx
-    reason: str  # full | xdp | p | end | nack
-    missing: bytes = b""  # NACK: the missing slots as big-endian u32s
+# Kept here for callers that knew them in this module.
+threshold_elements = receiver.threshold_elements
 
 
 @dataclass
@@ -200,20 +175,17 @@ class DatagramTransport(base.Transport):
         self.max_elements = max_elements
         self.p = 1.0
         self._rng = np.random.default_rng(seed)
+        self.stats: collections.Counter[str] = collections.Counter()
+        # Every receive-side decision is the Receiver's, under this lock (taken by the
+        # receive thread and by the control readers' BEGIN/END).
         self._lock = threading.Lock()
-        self._rx: dict[int, _Rx] = {}
-        self._stash: dict[int, list[tuple[bytes, str]]] = {}
-        self._stashed = 0
-        self._early_fired: dict[int, int] = {}
-        self._finished: collections.OrderedDict[int, None] = collections.OrderedDict()
-        self._by_peer: dict[int, DatagramConnection] = {}
+        self._recv = receiver.Receiver(self.job_id, self.stride, self.p, self.bounded,
+                                       False, max_elements, self.stats)
         self._udp: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._running = False
         self._pace_bit: float | None = None
-        self._read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of the last datagram read
         self.counter: Any = None  # tailcut.datapath.partial.Counter when XDP is on
-        self.stats: collections.Counter[str] = collections.Counter()
         self.completions: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
 
     # ---- setup ----------------------------------------------------------------------
@@ -304,8 +276,9 @@ class DatagramTransport(base.Transport):
         except OSError as err:
             udp.close()
             raise base.TransportError(f"cannot bind UDP {host}:{port}: {err.strerror}") from err
-        # Kernel receive timestamps tell the receive loop how far it has read (see _sweep).
-        udp.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        # Kernel receive timestamps tell the receive loop how far it has read (see
+        # receiver.Receiver.sweep).
+        udp.setsockopt(socket.SOL_SOCKET, batch.SO_TIMESTAMPNS, 1)
         udp.settimeout(0.002)
         self._udp = udp
 
@@ -315,12 +288,10 @@ class DatagramTransport(base.Transport):
         self._pace_bit = (self.rate_mbit * 1e6 if self.rate_mbit is not None
                           else _link_rate_bit(local_ip))
         self._attach(local_ip, self._udp.getsockname()[1])
+        self._recv.xdp = self.counter is not None
         self._running = True
         self._threads.append(threading.Thread(target=self._udp_loop, daemon=True,
                                               name="udp-rx"))
-        if self.counter is not None:
-            self._threads.append(threading.Thread(target=self._event_loop, daemon=True,
-                                                  name="xdp-events"))
         for t in self._threads:
             t.start()
 
@@ -331,13 +302,13 @@ class DatagramTransport(base.Transport):
                   udp_addr: tuple[str, int]) -> DatagramConnection:
         conn = DatagramConnection(self, channel, peer_id, udp_addr)
         with self._lock:
-            self._by_peer[peer_id] = conn
+            self._recv.peers[peer_id] = (conn, batch.ipv4(udp_addr[0]))
         return conn
 
     def _forget_conn(self, conn: DatagramConnection) -> None:
         with self._lock:
-            if self._by_peer.get(conn.peer_id) is conn:
-                del self._by_peer[conn.peer_id]
+            if self._recv.peers.get(conn.peer_id, (None,))[0] is conn:
+                del self._recv.peers[conn.peer_id]
 
     def gather(self, conns: Sequence[base.Connection],
                timeout_s: float | None) -> list[Message]:
@@ -377,9 +348,10 @@ class DatagramTransport(base.Transport):
         try:
             conn.channel.send(Frame(FrameType.BEGIN, int(msg.kind), mid, msg.iteration,
                                     msg.sender, total, sent_at))
-            rows, lengths = _packetize(values, self.job_id, mid, int(msg.kind), self.stride)
+            packets = sender.Packets(values, self.job_id, mid, int(msg.kind), self.stride)
             order = self._rng.permutation(n_slots)
-            seq = self._pace(conn, rows, lengths, order, 0, 0, tx, deadline)
+            self._pace(conn, packets, order, 0, 0, tx, deadline)
+            seq = len(order)
             if tx.done.is_set():
                 return
             conn.channel.send(Frame(FrameType.END, message=mid, count=len(order)))
@@ -400,51 +372,26 @@ class DatagramTransport(base.Transport):
                 missing = missing[missing < n_slots]
                 self._rng.shuffle(missing)
                 self.stats["retransmitted"] += len(missing)
-                seq = self._pace(conn, rows, lengths, missing, seq, wire.F_RETX, tx, deadline)
+                self._pace(conn, packets, missing, seq, wire.F_RETX, tx, deadline)
+                seq += len(missing)
                 if tx.done.is_set():
                     return
                 conn.channel.send(Frame(FrameType.END, message=mid, count=len(missing)))
         finally:
             del conn.tx[mid]
 
-    def _pace(self, conn: DatagramConnection, rows: np.ndarray, lengths: np.ndarray,
-              order: np.ndarray, seq: int, flags: int, tx: _Tx, deadline: float | None) -> int:
-        """Send ``rows[order]`` with seq numbers from ``seq``, at the pacing rate; stop
-        early at DONE. Returns the next seq."""
+    def _pace(self, conn: DatagramConnection, packets: sender.Packets, order: np.ndarray,
+              seq: int, flags: int, tx: _Tx, deadline: float | None) -> None:
+        """Number slots ``order`` from ``seq`` and send them paced; stop early at DONE."""
         udp = self._udp
         assert udp is not None
-        hdr = rows["h"]
-        if len(order):
-            hdr["seq"][order] = seq + np.arange(len(order))
-            hdr["flags"][order] = flags
-            hdr["flags"][order[-1]] = flags | wire.F_LAST
-        raw = rows.view(np.uint8).reshape(len(rows), -1)
-        rate = self._pace_bit
-        started = time.monotonic()
-        wire_bits = 0
+        packets.number(order, seq, flags)
         # sendmmsg sends a burst per system call; a socket wrapped by a test (to drop
         # datagrams) or a libc without it takes the per-datagram path.
-        batch = (batch_mod.Batch(udp, raw, lengths, order, conn.udp_addr)
-                 if batch_mod.available() and isinstance(udp, socket.socket) else None)
-        for first in range(0, len(order), BURST_PACKETS):
-            burst = order[first:first + BURST_PACKETS]
-            if batch is not None:
-                batch.send(first, len(burst))
-            else:
-                for slot in burst:
-                    udp.sendto(raw[slot, :int(lengths[slot])], conn.udp_addr)
-            wire_bits += 8 * int(lengths[burst].sum() + len(burst) * (wire.IP_UDP_BYTES
-                                                                      + ETH_BYTES))
-            if tx.done.is_set():
-                return seq + first + len(burst)
-            if deadline is not None and time.monotonic() > deadline:
-                raise base.TransportTimeout(f"sending to {conn.peer} ran out of time")
-            if rate:
-                ahead = started + wire_bits / rate - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
-        self.stats["packets_sent"] += len(order)
-        return seq + len(order)
+        direct = batch.available() and isinstance(udp, socket.socket)
+        sent = sender.pace(udp, conn.udp_addr, packets, order, self._pace_bit, tx.done,
+                           deadline, conn.peer, None if direct else udp.sendto)
+        self.stats["packets_sent"] += sent
 
     # ---- receiving ------------------------------------------------------------------
 
@@ -461,10 +408,7 @@ class DatagramTransport(base.Transport):
             self._begin(conn, frame)
         elif frame.type == FrameType.END:
             with self._lock:
-                rx = self._rx.get(frame.message)
-                if rx is not None and rx.conn is conn:
-                    rx.end_at = time.monotonic()
-                    rx.end_ns = time.time_ns()
+                self._recv.end(conn, frame.message)
         elif frame.type in (FrameType.DONE, FrameType.NACK):
             tx = conn.tx.get(frame.message)
             if tx is not None:
@@ -483,143 +427,66 @@ class DatagramTransport(base.Transport):
         if f.message >> 16 != conn.peer_id:
             raise base.ProtocolError(f"{conn.peer}: message id {f.message:#x} is not of peer "
                                      f"{conn.peer_id}")
-        total = f.count
-        threshold = threshold_elements(self.p, total)
-        rx = _Rx(conn, f.message, f.kind, f.iteration, f.sender, total, f.sent_at_ns,
-                 threshold, np.zeros(total, wire.VALUE_DTYPE), np.zeros(total, bool),
-                 np.zeros(wire.slots(total, self.stride), bool))
-        done: list[_Done] = []
         with self._lock:
-            if f.message in self._rx:
+            if f.message in self._recv.rx:
                 raise base.ProtocolError(f"{conn.peer}: BEGIN of message {f.message:#x} twice")
-            self._finished.pop(f.message, None)
-            self._rx[f.message] = rx
-            if self._early_fired.pop(f.message, None) is not None:
-                rx.fired = True
-            for data, src in self._stash.pop(f.message, []):
-                self._stashed -= 1
-                self._accept(data, src, done)
-            self._check(rx, done)
+            done = self._recv.begin(conn, batch.ipv4(conn.udp_addr[0]), f.message, f.kind,
+                                    f.iteration, f.sender, f.count, f.sent_at_ns)
         self._finish(done)
 
     def _udp_loop(self) -> None:
-        buf = bytearray(65536)
-        view = memoryview(buf)
+        """The receive thread: read the socket a batch at a time, then the XDP events."""
         udp = self._udp
         assert udp is not None
-        ancillary = socket.CMSG_SPACE(_TIMESPEC.size)
-        next_sweep = 0.0
+        inbox = batch.Inbox(udp, RECV_BATCH, self._recv.row_bytes)
+        waiter = select.poll()
+        waiter.register(udp.fileno(), select.POLLIN)
+        read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of what has been read
+        next_sweep = next_stale = 0.0
         while self._running:
-            done: list[_Done] = []
+            asked_ns = time.time_ns()
             try:
-                n, anc, _flags, addr = udp.recvmsg_into([buf], ancillary)
-            except TimeoutError:
-                n = -1
-                # The socket is empty: everything that arrived until now has been read.
-                self._read_up_to_ns = time.time_ns()
+                n = inbox.recv()
             except OSError:
                 break  # closed
+            if n:
+                read_up_to_ns = inbox.arrival_ns(n - 1) or read_up_to_ns
             else:
-                for level, kind, data in anc:
-                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS \
-                            and len(data) >= _TIMESPEC.size:
-                        sec, nsec = _TIMESPEC.unpack_from(data)
-                        self._read_up_to_ns = sec * 1_000_000_000 + nsec
+                # The socket was empty: everything that arrived before we asked is read.
+                read_up_to_ns = asked_ns
+            # After the batch: an event is in the ring before its packet is in the socket.
+            events = self.counter.consume() if self.counter is not None else []
+            done: list[receiver.Done] = []
             now = time.monotonic()
             with self._lock:
-                if n >= 0:
-                    self._accept(view[:n], addr[0], done)
+                if n:
+                    self._recv.accept(inbox.data[:n], inbox.lengths(n), inbox.sources(n), done)
+                for ev in events:
+                    if ev.job == self.job_id:
+                        self._recv.fired(ev.message, ev.ktime_ns, done)
                 if now >= next_sweep:
-                    self._sweep(now, done)
+                    self._recv.sweep(now, read_up_to_ns, self.end_grace_s, done)
                     next_sweep = now + 0.001
             self._finish(done)
+            if self.counter is not None and now >= next_stale:
+                self._free_stale()
+                next_stale = now + STALE_CHECK_S
+            if not n:
+                waiter.poll(IDLE_WAIT_MS)
+            elif n < COALESCE_PACKETS:
+                # Packets are flowing but the loop has caught up: let a few more arrive
+                # rather than pay the per-batch cost on every one or two of them.
+                time.sleep(COALESCE_S)
 
-    def _accept(self, data: memoryview | bytes, src: str, done: list[_Done]) -> None:
-        """Check one datagram and put its values in place. Holds self._lock."""
-        try:
-            pkt = wire.parse(data, self.max_elements)
-        except wire.BadPacket as err:
-            self.stats["bad_packet"] += 1
-            self.stats[f"bad_packet: {str(err).split(':')[0]}"] += 1
-            return
-        if pkt.job != self.job_id:
-            self.stats["unknown_job"] += 1
-            return
-        rx = self._rx.get(pkt.message)
-        if rx is None:
-            if pkt.message in self._finished:
-                self.stats["late"] += 1
-                return
-            conn = self._by_peer.get(pkt.message >> 16)
-            if conn is None or conn.udp_addr[0] != src:
-                self.stats["unknown_message"] += 1
-                return
-            if self._stashed >= STASH_PACKETS:
-                self.stats["stash_full"] += 1
-                return
-            self._stash.setdefault(pkt.message, []).append((bytes(data), src))
-            self._stashed += 1
-            return
-        if src != rx.conn.udp_addr[0]:
-            self.stats["foreign_source"] += 1
-            return
-        if pkt.total != rx.total or pkt.kind != rx.kind:
-            self.stats["mismatch"] += 1
-            return
-        slot, rem = divmod(pkt.start, self.stride)
-        if rem or pkt.end != min(pkt.start + self.stride, rx.total):
-            self.stats["misaligned"] += 1
-            return
-        if rx.seen[slot]:
-            self.stats["duplicate"] += 1
-            return
-        rx.seen[slot] = True
-        rx.values[pkt.start:pkt.end] = pkt.values
-        rx.mask[pkt.start:pkt.end] = True
-        rx.count += pkt.elements
-        rx.wire_bytes += len(data)
-        self.stats["accepted"] += 1
-        self._check(rx, done)
+    def _free_stale(self) -> None:
+        """Packets still in flight after DONE (the sender stops a little late) re-create
+        a finished message's XDP entry: free those again."""
+        with self._lock:
+            stale = [m for m in self.counter.messages() if m in self._recv.finished]
+        for m in stale:
+            self.counter.forget(m, self.job_id)
 
-    def _check(self, rx: _Rx, done: list[_Done]) -> None:
-        """Complete ``rx`` if it may be. Holds self._lock."""
-        if rx.message not in self._rx:
-            return
-        if rx.count == rx.total:
-            reason = "full"
-        elif self.bounded and rx.count >= rx.threshold and (rx.fired or self.counter is None):
-            reason = "xdp" if rx.fired else "p"
-        else:
-            return
-        del self._rx[rx.message]
-        self._finished[rx.message] = None
-        while len(self._finished) > FINISHED_REMEMBERED:
-            self._finished.popitem(last=False)
-        done.append(_Done(rx, reason))
-
-    def _sweep(self, now: float, done: list[_Done]) -> None:
-        """Passes that ended: complete (udp, or p without an XDP event) or NACK. Holds
-        self._lock."""
-        for rx in list(self._rx.values()):
-            # A pass is drained once the socket has been read up to END's arrival: the
-            # sender sent END after the pass's last packet, over the same FIFO path, so
-            # a datagram that reached the kernel after END was read means every packet
-            # of the pass that survived has been read too. The grace covers reordering
-            # between CPUs.
-            if rx.end_at is None or self._read_up_to_ns < rx.end_ns \
-                    or now - rx.end_at < self.end_grace_s:
-                continue
-            rx.end_at = None
-            if not self.bounded or rx.count >= rx.threshold:
-                del self._rx[rx.message]
-                self._finished[rx.message] = None
-                done.append(_Done(rx, "end"))
-            else:
-                missing = np.flatnonzero(~rx.seen).astype(">u4")
-                self.stats["nacks"] += 1
-                done.append(_Done(rx, "nack", missing.tobytes()))
-
-    def _finish(self, done: list[_Done]) -> None:
+    def _finish(self, done: list[receiver.Done]) -> None:
         """Deliver completed messages and send DONE/NACK, outside the lock."""
         for d in done:
             rx, reason = d.rx, d.reason
@@ -645,38 +512,6 @@ class DatagramTransport(base.Transport):
                           rx.wire_bytes)
             rx.conn.inbox.put((msg, record))
 
-    def _event_loop(self) -> None:
-        next_sweep = 0.0
-        while self._running:
-            counter = self.counter
-            if counter is None:
-                return
-            events = counter.poll(50)
-            if time.monotonic() >= next_sweep:
-                # Packets still in flight after DONE (the sender stops a little late)
-                # re-create a finished message's entry: free those again.
-                with self._lock:
-                    stale = [m for m in counter.messages() if m in self._finished]
-                for m in stale:
-                    counter.forget(m, self.job_id)
-                next_sweep = time.monotonic() + 0.1
-            done: list[_Done] = []
-            with self._lock:
-                for ev in events:
-                    if ev.job != self.job_id:
-                        continue
-                    rx = self._rx.get(ev.message)
-                    if rx is None:
-                        if ev.message not in self._finished:
-                            self._early_fired[ev.message] = ev.ktime_ns
-                            while len(self._early_fired) > FINISHED_REMEMBERED:
-                                self._early_fired.pop(next(iter(self._early_fired)))
-                        continue
-                    rx.fired = True
-                    rx.event_ns = ev.ktime_ns
-                    self._check(rx, done)
-            self._finish(done)
-
 
 class BoundedLossTransport(DatagramTransport):
     """At least a fraction p of every message, fast; the rest is ignored."""
@@ -695,7 +530,7 @@ class BoundedLossTransport(DatagramTransport):
                              "90% of every message)")
         if xdp_mode not in ("generic", "native"):
             raise ValueError(f"xdp_mode={xdp_mode!r}: must be generic or native")
-        self.p = float(p)
+        self.p = self._recv.p = float(p)
         self.xdp = xdp
         self.xdp_mode = xdp_mode
 
@@ -724,45 +559,6 @@ class UdpTransport(DatagramTransport):
 
 
 # ---- helpers --------------------------------------------------------------------------
-
-
-def threshold_elements(p: float, total: int) -> int:
-    """ceil(p * total), at least 1, computed exactly as the XDP program does (p in ppm)."""
-    ppm = max(1, round(p * 1_000_000))
-    return max(1, (total * ppm + 999_999) // 1_000_000)
-
-
-def _packetize(values: np.ndarray, job: int, message: int, kind: int,
-               stride: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every packet of ``values`` at once: a record array of (header, stride floats)
-    rows, and each row's datagram length (the last one may be short)."""
-    total = values.size
-    n = wire.slots(total, stride)
-    rows = np.zeros(n, dtype=[("h", _header_dtype()), ("v", wire.VALUE_DTYPE, (stride,))])
-    padded = np.zeros(n * stride, wire.VALUE_DTYPE)
-    padded[:total] = values
-    rows["v"] = padded.reshape(n, stride)
-    starts = np.arange(n, dtype=np.int64) * stride
-    ends = np.minimum(starts + stride, total)
-    h = rows["h"]
-    h["magic"], h["version"], h["kind"] = wire.MAGIC, wire.VERSION, kind
-    h["job"], h["message"], h["total"] = job, message, total
-    h["start"], h["end"] = starts, ends
-    lengths = wire.HEADER_BYTES + 4 * (ends - starts)
-    return rows, lengths
-
-
-def _header_dtype() -> np.dtype:
-    """The wire header as a numpy dtype, from the ctypes view of ebpf/partial.h."""
-    hdr = wire.header_type()
-    sizes = {1: "u1", 2: ">u2", 4: ">u4", 8: ">u8"}
-    names, formats, offsets = [], [], []
-    for name, ctype in hdr._fields_:
-        names.append(name)
-        formats.append(sizes[ctypes.sizeof(ctype)])
-        offsets.append(getattr(hdr, name).offset)
-    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
-                     "itemsize": wire.HEADER_BYTES})
 
 
 def _connect_tcp(host: str, port: int, deadline: float | None, timeout_s: float) -> socket.socket:

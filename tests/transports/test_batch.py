@@ -1,30 +1,98 @@
-"""sendmmsg batches: every datagram goes out whole, in the given order, once."""
+"""sendmmsg and recvmmsg batches: every datagram goes out whole, in the given order, once,
+and comes back with its real length, source and arrival time."""
 
 import socket
+import time
+from collections.abc import Iterator
 
 import numpy as np
+import pytest
 
 from tailcut.transports import batch
 
 
-def test_a_batch_sends_the_chosen_rows_in_order_with_their_lengths() -> None:
+@pytest.fixture
+def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))
     rx.settimeout(2)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
     try:
-        raw = np.arange(10 * 64, dtype=np.uint8).reshape(10, 64)
-        lengths = np.array([64, 10, 20, 30, 40, 50, 60, 1, 2, 3])
-        order = np.array([7, 2, 9, 0, 5])
-        b = batch.Batch(tx, raw, lengths, order, rx.getsockname())
-        b.send(0, 2)
-        b.send(2, 3)
-        got = [rx.recv(100) for _ in range(5)]
-        assert got == [bytes(raw[r, :lengths[r]]) for r in order]
+        yield rx, tx
     finally:
         rx.close()
         tx.close()
 
 
-def test_sendmmsg_is_found_in_libc() -> None:
+def test_a_batch_sends_the_chosen_rows_in_order_with_their_lengths(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    rx, tx = sockets
+    raw = np.arange(10 * 64, dtype=np.uint8).reshape(10, 64)
+    lengths = np.array([64, 10, 20, 30, 40, 50, 60, 1, 2, 3])
+    order = np.array([7, 2, 9, 0, 5])
+    b = batch.Batch(tx, [batch.Piece(raw, order * 64, lengths[order])], rx.getsockname())
+    b.send(0, 2)
+    b.send(2, 3)
+    got = [rx.recv(100) for _ in range(5)]
+    assert got == [bytes(raw[r, :lengths[r]]) for r in order]
+
+
+def test_a_datagram_is_gathered_from_its_pieces_in_place(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    """A header row and a range of a separate vector make one datagram."""
+    rx, tx = sockets
+    heads = np.arange(3 * 4, dtype=np.uint8).reshape(3, 4)
+    values = np.arange(10, dtype=np.float32)
+    starts, ends = np.array([0, 4, 8]), np.array([4, 8, 10])
+    order = np.array([2, 0])
+    b = batch.Batch(tx, [batch.Piece(heads, order * 4, np.full(2, 4)),
+                         batch.Piece(values, starts[order] * 4, (ends - starts)[order] * 4)],
+                    rx.getsockname())
+    b.send(0, 2)
+    assert [rx.recv(100) for _ in range(2)] == \
+        [heads[r].tobytes() + values[starts[r]:ends[r]].tobytes() for r in order]
+
+
+def test_a_piece_reaching_outside_its_array_is_refused() -> None:
+    with pytest.raises(ValueError, match="outside its array"):
+        batch.Piece(np.zeros(10, np.uint8), np.array([8]), np.array([4]))
+
+
+def test_the_inbox_reads_many_datagrams_with_length_source_and_arrival(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    rx, tx = sockets
+    rx.setsockopt(socket.SOL_SOCKET, batch.SO_TIMESTAMPNS, 1)
+    inbox = batch.Inbox(rx, 8, 16)
+    assert inbox.recv() == 0  # nothing waiting: no blocking
+    before = time.time_ns()
+    sent = [bytes([i]) * (i * 5 + 1) for i in range(5)]  # the last two are longer than 16
+    for d in sent:
+        tx.sendto(d, rx.getsockname())
+    time.sleep(0.05)
+    n = inbox.recv()
+    assert n == 5
+    assert inbox.lengths(n).tolist() == [len(d) for d in sent]
+    for i, d in enumerate(sent):
+        assert bytes(inbox.data[i, :min(len(d), 16)]) == d[:16]
+    assert inbox.sources(n).tolist() == [batch.ipv4("127.0.0.1")] * 5
+    arrival = inbox.arrival_ns(n - 1)
+    assert arrival is not None and before <= arrival <= time.time_ns()
+    assert inbox.recv() == 0
+
+
+def test_more_datagrams_than_the_inbox_holds_take_several_reads(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    rx, tx = sockets
+    inbox = batch.Inbox(rx, 4, 8)
+    for i in range(10):
+        tx.sendto(bytes([i]), rx.getsockname())
+    time.sleep(0.05)
+    got = []
+    while (n := inbox.recv()):
+        got += inbox.data[:n, 0].tolist()
+    assert got == list(range(10))
+
+
+def test_sendmmsg_and_recvmmsg_are_found_in_libc() -> None:
     assert batch.available()

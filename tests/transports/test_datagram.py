@@ -211,20 +211,6 @@ def test_a_vector_beyond_the_slot_limit_is_refused_before_sending() -> None:
             c.send(Message(Kind.PUSH, 0, 0, too_big))
 
 
-def test_the_header_dtype_matches_the_ctypes_view() -> None:
-    dt = datagram._header_dtype()
-    h = wire.header_type()
-    assert dt.itemsize == wire.HEADER_BYTES
-    assert {n: dt.fields[n][1] for n in dt.names} == \
-        {n: getattr(h, n).offset for n in wire.field_names()}
-    rows, lengths = datagram._packetize(VECTOR[:1000], 5, 6, int(Kind.PUSH), 360)
-    raw = rows.view(np.uint8).reshape(len(rows), -1)
-    first = wire.parse(bytes(raw[2, :lengths[2]]))
-    assert (first.start, first.end, first.total, first.job, first.message) == \
-        (720, 1000, 1000, 5, 6)
-    assert np.array_equal(first.values, VECTOR[720:1000])
-
-
 # ---- as root: the XDP-signalled receiver across a real, lossy veth ---------------------
 
 

@@ -128,3 +128,61 @@ def test_fuzzed_headers_are_accepted_only_when_every_field_is_consistent(
 def test_the_fast_parser_reads_fields_in_the_header_order() -> None:
     assert list(wire._Fields._fields) == wire.field_names()
     assert wire._UNPACK.size == wire.HEADER_BYTES
+
+
+# ---- check_batch: the receiver's vectorised parser must agree with parse -------------
+
+
+def verdict(packet: bytes, max_elements: int = wire.DEFAULT_MAX_ELEMENTS) -> str:
+    """parse's verdict on one packet, named as check_batch names it."""
+    try:
+        wire.parse(packet, max_elements)
+    except wire.BadPacket as err:
+        return str(err).split(":")[0]
+    return "ok"
+
+
+def batch_verdicts(packets: list[bytes], row_bytes: int = 2048,
+                   max_elements: int = wire.DEFAULT_MAX_ELEMENTS) -> list[str]:
+    rows = np.zeros((len(packets), row_bytes), np.uint8)
+    for i, p in enumerate(packets):
+        rows[i, :min(len(p), row_bytes)] = np.frombuffer(p[:row_bytes], np.uint8)
+    codes = wire.check_batch(wire.headers(rows), [len(p) for p in packets], max_elements)
+    return [wire.REASONS[c] for c in codes]
+
+
+def test_check_batch_names_each_bad_field_as_parse_does() -> None:
+    packets = [good(), good()[:31], with_header(good(), magic=0x41414141),
+               with_header(good(), version=2), with_header(good(), flags=0x10),
+               with_header(good(), reserved=1), with_header(good(), kind=1),
+               with_header(good(), start=4, end=4), with_header(good(start=96), total=99),
+               with_header(good(), total=1 << 30), good()[:-2], good()[:-4],
+               good() + b"\0\0\0\0", b"", with_header(good(), flags=wire.F_RETX)]
+    assert batch_verdicts(packets) == [verdict(p) for p in packets]
+    assert batch_verdicts(packets)[:2] == ["ok", "truncated"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(header_fields, st.integers(0, 1500)) | st.binary(max_size=64),
+                min_size=1, max_size=40))
+def test_check_batch_agrees_with_parse_on_fuzzed_batches(
+        items: list[tuple[dict[str, int], int] | bytes]) -> None:
+    """Mixed batches of fuzzed headers and random bytes; rows shorter than some packets
+    (the receiver's buffer cuts them but knows their real length)."""
+    packets = [i if isinstance(i, bytes) else bytes(wire.header_type()(**i[0])) + bytes(i[1])
+               for i in items]
+    assert batch_verdicts(packets, 1024, 10_000) == [verdict(p, 10_000) for p in packets]
+
+
+def test_headers_are_a_view_of_the_rows_in_the_ctypes_layout() -> None:
+    dt = wire.header_dtype()
+    assert dt.itemsize == wire.HEADER_BYTES
+    assert {n: dt.fields[n][1] for n in dt.names} == \
+        {n: getattr(wire.header_type(), n).offset for n in wire.field_names()}
+    rows = np.zeros((2, 64), np.uint8)
+    packet = good(start=8, n=4, total=12)
+    rows[1, :len(packet)] = np.frombuffer(packet, np.uint8)
+    h = wire.headers(rows)
+    assert (h["start"][1], h["end"][1], h["total"][1], h["job"][1]) == (8, 12, 12, JOB)
+    with pytest.raises(ValueError, match="2-D uint8"):
+        wire.headers(np.zeros((2, 16), np.uint8))

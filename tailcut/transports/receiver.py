@@ -1,0 +1,320 @@
+"""The datagram receiver's state: check batches of packets, fill each message's vector
+and mask, and decide when a message is complete or needs a NACK.
+
+No I/O here: the transport (datagram.py) reads the socket and the XDP events, calls
+``accept``/``fired``/``sweep`` and does what the returned ``Done`` items say (deliver,
+DONE, NACK). Every packet of a batch is checked with numpy (wire.check_batch, then
+job, message, source, total, kind and the slot's exact range) before a value is
+written, and values are written only as whole slots of the message's vector, so no
+packet writes outside it; a slot is counted once however often it arrives.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from tailcut.transports import wire
+
+# Packets kept for messages whose BEGIN has not been read yet (the control channel can
+# lag the data); beyond this they are dropped and recovered as losses.
+STASH_PACKETS = 16384
+FINISHED_REMEMBERED = 4096
+
+
+class Peer(Protocol):
+    """What the receiver needs of a connection: its id and its data source address."""
+
+    peer_id: int
+    udp_addr: tuple[str, int]
+
+
+@dataclass
+class Rx:
+    """One message being received."""
+
+    conn: Any  # the Peer it comes from (a DatagramConnection)
+    source: int  # the peer's IPv4 address, as batch.Inbox.sources reports it
+    message: int
+    kind: int
+    iteration: int
+    sender: int
+    total: int
+    sent_at_ns: int
+    threshold: int
+    values: np.ndarray
+    mask: np.ndarray
+    seen: np.ndarray  # per slot: counted already
+    scratch: np.ndarray  # per slot, to pick one copy of a slot within a batch
+    template: np.ndarray  # its packets' header words under wire.shared_bits
+    count: int = 0
+    wire_bytes: int = 0
+    fired: bool = False
+    event_ns: int = 0
+    end_at: float | None = None  # monotonic time the last END was read (None: no pass)
+    end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
+    begun_ns: int = field(default_factory=time.monotonic_ns)
+
+
+@dataclass(frozen=True)
+class Done:
+    """What to do for a message once the lock is released: deliver it, or NACK."""
+
+    rx: Rx
+    reason: str  # full | xdp | p | end | nack
+    missing: bytes = b""  # NACK: the missing slots as big-endian u32s
+
+
+def threshold_elements(p: float, total: int) -> int:
+    """ceil(p * total), at least 1, computed exactly as the XDP program does (p in ppm)."""
+    ppm = max(1, round(p * 1_000_000))
+    return max(1, (total * ppm + 999_999) // 1_000_000)
+
+
+class Receiver:
+    """Messages being received from any peer; the caller holds one lock around every call."""
+
+    def __init__(self, job_id: int, stride: int, p: float, bounded: bool, xdp: bool,
+                 max_elements: int, stats: collections.Counter[str]) -> None:
+        self.job_id = job_id
+        self.stride = stride
+        self.p = p
+        self.bounded = bounded
+        self.xdp = xdp  # completions at p wait for the XDP counter's event
+        self.max_elements = max_elements
+        self.stats = stats
+        # Rows must hold the largest acceptable datagram; a longer one is cut, but its
+        # real length still fails the checks.
+        self.row_bytes = wire.HEADER_BYTES + 4 * stride
+        self.rx: dict[int, Rx] = {}
+        self.peers: dict[int, tuple[Peer, int]] = {}  # peer id -> (peer, source address)
+        self._stash: dict[int, list[tuple[np.ndarray, int]]] = {}
+        self._stashed = 0
+        self._early_fired: dict[int, int] = {}
+        self.finished: collections.OrderedDict[int, None] = collections.OrderedDict()
+
+    def begin(self, conn: Peer, source: int, message: int, kind: int, iteration: int,
+              sender: int, total: int, sent_at_ns: int) -> list[Done]:
+        """A BEGIN (checked by the caller): allocate the message, replay its stash."""
+        n_slots = wire.slots(total, self.stride)
+        rx = Rx(conn, source, message, kind, iteration, sender, total, sent_at_ns,
+                threshold_elements(self.p, total), np.zeros(total, wire.VALUE_DTYPE),
+                np.zeros(total, bool), np.zeros(n_slots, bool), np.zeros(n_slots, np.int64),
+                wire.template(self.job_id, message, kind, total))
+        done: list[Done] = []
+        self.finished.pop(message, None)
+        self.rx[message] = rx
+        ktime = self._early_fired.pop(message, None)
+        if ktime is not None:
+            rx.fired, rx.event_ns = True, ktime
+        stashed = self._stash.pop(message, [])
+        if stashed:
+            self._stashed -= len(stashed)
+            data = np.zeros((len(stashed), self.row_bytes), np.uint8)
+            lengths = np.zeros(len(stashed), np.int64)
+            sources = np.zeros(len(stashed), np.int64)
+            for i, (row, src) in enumerate(stashed):
+                data[i, :row.size] = row
+                lengths[i], sources[i] = row.size, src
+            self.accept(data, lengths, sources, done)
+        self.check(rx, done)
+        return done
+
+    def end(self, conn: Peer, message: int) -> None:
+        """An END: the sender finished a pass over ``message``."""
+        rx = self.rx.get(message)
+        if rx is not None and rx.conn is conn:
+            rx.end_at = time.monotonic()
+            rx.end_ns = time.time_ns()
+
+    def accept(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
+               done: list[Done]) -> None:
+        """Datagrams ``data[i, :lengths[i]]`` from ``sources[i]``: check them all, put
+        the values of the new slots in place, count every reason a packet is refused."""
+        if self._accept_run(data, lengths, sources, done):
+            return
+        hdr = wire.headers(data)
+        codes = wire.check_batch(hdr, lengths, self.max_elements)
+        bad = codes != 0
+        if bad.any():
+            found, counts = np.unique(codes[bad], return_counts=True)
+            for code, count in zip(found.tolist(), counts.tolist()):
+                self.stats["bad_packet"] += count
+                self.stats[f"bad_packet: {wire.REASONS[code]}"] += count
+        good = np.flatnonzero(~bad)
+        if not good.size:
+            return
+        ours = hdr["job"][good] == self.job_id
+        if not ours.all():
+            self.stats["unknown_job"] += int(good.size - np.count_nonzero(ours))
+            good = good[ours]
+        messages = hdr["message"][good].astype(np.int64)
+        # Usually one message: a batch holds a run of one sender's packets.
+        one = messages.min() == messages.max()
+        for message in [int(messages[0])] if one else np.unique(messages).tolist():
+            idx = good if one else good[messages == message]
+            rx = self.rx.get(message)
+            if rx is None:
+                self._unbegun(message, idx, data, lengths, sources)
+            else:
+                self._fill(rx, idx, hdr, data, lengths, sources)
+                self.check(rx, done)
+
+    def _accept_run(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
+                    done: list[Done]) -> bool:
+        """The common case in a few numpy calls: every datagram is a well-formed packet
+        of one live message from its peer. False (nothing done) if any is not; then
+        ``accept`` checks each one and names what is wrong. Passing here implies
+        passing every check there (the template fixes magic, version, kind, reserved,
+        unknown flags, job, message and total; the range and length are checked below)."""
+        hdr = wire.headers(data)
+        rx = self.rx.get(int(hdr["message"][0]))
+        if rx is None or not (sources == rx.source).all() \
+                or not ((wire.words(data) & wire.shared_bits()) == rx.template).all():
+            return False
+        stride = self.stride
+        start = hdr["start"].astype(np.int64)
+        end = hdr["end"].astype(np.int64)
+        slots = start // stride
+        if not ((slots * stride == start) & (start < rx.total)
+                & (end == np.minimum(start + stride, rx.total))
+                & (lengths == wire.HEADER_BYTES + 4 * (end - start))).all():
+            return False
+        self._add(rx, np.arange(len(slots)), slots, start, end, data, lengths)
+        self.check(rx, done)
+        return True
+
+    def _unbegun(self, message: int, idx: np.ndarray, data: np.ndarray, lengths: np.ndarray,
+                 sources: np.ndarray) -> None:
+        """Packets of a message that is finished (late) or not begun yet (stash them if
+        they come from the peer the id names)."""
+        if message in self.finished:
+            self.stats["late"] += idx.size
+            return
+        peer = self.peers.get(message >> 16)
+        if peer is None:
+            self.stats["unknown_message"] += idx.size
+            return
+        from_peer = idx[sources[idx] == peer[1]]
+        if from_peer.size < idx.size:
+            self.stats["unknown_message"] += idx.size - from_peer.size
+        room = max(0, STASH_PACKETS - self._stashed)
+        if from_peer.size > room:
+            self.stats["stash_full"] += from_peer.size - room
+        kept = self._stash.setdefault(message, [])
+        for i in from_peer[:room].tolist():
+            n = int(min(lengths[i], data.shape[1]))  # a cut datagram stays cut (refused)
+            kept.append((data[i, :n].copy(), int(sources[i])))
+        self._stashed += min(room, from_peer.size)
+
+    def _fill(self, rx: Rx, idx: np.ndarray, hdr: np.ndarray, data: np.ndarray,
+              lengths: np.ndarray, sources: np.ndarray) -> None:
+        """Write the new slots among packets ``idx`` of message ``rx``."""
+        stride = self.stride
+        same = sources[idx] == rx.source
+        if not same.all():
+            self.stats["foreign_source"] += int(idx.size - np.count_nonzero(same))
+            idx = idx[same]
+        fits = (hdr["total"][idx] == rx.total) & (hdr["kind"][idx] == rx.kind)
+        if not fits.all():
+            self.stats["mismatch"] += int(idx.size - np.count_nonzero(fits))
+            idx = idx[fits]
+        start = hdr["start"][idx].astype(np.int64)
+        end = hdr["end"][idx].astype(np.int64)
+        # A slot is one fixed range; the whole datagram is in its row (checked lengths).
+        aligned = (start % stride == 0) & (end == np.minimum(start + stride, rx.total)) \
+            & (lengths[idx] <= data.shape[1])
+        if not aligned.all():
+            self.stats["misaligned"] += int(idx.size - np.count_nonzero(aligned))
+            idx, start, end = idx[aligned], start[aligned], end[aligned]
+        self._add(rx, idx, start // stride, start, end, data, lengths)
+
+    def _add(self, rx: Rx, idx: np.ndarray, slots: np.ndarray, start: np.ndarray,
+             end: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
+        """Put checked packets ``idx`` (slots ``slots``, ranges [start, end)) in place."""
+        stride = self.stride
+        # Count each slot once: only if never seen, and one copy of it in this batch
+        # (the one whose position the scratch write kept, whichever that is).
+        new = np.flatnonzero(~rx.seen[slots])
+        if new.size > 1:
+            rx.scratch[slots[new]] = new
+            new = new[rx.scratch[slots[new]] == new]
+        if new.size < idx.size:
+            self.stats["duplicate"] += int(idx.size - new.size)
+        if not new.size:
+            return
+        slots, rows = slots[new], idx[new]
+        rx.seen[slots] = True
+        elements = end[new] - start[new]
+        floats = data.view(wire.VALUE_DTYPE)  # rows of floats; the header is 8 of them
+        h0 = wire.HEADER_BYTES // wire.VALUE_DTYPE.itemsize
+        whole = rx.total // stride
+        full = slots < whole
+        if full.any():
+            values = rx.values[:whole * stride].reshape(whole, stride)
+            mask = rx.mask[:whole * stride].reshape(whole, stride)
+            values[slots[full]] = floats[rows[full], h0:h0 + stride]
+            mask[slots[full]] = True
+        if not full.all():  # the short last slot, at most once per message
+            s = whole * stride
+            n = rx.total - s
+            rx.values[s:] = floats[rows[~full][0], h0:h0 + n]
+            rx.mask[s:] = True
+        rx.count += int(elements.sum())
+        rx.wire_bytes += int(lengths[rows].sum())
+        self.stats["accepted"] += int(slots.size)
+
+    def fired(self, message: int, ktime_ns: int, done: list[Done]) -> None:
+        """The XDP counter saw ``message`` cross p at ``ktime_ns``."""
+        rx = self.rx.get(message)
+        if rx is None:
+            if message not in self.finished:
+                self._early_fired[message] = ktime_ns
+                while len(self._early_fired) > FINISHED_REMEMBERED:
+                    self._early_fired.pop(next(iter(self._early_fired)))
+            return
+        rx.fired = True
+        rx.event_ns = ktime_ns
+        self.check(rx, done)
+
+    def check(self, rx: Rx, done: list[Done]) -> None:
+        """Complete ``rx`` if it may be."""
+        if rx.message not in self.rx:
+            return
+        if rx.count == rx.total:
+            reason = "full"
+        elif self.bounded and rx.count >= rx.threshold and (rx.fired or not self.xdp):
+            reason = "xdp" if rx.fired else "p"
+        else:
+            return
+        self._retire(rx)
+        done.append(Done(rx, reason))
+
+    def _retire(self, rx: Rx) -> None:
+        del self.rx[rx.message]
+        self.finished[rx.message] = None
+        while len(self.finished) > FINISHED_REMEMBERED:
+            self.finished.popitem(last=False)
+
+    def sweep(self, now: float, read_up_to_ns: int, grace_s: float, done: list[Done]) -> None:
+        """Passes that ended: complete (udp, or p without an XDP event) or NACK."""
+        for rx in list(self.rx.values()):
+            # A pass is drained once the socket has been read up to END's arrival: the
+            # sender sent END after the pass's last packet, over the same FIFO path, so
+            # a datagram that reached the kernel after END was read means every packet
+            # of the pass that survived has been read too. The grace covers reordering
+            # between CPUs.
+            if rx.end_at is None or read_up_to_ns < rx.end_ns or now - rx.end_at < grace_s:
+                continue
+            rx.end_at = None
+            if not self.bounded or rx.count >= rx.threshold:
+                self._retire(rx)
+                done.append(Done(rx, "end"))
+            else:
+                missing = np.flatnonzero(~rx.seen).astype(">u4")
+                self.stats["nacks"] += 1
+                done.append(Done(rx, "nack", missing.tobytes()))

@@ -1,0 +1,36 @@
+"""The sender's packets: header rows from the ctypes view, values taken in place."""
+
+import threading
+
+import numpy as np
+
+from tailcut.transports import sender, wire
+from tailcut.transports.base import Kind
+
+VECTOR = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+
+
+def test_every_datagram_parses_back_to_its_slot_of_the_vector() -> None:
+    packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 360)
+    assert len(packets) == 3
+    packets.number(np.array([2, 0, 1]), 10, wire.F_RETX)
+    got = [wire.parse(packets.datagram(slot)) for slot in range(3)]
+    assert [(p.start, p.end, p.total, p.job, p.message) for p in got] == \
+        [(0, 360, 1000, 5, 6), (360, 720, 1000, 5, 6), (720, 1000, 1000, 5, 6)]
+    assert [p.seq for p in got] == [11, 12, 10]
+    assert [p.flags for p in got] == [wire.F_RETX, wire.F_RETX | wire.F_LAST, wire.F_RETX]
+    assert np.array_equal(np.concatenate([p.values for p in got]), VECTOR)
+
+
+def test_pace_sends_every_slot_once_in_order_then_stops_early_when_told() -> None:
+    packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 100)
+    out: list[bytes] = []
+    order = np.array([9, 3, 0, 7, 1, 2, 4, 5, 6, 8])
+    stop = threading.Event()
+    sent = sender.pace(None, ("127.0.0.1", 9), packets, order, None, stop,  # type: ignore
+                       None, "peer", lambda d, _a: out.append(d))
+    assert sent == 10 and [wire.parse(d).start // 100 for d in out] == order.tolist()
+    stop.set()
+    many = np.arange(len(packets)).repeat(5)  # 50 datagrams: stops after the first burst
+    assert sender.pace(None, ("127.0.0.1", 9), packets, many, None, stop,  # type: ignore
+                       None, "peer", lambda d, _a: None) == sender.BURST_PACKETS
