@@ -12,6 +12,7 @@
     └── TransportError       (transports.base) sending or receiving failed
         ├── ProtocolError    the peer's bytes do not follow the framing
         ├── PeerClosed       the peer closed the connection or is gone
+        │   └── ClosedMidFrame  ... in the middle of a frame (also a ProtocolError)
         └── TransportTimeout nothing arrived in time
 
 Callers catch TailcutError to print a one-line message; anything else is a bug.

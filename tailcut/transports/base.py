@@ -14,6 +14,7 @@ Errors, under ``tailcut.errors.TailcutError``::
     TransportError           a transport could not deliver or accept a message
     ├── ProtocolError        the peer's bytes do not follow the framing (says what)
     ├── PeerClosed           the peer closed the connection or went away
+    │   └── ClosedMidFrame   ... in the middle of a frame (also a ProtocolError)
     └── TransportTimeout     nothing arrived (or nobody connected) in time
 """
 
@@ -45,6 +46,11 @@ class ProtocolError(TransportError):
 
 class PeerClosed(TransportError):
     """The peer closed the connection or is gone."""
+
+
+class ClosedMidFrame(PeerClosed, ProtocolError):
+    """The peer closed the connection in the middle of a frame: it went away (a
+    PeerClosed, for the role that reports it) and the frame is cut (a ProtocolError)."""
 
 
 class TransportTimeout(TransportError, TimeoutError):

@@ -388,7 +388,7 @@ class TcpConnection(base.Connection):
                 self.close()
                 if not frame_started and got == 0:
                     raise base.PeerClosed(f"{self.peer} closed the connection")
-                raise base.ProtocolError(
+                raise base.ClosedMidFrame(
                     f"truncated frame from {self.peer}: expected {len(view)} bytes of {what}, "
                     f"the connection closed after {got}"
                 )
