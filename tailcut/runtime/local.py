@@ -111,7 +111,10 @@ def run(job: TrainingJob, results_dir: Path,
                  f"{t['at_s']:.2f} s into training")
     _dissection_report(job, results_dir, progress)
     epochs_csv = results_dir / "epochs.csv"
-    if epochs_csv.exists():
+    if result.epochs == 0:
+        progress("no epoch completed (spec.training.iterations is below one epoch): "
+                 "loss.png not drawn")
+    elif epochs_csv.exists():
         plots.plot_loss_vs_epoch(
             epochs_csv, results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")

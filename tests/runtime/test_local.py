@@ -88,3 +88,14 @@ def test_sigterm_tears_the_network_down(tmp_path):
     run.communicate(timeout=30)
     assert run.returncode != 0
     nothing_of("termed")
+
+
+def test_a_job_shorter_than_one_epoch_finishes_without_a_loss_plot(tmp_path):
+    job = spec.load_text("kind: TrainingJob\nmetadata: {name: short}\n"
+                         "spec: {replicas: {workers: 2}, training: {iterations: 5}}\n")
+    lines: list[str] = []
+    result = local.run(job, tmp_path, progress=lines.append)
+    assert result.epochs == 0 and result.iterations == 5
+    assert any("loss.png not drawn" in line for line in lines)
+    assert (tmp_path / "metrics.json").exists() and not (tmp_path / "loss.png").exists()
+    nothing_of("short")
