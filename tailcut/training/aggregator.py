@@ -102,6 +102,8 @@ class _Aggregator:
             who = self.names[ev.source]
             dequeued = time.time_ns()
             if ev.error is not None:
+                if who not in self.conns:
+                    continue  # already dropped after a failed send (its reader reports too)
                 if who == "ps-0" and "replica-0" in self.conns:
                     self.conns.pop(who).close()  # the replica takes over
                     continue
