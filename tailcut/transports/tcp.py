@@ -150,11 +150,18 @@ def _socket_timeout(deadline: float | None) -> float | None:
 
 
 def _ready(sock: socket.socket, event: int, deadline: float | None) -> bool:
-    """Wait until ``sock`` is readable/writable (``event``) or ``deadline`` passes."""
+    """Wait until ``sock`` is readable/writable (``event``) or ``deadline`` passes.
+    Raises PeerClosed when another thread closed the connection meanwhile."""
     left = base.remaining(deadline)
+    fd = sock.fileno()
+    if fd < 0:
+        raise base.PeerClosed("the connection was closed while in use")
     poller = select.poll()
-    poller.register(sock, event)
-    return bool(poller.poll(None if left is None else max(left, 0.0) * 1000))
+    poller.register(fd, event)
+    ready = poller.poll(None if left is None else max(left, 0.0) * 1000)
+    if any(revents & select.POLLNVAL for _, revents in ready):
+        raise base.PeerClosed("the connection was closed while in use")
+    return bool(ready)
 
 
 class TcpConnection(base.Connection):
@@ -241,7 +248,9 @@ class TcpConnection(base.Connection):
                         sent += sock.send(view[sent:], socket.MSG_DONTWAIT)
                     except BlockingIOError:
                         continue  # the buffer filled again between poll and send
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as err:
+        except OSError as err:
+            if not isinstance(err, (BrokenPipeError, ConnectionError)) and err.errno != errno.EBADF:
+                raise
             self.close()
             raise base.PeerClosed(f"{self.peer} closed the connection while we sent to it") from err
 
@@ -381,7 +390,11 @@ class TcpConnection(base.Connection):
                 n = sock.recv_into(view[got:], 0, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 continue  # woken without data (e.g. a spurious wake-up)
-            except (ConnectionResetError, ConnectionAbortedError) as err:
+            except OSError as err:
+                if err.errno == errno.EBADF:  # another thread closed it meanwhile
+                    raise base.PeerClosed(f"connection to {self.peer} was closed") from err
+                if not isinstance(err, (ConnectionResetError, ConnectionAbortedError)):
+                    raise
                 self.close()
                 raise base.PeerClosed(f"{self.peer} reset the connection") from err
             if n == 0:
