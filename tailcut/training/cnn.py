@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailcut.training import mlp
-from tailcut.training.models import Layer, layout
+from tailcut.training.models import Layer, check_params, layout, views
 
 _EVAL_BATCH = 1024
 
@@ -62,7 +62,7 @@ class CNN:
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
         """He-initialised weights (fan-in of each layer), zero biases."""
         params = np.zeros(self.num_params, dtype=np.float32)
-        for layer, view in zip(self.layers, self._views(params), strict=True):
+        for layer, view in zip(self.layers, views(self.layers, params), strict=True):
             if layer.name.endswith("weight"):
                 fan_in = layer.shape[1] if layer.name.startswith("conv") else layer.shape[0]
                 view[...] = rng.normal(0.0, np.sqrt(2.0 / fan_in), layer.shape)
@@ -72,8 +72,8 @@ class CNN:
         self, params: np.ndarray, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, np.ndarray]:
         """Mean cross-entropy over the batch and its gradient, flat like ``params``."""
-        self._check(params)
-        w1, b1, w2, b2, w3, b3, w4, b4 = self._views(params)
+        check_params(params, self.num_params)
+        w1, b1, w2, b2, w3, b3, w4, b4 = views(self.layers, params)
         x = x.astype(params.dtype, copy=False)
         n = len(x)
         cols1, a1 = _conv_forward(x, w1, b1)
@@ -89,7 +89,7 @@ class CNN:
         loss, dlogits = mlp._softmax_cross_entropy(logits, y)
 
         grad = np.empty_like(params)
-        g1, gb1, g2, gb2, g3, gb3, g4, gb4 = self._views(grad)
+        g1, gb1, g2, gb2, g3, gb3, g4, gb4 = views(self.layers, grad)
         g4[...] = h.T @ dlogits
         gb4[...] = dlogits.sum(axis=0)
         dh = dlogits @ w4.T
@@ -107,8 +107,8 @@ class CNN:
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean cross-entropy and accuracy over all images in ``x``."""
-        self._check(params)
-        w1, b1, w2, b2, w3, b3, w4, b4 = self._views(params)
+        check_params(params, self.num_params)
+        w1, b1, w2, b2, w3, b3, w4, b4 = views(self.layers, params)
         total_loss = 0.0
         correct = 0
         for lo in range(0, len(x), _EVAL_BATCH):
@@ -123,15 +123,6 @@ class CNN:
         n = max(len(x), 1)
         return total_loss / n, correct / n
 
-    def _views(self, flat: np.ndarray) -> list[np.ndarray]:
-        return [
-            flat[layer.offset : layer.offset + layer.size].reshape(layer.shape)
-            for layer in self.layers
-        ]
-
-    def _check(self, params: np.ndarray) -> None:
-        if params.shape != (self.num_params,):
-            raise ValueError(f"params has shape {params.shape}, expected ({self.num_params},)")
 
 
 def _im2col(x: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tailcut.training import mlp
-from tailcut.training.models import Layer, layout
+from tailcut.training.models import Layer, check_params, layout
 
 _EVAL_BATCH = 4096
 
@@ -46,7 +46,7 @@ class DeepMLP:
     def loss_and_grad(self, params: np.ndarray, x: np.ndarray,
                       y: np.ndarray) -> tuple[float, np.ndarray]:
         """Mean cross-entropy over the batch and its gradient, flat like ``params``."""
-        self._check(params)
+        check_params(params, self.num_params)
         pairs = self._pairs(params)
         acts = [x.astype(params.dtype, copy=False)]
         pres = []
@@ -68,7 +68,7 @@ class DeepMLP:
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean cross-entropy and accuracy over all rows of ``x``."""
-        self._check(params)
+        check_params(params, self.num_params)
         pairs = self._pairs(params)
         total, correct = 0.0, 0
         for lo in range(0, len(x), _EVAL_BATCH):
@@ -87,7 +87,3 @@ class DeepMLP:
     def _pairs(self, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         views = [flat[l.offset:l.offset + l.size].reshape(l.shape) for l in self.layers]
         return list(zip(views[0::2], views[1::2]))
-
-    def _check(self, params: np.ndarray) -> None:
-        if params.shape != (self.num_params,):
-            raise ValueError(f"params has shape {params.shape}, expected ({self.num_params},)")

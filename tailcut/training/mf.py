@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training.models import Layer, layout
+from tailcut.training.models import Layer, check_params, layout, views
 
 class MF:
     """Biased matrix factorisation of a (users x items) ratings matrix."""
@@ -52,7 +52,7 @@ class MF:
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
         """Small random embeddings (not zero: P.Q needs both to be non-zero to learn)."""
         params = np.zeros(self.num_params, dtype=np.float32)
-        p, q, _, _ = self._views(params)
+        p, q, _, _ = views(self.layers, params)
         p[...] = rng.normal(0.0, 0.1, p.shape)
         q[...] = rng.normal(0.0, 0.1, q.shape)
         return params
@@ -61,8 +61,8 @@ class MF:
         self, params: np.ndarray, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, np.ndarray]:
         """Mean regularised squared error of the batch and its gradient, flat like ``params``."""
-        self._check(params)
-        p, q, bu, bi = self._views(params)
+        check_params(params, self.num_params)
+        p, q, bu, bi = views(self.layers, params)
         users, items = x[:, 0], x[:, 1]
         pu, qi = p[users], q[items]
         pred = self.mean + bu[users] + bi[items] + np.einsum("nk,nk->n", pu, qi)
@@ -71,7 +71,7 @@ class MF:
         loss = 0.5 * float(err @ err) + 0.5 * self.l2 * float((pu * pu).sum() + (qi * qi).sum())
 
         grad = np.zeros_like(params)
-        gp, gq, gbu, gbi = self._views(grad)
+        gp, gq, gbu, gbi = views(self.layers, grad)
         e = err[:, None]
         np.add.at(gp, users, e * qi + self.l2 * pu)
         np.add.at(gq, items, e * pu + self.l2 * qi)
@@ -82,7 +82,7 @@ class MF:
 
     def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Predicted stars (not clipped) for (user, item) rows ``x``."""
-        p, q, bu, bi = self._views(params)
+        p, q, bu, bi = views(self.layers, params)
         users, items = x[:, 0], x[:, 1]
         return np.asarray(
             self.mean + bu[users] + bi[items] + np.einsum("nk,nk->n", p[users], q[items])
@@ -90,25 +90,15 @@ class MF:
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """The training objective and the share of ratings predicted within half a star."""
-        self._check(params)
+        check_params(params, self.num_params)
         loss = self._loss_only(params, x, y)
         pred = np.clip(self.predict(params, x), 1.0, 5.0)
         close = np.abs(pred - y) < 0.5
         return loss, float(close.mean()) if len(y) else 0.0
 
     def _loss_only(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
-        p, q, _, _ = self._views(params)
+        p, q, _, _ = views(self.layers, params)
         err = self.predict(params, x) - y.astype(params.dtype)
         pu, qi = p[x[:, 0]], q[x[:, 1]]
         loss = 0.5 * float(err @ err) + 0.5 * self.l2 * float((pu * pu).sum() + (qi * qi).sum())
         return loss / max(len(y), 1)
-
-    def _views(self, flat: np.ndarray) -> list[np.ndarray]:
-        return [
-            flat[layer.offset : layer.offset + layer.size].reshape(layer.shape)
-            for layer in self.layers
-        ]
-
-    def _check(self, params: np.ndarray) -> None:
-        if params.shape != (self.num_params,):
-            raise ValueError(f"params has shape {params.shape}, expected ({self.num_params},)")

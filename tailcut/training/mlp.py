@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training.models import Layer, layout
+from tailcut.training.models import Layer, check_params, layout, views
 
 # Rows per forward pass in evaluate(): bounds the hidden activations' memory.
 _EVAL_BATCH = 4096
@@ -46,7 +46,7 @@ class MLP:
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
         """He-initialised weights (ReLU keeps activations' scale), zero biases."""
         params = np.zeros(self.num_params, dtype=np.float32)
-        w1, _, w2, _ = self._views(params)
+        w1, _, w2, _ = views(self.layers, params)
         w1[...] = rng.normal(0.0, np.sqrt(2.0 / self.num_features), w1.shape)
         w2[...] = rng.normal(0.0, np.sqrt(1.0 / self.hidden), w2.shape)
         return params
@@ -55,8 +55,8 @@ class MLP:
         self, params: np.ndarray, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, np.ndarray]:
         """Mean cross-entropy over the batch and its gradient, flat like ``params``."""
-        self._check(params)
-        w1, b1, w2, b2 = self._views(params)
+        check_params(params, self.num_params)
+        w1, b1, w2, b2 = views(self.layers, params)
         x = x.astype(params.dtype, copy=False)
         pre = x @ w1 + b1
         hidden = np.maximum(pre, 0)
@@ -64,7 +64,7 @@ class MLP:
         loss, dlogits = _softmax_cross_entropy(logits, y)
 
         grad = np.empty_like(params)
-        gw1, gb1, gw2, gb2 = self._views(grad)
+        gw1, gb1, gw2, gb2 = views(self.layers, grad)
         gw2[...] = hidden.T @ dlogits
         gb2[...] = dlogits.sum(axis=0)
         dhidden = dlogits @ w2.T
@@ -75,8 +75,8 @@ class MLP:
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean cross-entropy and accuracy over all rows of ``x``."""
-        self._check(params)
-        w1, b1, w2, b2 = self._views(params)
+        check_params(params, self.num_params)
+        w1, b1, w2, b2 = views(self.layers, params)
         total_loss = 0.0
         correct = 0
         for lo in range(0, len(x), _EVAL_BATCH):
@@ -89,15 +89,6 @@ class MLP:
         n = max(len(x), 1)
         return total_loss / n, correct / n
 
-    def _views(self, flat: np.ndarray) -> list[np.ndarray]:
-        return [
-            flat[layer.offset : layer.offset + layer.size].reshape(layer.shape)
-            for layer in self.layers
-        ]
-
-    def _check(self, params: np.ndarray) -> None:
-        if params.shape != (self.num_params,):
-            raise ValueError(f"params has shape {params.shape}, expected ({self.num_params},)")
 
 
 def _softmax_cross_entropy(

@@ -52,6 +52,18 @@ def layout(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[Layer, ...]:
     return tuple(layers)
 
 
+def views(layers: Sequence[Layer], flat: np.ndarray) -> list[np.ndarray]:
+    """Each layer's tensor as a view into the flat vector (no copy)."""
+    return [flat[layer.offset : layer.offset + layer.size].reshape(layer.shape)
+            for layer in layers]
+
+
+def check_params(params: np.ndarray, num_params: int) -> None:
+    """Refuse a parameter vector of the wrong shape before any model reads it."""
+    if params.shape != (num_params,):
+        raise ValueError(f"params has shape {params.shape}, expected ({num_params},)")
+
+
 class Model(Protocol):
     """What the PS and workers need from a model."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training.models import Layer, layout
+from tailcut.training.models import Layer, check_params, layout, views
 
 _EVAL_BATCH = 2048
 
@@ -49,7 +49,7 @@ class RNN:
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
         """Scaled Gaussian weights; a recurrence near 0.5 * orthogonal keeps BPTT stable."""
         params = np.zeros(self.num_params, dtype=np.float32)
-        e, w, _, v, _ = self._views(params)
+        e, w, _, v, _ = views(self.layers, params)
         e[...] = rng.normal(0.0, 1.0, e.shape)
         q, _ = np.linalg.qr(rng.normal(size=w.shape))
         w[...] = 0.5 * q
@@ -60,8 +60,8 @@ class RNN:
         self, params: np.ndarray, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, np.ndarray]:
         """Mean cross-entropy over the labelled positions of the batch, and its gradient."""
-        self._check(params)
-        e, w, b, v, c = self._views(params)
+        check_params(params, self.num_params)
+        e, w, b, v, c = views(self.layers, params)
         hs = self._forward(params, x)  # (T+1, n, H), hs[0] = 0
         n, steps = x.shape
         logits = hs[1:] @ v + c  # (T, n, K)
@@ -78,7 +78,7 @@ class RNN:
         dlogits /= count
 
         grad = np.zeros_like(params)
-        ge, gw, gb, gv, gc = self._views(grad)
+        ge, gw, gb, gv, gc = views(self.layers, grad)
         gv[...] = np.einsum("tnh,tnk->hk", hs[1:], dlogits)
         gc[...] = dlogits.sum(axis=(0, 1))
         dh_next = np.zeros((n, self.hidden), dtype=params.dtype)
@@ -93,8 +93,8 @@ class RNN:
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean cross-entropy and per-token accuracy over the labelled positions."""
-        self._check(params)
-        _, _, _, v, c = self._views(params)
+        check_params(params, self.num_params)
+        _, _, _, v, c = views(self.layers, params)
         total_loss = 0.0
         correct = 0
         count = 0
@@ -113,19 +113,9 @@ class RNN:
 
     def _forward(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Hidden states (T+1, n, H), starting from zeros."""
-        e, w, b, _, _ = self._views(params)
+        e, w, b, _, _ = views(self.layers, params)
         n, steps = x.shape
         hs = np.zeros((steps + 1, n, self.hidden), dtype=params.dtype)
         for t in range(steps):
             hs[t + 1] = np.tanh(e[x[:, t]] + hs[t] @ w + b)
         return hs
-
-    def _views(self, flat: np.ndarray) -> list[np.ndarray]:
-        return [
-            flat[layer.offset : layer.offset + layer.size].reshape(layer.shape)
-            for layer in self.layers
-        ]
-
-    def _check(self, params: np.ndarray) -> None:
-        if params.shape != (self.num_params,):
-            raise ValueError(f"params has shape {params.shape}, expected ({self.num_params},)")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training.models import Layer, layout
+from tailcut.training.models import Layer, check_params, layout, views
 
 _EVAL_BATCH = 4096
 
@@ -51,7 +51,7 @@ class Sparse:
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
         """Small embeddings, zero wide weights, He-initialised head."""
         params = np.zeros(self.num_params, dtype=np.float32)
-        emb, _, w1, _, w2, _ = self._views(params)
+        emb, _, w1, _, w2, _ = views(self.layers, params)
         emb[...] = rng.normal(0.0, 0.1, emb.shape)
         w1[...] = rng.normal(0.0, np.sqrt(2.0 / w1.shape[0]), w1.shape)
         w2[...] = rng.normal(0.0, np.sqrt(1.0 / self.hidden), w2.shape)
@@ -61,8 +61,8 @@ class Sparse:
         self, params: np.ndarray, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, np.ndarray]:
         """Mean logistic loss over the batch and its gradient, flat like ``params``."""
-        self._check(params)
-        emb, wide, w1, b1, w2, b2 = self._views(params)
+        check_params(params, self.num_params)
+        emb, wide, w1, b1, w2, b2 = views(self.layers, params)
         n = max(len(x), 1)
         z = emb[x].reshape(len(x), -1)  # (n, F*d)
         pre = z @ w1 + b1
@@ -71,7 +71,7 @@ class Sparse:
         loss, dlogit = _logistic(logit, y)
 
         grad = np.zeros_like(params)
-        gemb, gwide, gw1, gb1, gw2, gb2 = self._views(grad)
+        gemb, gwide, gw1, gb1, gw2, gb2 = views(self.layers, grad)
         dlogit /= n
         gb2[0] = dlogit.sum()
         gw2[...] = h.T @ dlogit
@@ -86,8 +86,8 @@ class Sparse:
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean logistic loss and accuracy (click probability above 0.5 means click)."""
-        self._check(params)
-        emb, wide, w1, b1, w2, b2 = self._views(params)
+        check_params(params, self.num_params)
+        emb, wide, w1, b1, w2, b2 = views(self.layers, params)
         total_loss = 0.0
         correct = 0
         for lo in range(0, len(x), _EVAL_BATCH):
@@ -100,15 +100,6 @@ class Sparse:
         n = max(len(x), 1)
         return total_loss / n, correct / n
 
-    def _views(self, flat: np.ndarray) -> list[np.ndarray]:
-        return [
-            flat[layer.offset : layer.offset + layer.size].reshape(layer.shape)
-            for layer in self.layers
-        ]
-
-    def _check(self, params: np.ndarray) -> None:
-        if params.shape != (self.num_params,):
-            raise ValueError(f"params has shape {params.shape}, expected ({self.num_params},)")
 
 
 def _logistic(logit: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
