@@ -6,6 +6,7 @@ The modules in HELPERS are shared plumbing, not loaders:
 
     bcc      compile ebpf/<stem>.bpf.c with BCC, turning failures into DatapathError
     bpfsys   raw bpf(2) calls (tiny programs, maps) for the kernel feature probes
+    clsact   tc filters on clsact hooks; who added the clsact qdisc, shared by all
 """
 
-HELPERS = frozenset({"bcc", "bpfsys"})
+HELPERS = frozenset({"bcc", "bpfsys", "clsact"})

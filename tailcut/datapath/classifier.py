@@ -21,20 +21,16 @@ the clsact qdisc too if this module added it and no filter is left on it.
 
 from __future__ import annotations
 
-import errno
 import threading
 from typing import Optional
 
-from pyroute2 import IPRoute, NetlinkError
-
-from tailcut.datapath import bcc
-from tailcut.errors import DatapathError, NetError
+from tailcut.datapath import bcc, clsact
+from tailcut.errors import DatapathError
 from tailcut.net import netns
 
 STEM = "classifier"
 FUNCTION = "tailcut_classify"
 COUNTS_MAP = "class_counts"
-EGRESS = "ffff:fff3"
 FILTER_PRIO = 2     # after the loss dropper (pref 1)
 FILTER_HANDLE = 1
 HTB_MAJOR = 1       # tailcut.net.shaping's root qdisc is 1:
@@ -42,12 +38,10 @@ LEVELS = 8          # TAILCUT_PRIORITY_LEVELS
 DSCP_BASE = 8       # TAILCUT_DSCP_BASE
 CLASS_BASE = 0x20   # TAILCUT_CLASS_BASE
 SLOTS = 256         # TAILCUT_CLASS_SLOTS
-_GONE = (errno.ENOENT, errno.ENODEV)
 
 _lock = threading.Lock()
 _program: Optional[bcc.Program] = None
 _slots: set[int] = set()
-_owned_clsact: set[tuple[str, int]] = set()
 
 
 def dscp_of(level: int) -> int:
@@ -91,15 +85,6 @@ def _release(slot: int) -> None:
         _program = None
 
 
-def _has_clsact(ipr: IPRoute, index: int) -> bool:
-    return any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index))
-
-
-def _filters_left(ipr: IPRoute, index: int) -> int:
-    return sum(1 for parent in (EGRESS, "ffff:fff2")
-               for f in ipr.get_filters(index, parent=parent) if f["handle"])
-
-
 class AttachedClassifier:
     """The classifier on the egress of one interface; counts() tells what it saw."""
 
@@ -133,29 +118,9 @@ class AttachedClassifier:
         if self._final is not None:
             return
         self._final = self.counts()
-        key = (self.netns, self.ifindex)
         try:
-            try:
-                ipr = netns.ipr(self.netns)
-            except NetError:
-                with _lock:
-                    _owned_clsact.discard(key)
-                return
-            with ipr:
-                try:
-                    ipr.tc("del-filter", "bpf", self.ifindex, handle=FILTER_HANDLE,
-                           parent=EGRESS, prio=FILTER_PRIO)
-                except NetlinkError as err:
-                    gone = err.code in _GONE or (err.code == errno.EINVAL and
-                                                 not _has_clsact(ipr, self.ifindex))
-                    if not gone:
-                        raise DatapathError(f"cannot remove the classifier from "
-                                            f"{self.ifname} in {self.netns}: {err}") from err
-                with _lock:
-                    if key in _owned_clsact and _has_clsact(ipr, self.ifindex) \
-                            and not _filters_left(ipr, self.ifindex):
-                        ipr.tc("del", "clsact", self.ifindex)
-                    _owned_clsact.discard(key)
+            clsact.remove_filter(self.netns, self.ifname, self.ifindex, direction="egress",
+                                 prio=FILTER_PRIO, handle=FILTER_HANDLE, what="classifier")
         finally:
             with _lock:
                 _release(self.slot)
@@ -173,31 +138,11 @@ def attach(netns_name: str, ifname: str) -> AttachedClassifier:
         program, slot = _acquire()
     try:
         with netns.ipr(netns_name) as ipr:
-            found = ipr.link_lookup(ifname=ifname)
-            if not found:
-                raise DatapathError(f"no interface {ifname} in network namespace {netns_name}")
-            index = int(found[0])
-            with _lock:
-                added = not _has_clsact(ipr, index)
-                ipr.tc("replace", "clsact", index)
-                if added:
-                    _owned_clsact.add((netns_name, index))
-            try:
-                ipr.tc("add-filter", "bpf", index, handle=FILTER_HANDLE, parent=EGRESS,
-                       prio=FILTER_PRIO, fd=program.fds[FUNCTION], name=FUNCTION,
-                       classid=slot, direct_action=True)
-            except NetlinkError as err:
-                with _lock:
-                    if added and not _filters_left(ipr, index):
-                        ipr.tc("del", "clsact", index)
-                        _owned_clsact.discard((netns_name, index))
-                if err.code == errno.EEXIST:
-                    raise DatapathError(
-                        f"{ifname} in {netns_name} already has a filter at egress pref "
-                        f"{FILTER_PRIO} handle {FILTER_HANDLE} (another classifier?); "
-                        "detach it first") from err
-                raise DatapathError(f"cannot attach the classifier to {ifname} in "
-                                    f"{netns_name}: {err}") from err
+            index = clsact.ifindex(ipr, netns_name, ifname)
+            clsact.add_filter(ipr, netns_name, ifname, index, direction="egress",
+                              prio=FILTER_PRIO, handle=FILTER_HANDLE,
+                              fd=program.fds[FUNCTION], name=FUNCTION, classid=slot,
+                              what="classifier")
     except BaseException:
         with _lock:
             _release(slot)

@@ -20,33 +20,25 @@ counter slot in the program's map (see ebpf/dropper.h). detach() deletes the fil
 and the clsact qdisc too if this process added it and no filter is left on it.
 """
 
-import errno
 import threading
 from dataclasses import dataclass
-from typing import Literal
 
-from pyroute2 import IPRoute, NetlinkError
-
-from tailcut.datapath import bcc
-from tailcut.errors import DatapathError, NetError
+from tailcut.datapath import bcc, clsact
+from tailcut.errors import DatapathError
 from tailcut.net import netns
 
-Direction = Literal["egress", "ingress"]
+Direction = clsact.Direction
+PARENTS = clsact.PARENTS
 
 STEM = "dropper"
 FUNCTION = "tailcut_drop"  # the name bpftool shows; distinctive so leftovers are findable
 COUNTS_MAP = "drop_counts"
 
-# clsact's two hooks, as tc filter parents (TC_H_CLSACT major, TC_H_MIN_* minor).
-PARENTS: dict[str, str] = {"egress": "ffff:fff3", "ingress": "ffff:fff2"}
 # Preference 1 runs first on its hook, so a classifier added later at a higher
 # preference still sees every packet the dropper keeps (it returns TC_ACT_UNSPEC).
 FILTER_PRIO = 1
 # One dropper per hook of an interface: a second one would compound the loss.
 FILTER_HANDLE = 1
-
-# Errnos that mean the thing to delete is already gone (interface or filter).
-_GONE = (errno.ENOENT, errno.ENODEV)
 
 _lock = threading.Lock()
 
@@ -60,7 +52,6 @@ class _Shared:
 
 
 _programs: dict[int, _Shared] = {}  # by threshold
-_owned_clsact: set[tuple[str, int]] = set()  # (netns, ifindex) where we added clsact
 
 
 def threshold(loss: float) -> int:
@@ -104,23 +95,6 @@ def _release(thr: int, slot: int) -> None:
         del _programs[thr]
 
 
-def _ifindex(ipr: IPRoute, netns_name: str, ifname: str) -> int:
-    found = ipr.link_lookup(ifname=ifname)
-    if not found:
-        raise DatapathError(f"no interface {ifname} in network namespace {netns_name}")
-    return int(found[0])
-
-
-def _has_clsact(ipr: IPRoute, index: int) -> bool:
-    return any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index))
-
-
-def _filters_left(ipr: IPRoute, index: int) -> int:
-    # A dump lists each tcf_proto once with handle 0, then its filters.
-    return sum(1 for parent in PARENTS.values()
-               for f in ipr.get_filters(index, parent=parent) if f["handle"])
-
-
 class AttachedDropper:
     """A dropper on one hook of one interface; counts() tells what it did."""
 
@@ -157,32 +131,10 @@ class AttachedDropper:
         if self._final is not None:
             return
         self._final = self.counts()
-        key = (self.netns, self.ifindex)
         try:
-            try:
-                ipr = netns.ipr(self.netns)
-            except NetError:
-                with _lock:  # namespace gone: the interface and its filters went with it
-                    _owned_clsact.discard(key)
-                return
-            with ipr:
-                try:
-                    ipr.tc("del-filter", "bpf", self.ifindex, handle=FILTER_HANDLE,
-                           parent=PARENTS[self.direction], prio=FILTER_PRIO)
-                except NetlinkError as err:
-                    # EINVAL is what the kernel says when the clsact itself is gone.
-                    gone = err.code in _GONE or (err.code == errno.EINVAL and
-                                                 not _has_clsact(ipr, self.ifindex))
-                    if not gone:
-                        raise DatapathError(f"cannot remove the dropper from {self.ifname} "
-                                            f"in {self.netns}: {err}") from err
-                with _lock:
-                    # The last filter out removes a clsact we added; one that still
-                    # holds another dropper or someone else's classifier stays.
-                    if key in _owned_clsact and _has_clsact(ipr, self.ifindex) \
-                            and not _filters_left(ipr, self.ifindex):
-                        ipr.tc("del", "clsact", self.ifindex)
-                        _owned_clsact.discard(key)
+            clsact.remove_filter(self.netns, self.ifname, self.ifindex,
+                                 direction=self.direction, prio=FILTER_PRIO,
+                                 handle=FILTER_HANDLE, what="dropper")
         finally:
             with _lock:
                 _release(self.threshold, self.slot)
@@ -205,31 +157,12 @@ def attach(netns_name: str, ifname: str, loss: float,
     try:
         prog_id = shared.program.prog_id(FUNCTION)
         with netns.ipr(netns_name) as ipr:
-            index = _ifindex(ipr, netns_name, ifname)
-            with _lock:
-                added = not _has_clsact(ipr, index)
-                # replace, not add: harmless if a clsact appeared meanwhile.
-                ipr.tc("replace", "clsact", index)
-                if added:
-                    _owned_clsact.add((netns_name, index))
-            try:
-                ipr.tc("add-filter", "bpf", index, handle=FILTER_HANDLE,
-                       parent=PARENTS[direction], prio=FILTER_PRIO,
-                       fd=shared.program.fds[FUNCTION],
-                       name=f"{FUNCTION}:loss={loss:g}", classid=slot,
-                       direct_action=True)
-            except NetlinkError as err:
-                with _lock:
-                    if added and not _filters_left(ipr, index):
-                        ipr.tc("del", "clsact", index)
-                        _owned_clsact.discard((netns_name, index))
-                if err.code == errno.EEXIST:
-                    raise DatapathError(
-                        f"{ifname} in {netns_name} already has a filter at {direction} "
-                        f"pref {FILTER_PRIO} handle {FILTER_HANDLE} (another dropper?); "
-                        "detach it first") from err
-                raise DatapathError(f"cannot attach the dropper to {ifname} in "
-                                    f"{netns_name}: {err}") from err
+            index = clsact.ifindex(ipr, netns_name, ifname)
+            clsact.add_filter(ipr, netns_name, ifname, index, direction=direction,
+                              prio=FILTER_PRIO, handle=FILTER_HANDLE,
+                              fd=shared.program.fds[FUNCTION],
+                              name=f"{FUNCTION}:loss={loss:g}", classid=slot,
+                              what="dropper")
     except BaseException:
         with _lock:
             _release(thr, slot)
