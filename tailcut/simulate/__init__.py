@@ -1,0 +1,1 @@
+"""Flow-level simulator of fair sharing, coflow (MADD) and CadentFlow at scales beyond this host."""
