@@ -12,7 +12,7 @@ def main() -> int:
     kubernetes.config.load_incluster_config()
     api = kubernetes.client.CustomObjectsApi()
     try:
-        jobs: dict[str, Any] = api.list_cluster_custom_object(  # type: ignore[assignment]
+        jobs: dict[str, Any] = api.list_cluster_custom_object(
             crd.GROUP, crd.VERSION, crd.PLURAL, limit=1)
     except kubernetes.client.ApiException as err:
         print(f"selftest: listing {crd.CRD_NAME} failed: {err.status} {err.reason}",

@@ -98,7 +98,7 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
     for op, rs in by_op.items():
         if rs:
-            total = np.sort([float(r["total_us"]) / 1e3 for r in rs])
+            total = np.sort(np.array([r["total_us"] for r in rs], dtype=float) / 1e3)
             ax.plot(total, np.arange(1, total.size + 1) / total.size, label=f"{op} ({total.size})")
     ax.set_xscale("log")
     ax.set_xlabel("RPC latency (ms, log scale)")

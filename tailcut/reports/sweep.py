@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: no display needed
 
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+from matplotlib.axes import Axes  # noqa: E402
 
 
 def plot_sweep(sweep_csv: str | Path, table_csv: str | Path, out_png: str | Path) -> Path:
@@ -48,7 +49,7 @@ def plot_sweep(sweep_csv: str | Path, table_csv: str | Path, out_png: str | Path
     return out
 
 
-def _panel(ax: plt.Axes, rows: list[dict[str, str]], summary: dict[str, str]) -> None:
+def _panel(ax: Axes, rows: list[dict[str, str]], summary: dict[str, str]) -> None:
     p = [float(r["p"]) for r in rows]
     epochs = [float(r["median_epochs"]) for r in rows]
     jct = [float(r["modelled_jct_s"]) for r in rows]

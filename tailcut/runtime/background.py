@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, cast
 
 from tailcut import features
 from tailcut.background import linkload
@@ -99,7 +99,8 @@ class Background:
         """A message if a server or Locust exited with an error, else None."""
         for proc in self.servers + self.locusts:
             if proc.poll() not in (None, 0):
-                return f"background process {proc.args[2:4]} exited with {proc.returncode}"
+                return (f"background process {list(cast(list[str], proc.args))[2:4]} exited "
+                        f"with {proc.returncode}")
         return None
 
     def finished(self) -> bool:

@@ -147,7 +147,10 @@ def _role_config(job: TrainingJob, pod: Pod, topo: Topology, results_dir: Path) 
     t = job.spec.training
     r = job.spec.replicas
     ps_pod = topo.pod("ps-0")
-    endpoint = lambda name: f"{topo.pod(name).ip}:{PS_PORT}"  # noqa: E731
+
+    def endpoint(name: str) -> str:
+        return f"{topo.pod(name).ip}:{PS_PORT}"
+
     return RoleConfig(
         job=job.name, role=pod.role, index=pod.index, ps_host=ps_pod.ip, ps_port=PS_PORT,
         num_workers=r.workers, model=t.model, batch_size=t.batch_size,
@@ -222,6 +225,10 @@ def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_
                 continue
             else:
                 continue  # the primary's last words after the replica took over
+        if event is None or kind == "error":
+            if leader == "ps-0" and has_replica:
+                continue  # ps-0 died: the check above hands over once its status is in
+            raise RunError(_diagnose(roles, results_dir, event))
         if kind == "epoch":
             progress(f"epoch {event['epoch']:>3}/{t.epochs}  iteration {event['iteration']:>5}"
                      f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
@@ -229,11 +236,7 @@ def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_
         elif kind == "takeover":
             progress(f"replica-0 took over at iteration {event['iteration']}")
         elif kind == "done":
-            return event  # type: ignore[return-value]
-        elif event is None or kind == "error":
-            if leader == "ps-0" and has_replica:
-                continue  # ps-0 died: the check above hands over once its status is in
-            raise RunError(_diagnose(roles, results_dir, event))
+            return event
 
 
 def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
@@ -241,7 +244,8 @@ def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
     """Name the role that failed first. A role that exits with EXIT_PEER_GONE only saw
     another one go away, so any other failure is the root cause."""
     time.sleep(0.5)  # let the exit statuses of dying roles arrive
-    failed = [(name, p.poll()) for name, p in roles.items() if p.poll() not in (None, 0)]
+    codes = {name: p.poll() for name, p in roles.items()}
+    failed = [(name, code) for name, code in codes.items() if code is not None and code != 0]
     failed.sort(key=lambda item: item[1] == exits.PEER_GONE)
     if failed:
         name, code = failed[0]

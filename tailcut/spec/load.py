@@ -4,6 +4,7 @@ can act on: each names the field (in YAML's camelCase) and what is wrong."""
 import difflib
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pydantic
@@ -52,7 +53,7 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def describe(error: dict[str, Any]) -> str:
+def describe(error: Mapping[str, Any]) -> str:
     """One line for one pydantic error: 'field: what is wrong'."""
     loc = tuple(error["loc"])
     where = field_path(loc) or "(top level)"

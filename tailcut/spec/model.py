@@ -5,7 +5,7 @@ shape); units live in the names (delay_ms, jitter_ms). Everything that can be ch
 without looking at the machine is checked here, so inner code can trust its inputs.
 """
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Final, Literal, Optional
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       WithJsonSchema, field_validator, model_validator)
@@ -13,8 +13,8 @@ from pydantic.alias_generators import to_camel
 
 from tailcut.spec import background, units
 
-API_VERSION = "tailcut.dev/v1alpha1"
-KIND = "TrainingJob"
+API_VERSION: Final = "tailcut.dev/v1alpha1"
+KIND: Final = "TrainingJob"
 TRANSPORTS = ("tcp", "udp", "bounded-loss", "app-drop")  # docs/bounded-loss.md
 LOSSY_TRANSPORTS = ("bounded-loss", "app-drop")          # the ones that take p
 SYNC_MODES = ("bsp", "async", "ssp")

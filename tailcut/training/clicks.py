@@ -69,4 +69,5 @@ def make_click_dataset(
 
 def _standard(v: np.ndarray) -> np.ndarray:
     """Zero mean, unit standard deviation."""
-    return (v - v.mean()) / max(float(v.std()), 1e-12)
+    standard: np.ndarray = (v - v.mean()) / max(float(v.std()), 1e-12)
+    return standard

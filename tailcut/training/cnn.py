@@ -183,4 +183,5 @@ def _pool_forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _pool_backward(dout: np.ndarray, mask: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Route each pooled gradient to the position(s) that held the max."""
-    return (mask * dout[:, :, :, None, :, None]).reshape(shape)
+    routed: np.ndarray = (mask * dout[:, :, :, None, :, None]).reshape(shape)
+    return routed

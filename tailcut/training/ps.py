@@ -392,7 +392,7 @@ class _Server:
             for row in flows.rows(msg, self.name, self.model.layers, self.lo, self.hi,
                                   self.push_levels):
                 self.flows_log.write(row)
-        changed = msg.values != 0
+        changed: np.ndarray = msg.values != 0
         if msg.mask is not None:
             changed &= msg.mask
         self.updates += changed

@@ -206,7 +206,7 @@ def sweep(
 class _InProcess(futures.Executor):
     """An executor that runs each call at once, in this process (jobs=1: no pickling)."""
 
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
         future: futures.Future[object] = futures.Future()
         future.set_result(fn(*args, **kwargs))
         return future

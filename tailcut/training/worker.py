@@ -89,7 +89,7 @@ class _Worker:
         ]
         self.aggregator = cfg.aggregator_of(cfg.index)
         self.failed_over: dict[str, Any] | None = None
-        self.aggregator_gone = base.PeerClosed("the aggregator went away")
+        self.aggregator_gone: base.TransportError = base.PeerClosed("the aggregator went away")
         self.sent: dict[tuple[str, str, int], tuple[int, int]] = {}  # (op, server, step)
         try:  # CadentFlow levels (None: fair, messages go whole and untagged)
             self.pull_levels = flows.levels_for(cfg.flows, "pull", self.model.layers)

@@ -22,6 +22,7 @@ import errno
 import os
 import socket
 from collections.abc import Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -79,6 +80,13 @@ def available() -> bool:
     return _sendmmsg is not None and _recvmmsg is not None
 
 
+def _required(function: Optional[Any], name: str) -> Any:
+    """The libc function, or OSError(ENOSYS) naming it on a libc without it."""
+    if function is None:
+        raise OSError(errno.ENOSYS, f"this C library has no {name}()")
+    return function
+
+
 class Piece:
     """One piece of every datagram of a batch: bytes ``[offsets[i], offsets[i] +
     lengths[i])`` of ``array`` for datagram ``i``."""
@@ -127,7 +135,7 @@ class Batch:
         """Send datagrams ``first .. first + count - 1``; all of them."""
         fd = self._sock.fileno()
         while count > 0:
-            sent = _sendmmsg(fd, self._base + first * self._size, count, 0)
+            sent = _required(_sendmmsg, "sendmmsg")(fd, self._base + first * self._size, count, 0)
             if sent < 0:
                 err = ctypes.get_errno()
                 if err in (errno.EINTR, errno.EAGAIN, errno.ENOBUFS):
@@ -165,7 +173,7 @@ class Inbox:
         hdr["msg_namelen"] = self._names.itemsize  # the kernel overwrites both
         hdr["msg_controllen"] = self._ctrl.itemsize
         while True:
-            got = _recvmmsg(self._sock.fileno(), self._msgs.ctypes.data, self._count,
+            got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._msgs.ctypes.data, self._count,
                             MSG_DONTWAIT | MSG_TRUNC, None)
             if got >= 0:
                 return int(got)
