@@ -132,21 +132,48 @@ def shape(name: str, link: Link, has_netem: bool,
 
 def release(shaped: Shaped) -> None:
     """Undo `shape` on the pod's eth0, if the namespace is still there: classifier
-    and droppers detached, HTB tree (and its priority classes) deleted."""
+    and droppers detached, HTB tree (and its priority classes) deleted. Each step
+    runs even if an earlier one failed; the first error is raised at the end."""
+    steps: list[Any] = [d.detach for d in shaped.droppers]  # type: ignore[attr-defined]
     if shaped.enforcement is not None:
-        shaped.enforcement.detach()
-    for d in shaped.droppers:
-        d.detach()  # type: ignore[attr-defined]
+        steps.insert(0, shaped.enforcement.detach)
+    steps.append(lambda: _remove_tree(shaped.name))
+    failed: Optional[BaseException] = None
+    for step in steps:
+        try:
+            step()
+        except Exception as err:   # noqa: BLE001 - the rest must still be undone
+            failed = failed or err
+    if failed is not None:
+        raise failed
+
+
+def _remove_tree(name: str) -> None:
     try:
-        with netns.ipr(shaped.name) as ipr:
+        with netns.ipr(name) as ipr:
             shaping.remove(ipr, POD_IF)
     except TailcutError:
         pass   # the name or the namespace is gone, and the qdiscs with it
 
 
 def unshape(shaped: Shaped) -> None:
-    release(shaped)
-    detach(shaped.name)
+    """Release the pod and drop its name, even if releasing failed half-way."""
+    try:
+        release(shaped)
+    finally:
+        detach(shaped.name)
+
+
+def classified(shaped: Shaped) -> str:
+    """The classifier's per-level packet counts, for the log line at release."""
+    if shaped.enforcement is None:
+        return ""
+    parts = [f"{'untagged' if level is None else f'level {level}'} {packets}"
+             for by_level in shaped.enforcement.counts().values()
+             for level, (packets, _) in sorted(by_level.items(),
+                                               key=lambda kv: (kv[0] is None, kv[0] or 0))
+             if packets]
+    return "; packets classified: " + (", ".join(parts) or "none")
 
 
 TC_EGRESS = 0xFFFFFFF3
@@ -167,8 +194,8 @@ def clear_stale_filters(ipr: Any, name: str) -> int:
     for f in ipr.get_filters(index, parent=TC_EGRESS):
         if not f["handle"]:
             continue   # the per-priority chain header, not a filter
-        prog = (f.get_attr("TCA_OPTIONS") or {})
-        prog_name = prog.get_attr("TCA_BPF_NAME") if hasattr(prog, "get_attr") else None
+        options = f.get_attr("TCA_OPTIONS")
+        prog_name = options.get_attr("TCA_BPF_NAME") if options is not None else None
         if not (prog_name or "").startswith(OUR_PROGRAMS):
             others += 1
             continue
@@ -205,7 +232,8 @@ class Agent:
             done = self.shaped.pop(uid, None)
             if done is not None:
                 unshape(done)
-                log.info(f"{pod.metadata.namespace}/{pod.metadata.name}: released {done.name}")
+                log.info(f"{pod.metadata.namespace}/{pod.metadata.name}: released "
+                         f"{done.name}{classified(done)}")
             return
         if uid in self.shaped or not pod.status or pod.status.phase != "Running":
             return
@@ -216,7 +244,7 @@ class Agent:
             return
         job = self._job(pod)
         try:
-            policy.check(job)   # the operator refuses these; an older one may not have
+            policy.check_enforceable(job)   # the operator refused these already
         except TailcutError as err:
             raise AgentError(f"{where}: not shaped: {err}") from err
         pid = pid_of_pod(uid)

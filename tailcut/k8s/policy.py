@@ -29,8 +29,17 @@ _flows_cache: dict[str, dict[str, Any]] = {}
 
 def check(job: TrainingJob) -> None:
     """Refuse a scheduling section the Kubernetes path cannot honour, naming the
-    field: a policy the agent does not enforce, cadentflow with what cannot tag its
-    flows (enforce.check_runnable), a hand-written tag for a tensor the model lacks."""
+    field: what `check_enforceable` refuses, and a hand-written tag for a tensor the
+    model lacks (resolving the tags builds the model: the operator's job, not the
+    agent's)."""
+    check_enforceable(job)
+    role_flows(job)
+
+
+def check_enforceable(job: TrainingJob) -> None:
+    """Refuse a policy the node agent does not enforce, and cadentflow with what
+    cannot tag its flows (enforce.check_runnable: a transport other than tcp,
+    aggregators, a PS replica)."""
     policy = job.spec.scheduling.policy
     if policy not in ENFORCED:
         raise SpecError(
@@ -39,7 +48,6 @@ def check(job: TrainingJob) -> None:
             f"it does not have); use one of those, or compare {policy} with `tailcut "
             "simulate` (docs/cadentflow.md)")
     enforce.check_runnable(job.spec.scheduling, job)
-    role_flows(job)
 
 
 def role_flows(job: TrainingJob) -> dict[str, Any]:

@@ -4,6 +4,7 @@ runtime does; it lets go when the pod goes and leaves the pod itself running."""
 
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -229,6 +230,7 @@ def test_agent_puts_cadentflow_classes_and_classifier_on_the_pod_and_removes_the
     node_agent.handle("MODIFIED", pod_event(pod_on_link.uid, "Succeeded"))
     assert not node_agent.shaped and not netns.exists(agent.netns_name(pod_on_link.uid))
     assert tc_state(pod_on_link.pid) == BARE, "no qdisc, class or filter of ours left"
+    assert re.search(r"level 1 2\d\d\b", agent.classified(shaped)), agent.classified(shaped)
     assert not prog_loaded(prog_id), "the classifier program is unloaded"
     assert pod_on_link.proc.poll() is None, "releasing must not end the pod"
 
