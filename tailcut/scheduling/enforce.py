@@ -12,6 +12,7 @@ the testbed would need a central controller that paces each flow to its MADD rat
 is simulated only, and `enforce` refuses it by name.)
 
     handle = enforce.apply(topology, job.spec.scheduling)
+    handle = enforce.apply_to([(netns, "eth0", rate_bit)], scheduling)  # chosen egresses
     ...
     handle.counts()   # per pod: {level: (packets, bytes)}
     handle.detach()
