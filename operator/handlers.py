@@ -32,7 +32,7 @@ import yaml
 
 from tailcut import spec
 from tailcut.errors import SpecError
-from tailcut.k8s import crd, resources, status
+from tailcut.k8s import crd, policy, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -74,6 +74,8 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])},
                              source=f"{namespace}/{name}")
+        if BACKEND == "kubernetes":   # spec.scheduling the node agent cannot enforce
+            policy.check(job)
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)

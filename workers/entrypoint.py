@@ -4,22 +4,27 @@ operator's config map) and this pod's replica name into a RoleConfig, then run t
     python workers/entrypoint.py --spec /etc/tailcut/spec.yaml --replica worker-2
 
 The PS listens on every address of its pod; workers reach it as ps-0.<job> through the
-job's headless service (the pod's hostname and subdomain give it that DNS name).
+job's headless service (the pod's hostname and subdomain give it that DNS name). With
+spec.scheduling.policy cadentflow the role sends one DSCP-tagged frame per tensor, at
+the levels of the config map's flows.json (tailcut.k8s.policy), as under `tailcut run`.
 """
 
 import argparse
+import json
 import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Optional
 
 from tailcut import spec
-from tailcut.k8s import resources
+from tailcut.k8s import policy, resources
 from tailcut.training import role
 from tailcut.training.config import RoleConfig
 
 
-def role_config(job: spec.TrainingJob, replica: str, results_dir: str) -> RoleConfig:
+def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
+                flows: Optional[dict[str, Any]] = None) -> RoleConfig:
     kind, _, index = replica.rpartition("-")
     t = job.spec.training
     ps_host = "0.0.0.0" if kind == "ps" else f"ps-0.{job.name}"
@@ -29,7 +34,15 @@ def role_config(job: spec.TrainingJob, replica: str, results_dir: str) -> RoleCo
         batch_size=t.batch_size, learning_rate=t.learning_rate, max_epochs=t.epochs,
         max_iterations=t.iterations, target_accuracy=t.target_accuracy, seed=t.seed,
         sync_mode=t.sync_mode, transport={"type": job.spec.transport.type},
-        results_dir=results_dir, timeout_s=t.timeout_s)
+        results_dir=results_dir, timeout_s=t.timeout_s,
+        flows=flows if flows is not None else policy.role_flows(job))
+
+
+def read_flows(spec_path: Path) -> Optional[dict[str, Any]]:
+    """The per-tensor tags the operator put next to the spec (config map key
+    flows.json), or None to resolve them here from the spec."""
+    path = spec_path.parent / policy.FLOWS_KEY
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"
-    role_config(job, args.replica, results).to_json(config_path)
+    role_config(job, args.replica, results, read_flows(args.spec)).to_json(config_path)
     return int(role.main([str(config_path)]) or 0)
 
 

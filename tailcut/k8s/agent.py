@@ -6,8 +6,18 @@ running it finds a process of the pod by the pod's UID in /proc/<pid>/cgroup, gi
 that process's network namespace a name (a bind mount under /run/netns, as `ip netns
 attach` does, but only inside the agent's own mount namespace) and applies the job's
 access-link shaping to the pod's eth0 with the same code the local runtime uses
-(tailcut.net.shaping.plan/apply). When the pod goes, it drops the name; the kernel
-frees the qdiscs and programs with the namespace.
+(tailcut.net.shaping.plan/apply). When the job's spec.scheduling.policy is cadentflow
+it adds what the local runtime adds on every pod: the HTB priority classes and the DSCP
+classifier on that eth0 (tailcut.scheduling.enforce.apply_to), so the pods' per-tensor
+DSCP tags pick their class.
+
+When the pod goes (deleted, Succeeded or Failed, or missing when the agent relists)
+the agent undoes what it applied while the namespace may still be there (a finished
+pod's sandbox can outlive it): it detaches the classifier and the loss dropper (BPF
+filters; the agent's BCC program goes with its last attachment), deletes the HTB tree
+with its priority classes (shaping.remove), then drops the name. On SIGTERM it releases
+every pod the same way. A pod whose eth0 still carries tailcut filters from an agent
+that was killed (SIGKILL) is cleared of them before it is shaped again.
 
 Names: tck8s-<first 12 characters of the pod UID>. Not "tailcut-": `tailcut clean`
 would otherwise end the pod's processes as leftovers of a local run.
@@ -16,8 +26,10 @@ The operator never touches netlink; this is the one privileged place.
 """
 
 import ctypes
+import errno
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,9 +40,10 @@ import yaml
 
 from tailcut import features, spec
 from tailcut.errors import TailcutError
-from tailcut.k8s import resources
+from tailcut.k8s import policy, resources
 from tailcut.net import netns, shaping
-from tailcut.spec.model import Link
+from tailcut.scheduling import enforce
+from tailcut.spec.model import Link, Scheduling, TrainingJob
 
 PREFIX = "tck8s-"
 POD_IF = "eth0"
@@ -88,24 +101,119 @@ class Shaped:
     name: str
     description: str
     droppers: list[object] = field(default_factory=list)
+    enforcement: Optional[enforce.Enforcement] = None
 
 
-def shape(name: str, link: Link, has_netem: bool) -> Shaped:
-    """Apply `link`'s shaping to eth0 in namespace `name`: the pod's egress. (The
+def shape(name: str, link: Link, has_netem: bool,
+          scheduling: Optional[Scheduling] = None) -> Shaped:
+    """Apply `link`'s shaping to eth0 in namespace `name`: the pod's egress, and for
+    `scheduling.policy` cadentflow the priority classes and classifier on top. (The
     other direction is shaped where the local runtime shapes it too: on the peer end,
-    which on Kubernetes belongs to the CNI, so only egress is ours.)"""
+    which on Kubernetes belongs to the CNI, so only egress is ours.) All or nothing:
+    if a step fails, what the earlier ones applied is removed again."""
     ops = shaping.plan(link, has_netem, "spec.network.accessLink")
-    with netns.ipr(name) as ipr:
-        if not ipr.link_lookup(ifname=POD_IF):
-            raise AgentError(f"{name}: no {POD_IF} in the pod's network namespace")
-        droppers = shaping.apply(ops, ipr, name, POD_IF)
-    return Shaped(name=name, description=shaping.describe(ops), droppers=droppers)
+    shaped = Shaped(name=name, description=shaping.describe(ops))
+    try:
+        with netns.ipr(name) as ipr:
+            if not ipr.link_lookup(ifname=POD_IF):
+                raise AgentError(f"{name}: no {POD_IF} in the pod's network namespace")
+            clear_stale_filters(ipr, name)
+            shaped.droppers = shaping.apply(ops, ipr, name, POD_IF)
+        if scheduling is not None and scheduling.policy != "fair":
+            shaped.enforcement = enforce.apply_to([(name, POD_IF, link.bandwidth)],
+                                                  scheduling)
+            shaped.description += (f"; {scheduling.policy}: "
+                                   + "; ".join(shaped.enforcement.applied.values()))
+    except BaseException:
+        release(shaped)
+        raise
+    return shaped
+
+
+def release(shaped: Shaped) -> None:
+    """Undo `shape` on the pod's eth0, if the namespace is still there: classifier
+    and droppers detached, HTB tree (and its priority classes) deleted. Each step
+    runs even if an earlier one failed; the first error is raised at the end."""
+    steps: list[Any] = [d.detach for d in shaped.droppers]  # type: ignore[attr-defined]
+    if shaped.enforcement is not None:
+        steps.insert(0, shaped.enforcement.detach)
+    steps.append(lambda: _remove_tree(shaped.name))
+    failed: Optional[BaseException] = None
+    for step in steps:
+        try:
+            step()
+        except Exception as err:   # noqa: BLE001 - the rest must still be undone
+            failed = failed or err
+    if failed is not None:
+        raise failed
+
+
+def _remove_tree(name: str) -> None:
+    try:
+        with netns.ipr(name) as ipr:
+            shaping.remove(ipr, POD_IF)
+    except TailcutError:
+        pass   # the name or the namespace is gone, and the qdiscs with it
 
 
 def unshape(shaped: Shaped) -> None:
-    for d in shaped.droppers:
-        d.detach()  # type: ignore[attr-defined]
-    detach(shaped.name)
+    """Release the pod and drop its name, even if releasing failed half-way."""
+    try:
+        release(shaped)
+    finally:
+        detach(shaped.name)
+
+
+def classified(shaped: Shaped) -> str:
+    """The classifier's per-level packet counts, for the log line at release."""
+    if shaped.enforcement is None:
+        return ""
+    parts = [f"{'untagged' if level is None else f'level {level}'} {packets}"
+             for by_level in shaped.enforcement.counts().values()
+             for level, (packets, _) in sorted(by_level.items(),
+                                               key=lambda kv: (kv[0] is None, kv[0] or 0))
+             if packets]
+    return "; packets classified: " + (", ".join(parts) or "none")
+
+
+TC_EGRESS = 0xFFFFFFF3
+OUR_PROGRAMS = ("tailcut_",)   # names of the BPF programs tailcut attaches (ebpf/)
+
+
+def clear_stale_filters(ipr: Any, name: str) -> int:
+    """Delete the tailcut BPF filters an earlier agent left on the pod's eth0 egress
+    (it was killed before it could release them), and the clsact qdisc if nothing else
+    is left on it; they would make the classifier's attach fail with EEXIST. Filters
+    of other programs are left alone. Returns how many were deleted."""
+    from pyroute2 import NetlinkError
+
+    index = ipr.link_lookup(ifname=POD_IF)[0]
+    if not any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index)):
+        return 0
+    removed, others = 0, 0
+    for f in ipr.get_filters(index, parent=TC_EGRESS):
+        if not f["handle"]:
+            continue   # the per-priority chain header, not a filter
+        options = f.get_attr("TCA_OPTIONS")
+        prog_name = options.get_attr("TCA_BPF_NAME") if options is not None else None
+        if not (prog_name or "").startswith(OUR_PROGRAMS):
+            others += 1
+            continue
+        prio = f["info"] >> 16
+        try:
+            ipr.tc("del-filter", "bpf", index, handle=f["handle"], parent=TC_EGRESS,
+                   prio=prio)
+            removed += 1
+        except NetlinkError as err:
+            if err.code not in (errno.ENOENT, errno.EINVAL):
+                raise
+    if removed:
+        ingress = [f for f in ipr.get_filters(index, parent=0xFFFFFFF2) if f["handle"]]
+        if not others and not ingress:
+            ipr.tc("del", "clsact", index)
+        log.warning(f"{name}: removed {removed} tailcut filter(s) left on {POD_IF} by an "
+                    "earlier agent")
+    return removed
 
 
 class Agent:
@@ -124,7 +232,8 @@ class Agent:
             done = self.shaped.pop(uid, None)
             if done is not None:
                 unshape(done)
-                log.info(f"{pod.metadata.namespace}/{pod.metadata.name}: released {done.name}")
+                log.info(f"{pod.metadata.namespace}/{pod.metadata.name}: released "
+                         f"{done.name}{classified(done)}")
             return
         if uid in self.shaped or not pod.status or pod.status.phase != "Running":
             return
@@ -133,7 +242,11 @@ class Agent:
             log.warning(f"{where}: on the host network; not shaped (shaping it would shape "
                         "the node; set agent.dangerouslyShapeHostNetworkPods to allow)")
             return
-        link = self._access_link(pod)
+        job = self._job(pod)
+        try:
+            policy.check_enforceable(job)   # the operator refused these already
+        except TailcutError as err:
+            raise AgentError(f"{where}: not shaped: {err}") from err
         pid = pid_of_pod(uid)
         if pid is None:
             log.warning(f"{where}: running but no process found in /proc; retrying later")
@@ -141,18 +254,27 @@ class Agent:
         name = netns_name(uid)
         attach(name, pid)
         try:
-            self.shaped[uid] = shape(name, link, self.has_netem)
+            self.shaped[uid] = shape(name, job.spec.network.access_link, self.has_netem,
+                                     job.spec.scheduling)
         except BaseException:
             detach(name)
             raise
         log.info(f"{where}: {self.shaped[uid].description}")
 
-    def _access_link(self, pod: Any) -> Link:
+    def _job(self, pod: Any) -> TrainingJob:
         cm_name = (pod.metadata.annotations or {}).get(resources.ANNOTATION_SPEC_MAP)
         cm = self.core.read_namespaced_config_map(cm_name, pod.metadata.namespace)
-        job = spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
-                             source=f"configmap {pod.metadata.namespace}/{cm_name}")
-        return job.spec.network.access_link
+        return spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
+                              source=f"configmap {pod.metadata.namespace}/{cm_name}")
+
+    def release_all(self) -> None:
+        """Undo the shaping and enforcement of every pod (the agent is stopping)."""
+        while self.shaped:
+            uid, done = self.shaped.popitem()
+            try:
+                unshape(done)
+            except TailcutError as err:
+                log.error(f"{done.name}: {err}")
 
     def events(self) -> Iterator[tuple[str, Any]]:
         """The node's tailcut pods as they are now (ADDED), then their changes. Lists
@@ -191,16 +313,29 @@ def main() -> int:
         kubernetes.config.load_kube_config()
     agent = Agent(kubernetes.client.CoreV1Api(), node,
                   os.environ.get("TAILCUT_SHAPE_HOST_NETWORK", "false") == "true")
-    while True:
-        try:
-            for event_type, pod in agent.events():
-                try:
-                    agent.handle(event_type, pod)
-                except TailcutError as err:
-                    log.error(f"{pod.metadata.namespace}/{pod.metadata.name}: {err}")
-        except kubernetes.client.ApiException as err:
-            log.warning(f"watch ended: {err.status} {err.reason}; reconnecting")
-            time.sleep(2)
+    signal.signal(signal.SIGTERM, _stop)   # the DaemonSet's pod is deleted or rolled
+    try:
+        while True:
+            try:
+                for event_type, pod in agent.events():
+                    try:
+                        agent.handle(event_type, pod)
+                    except TailcutError as err:
+                        log.error(f"{pod.metadata.namespace}/{pod.metadata.name}: {err}")
+            except kubernetes.client.ApiException as err:
+                log.warning(f"watch ended: {err.status} {err.reason}; reconnecting")
+                time.sleep(2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # Leave no classifier, dropper or qdisc of ours in pods the next agent may
+        # never see (the chart uninstalled); one that comes back re-applies them.
+        agent.release_all()
+    return 0
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

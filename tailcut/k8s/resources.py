@@ -4,7 +4,8 @@ Pure functions from a validated TrainingJob to manifests (plain dicts), and from
 job's pods back to a status; the operator only sends them. For a job `demo` with one
 PS and two workers in namespace `lab`:
 
-    ConfigMap demo-spec      spec.yaml (the job, defaults filled in) for roles and agent
+    ConfigMap demo-spec      spec.yaml (the job, defaults filled in) for roles and agent;
+                             flows.json (per-tensor tags, tailcut.k8s.policy) for roles
     Service   demo           headless (clusterIP None); gives ps-0.demo.lab.svc
     Pod       demo-ps-0      hostname ps-0, subdomain demo; role ps, rack rack-0
     Pod       demo-worker-0  connects to ps-0.demo:7000
@@ -18,7 +19,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from tailcut.k8s import crd
+from tailcut.k8s import crd, policy
 from tailcut.spec.model import TrainingJob
 
 LABEL_JOB = "tailcut.dev/job"
@@ -71,7 +72,7 @@ def config_map(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": spec_map_name(job), "labels": labels(job),
                          "ownerReferences": [owner]},
-            "data": {SPEC_KEY: spec_yaml}}
+            "data": {SPEC_KEY: spec_yaml, **policy.config_data(job)}}
 
 
 def service(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:

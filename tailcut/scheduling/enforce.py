@@ -12,6 +12,7 @@ the testbed would need a central controller that paces each flow to its MADD rat
 is simulated only, and `enforce` refuses it by name.)
 
     handle = enforce.apply(topology, job.spec.scheduling)
+    handle = enforce.apply_to([(netns, "eth0", rate_bit)], scheduling)  # chosen egresses
     ...
     handle.counts()   # per pod: {level: (packets, bytes)}
     handle.detach()
@@ -88,6 +89,23 @@ def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) 
 
 def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
     """Add what `scheduling.policy` needs to every pod of a built topology."""
+    egresses: list[tuple[str, str, int]] = []
+    for rack in topo.racks:
+        for pod in rack.pods:
+            egresses.append((pod.netns, POD_IFNAME, topo.access_link.bandwidth))
+            egresses.append((rack.netns, naming.rack_port(pod.slot),
+                             topo.access_link.bandwidth))
+        egresses.append((rack.netns, naming.RACK_UPLINK_IF, topo.uplink.bandwidth))
+        egresses.append((topo.spine_netns, naming.spine_port(rack.index),
+                         topo.uplink.bandwidth))
+    return apply_to(egresses, scheduling)
+
+
+def apply_to(egresses: list[tuple[str, str, int]], scheduling: Scheduling) -> Enforcement:
+    """Add what `scheduling.policy` needs to each egress (netns, ifname, link rate in
+    bit/s) whose HTB tree tailcut.net.shaping.apply built: the local runtime's every
+    shaped egress, the node agent's pod eth0. All or nothing: if one fails, the
+    classifiers already attached are detached."""
     result = Enforcement(scheduling.policy)
     if scheduling.policy == "fair":
         return result
@@ -97,19 +115,9 @@ def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
     from tailcut.datapath import classifier  # BCC loads only when a job asks for it
 
     weights = weights_of(scheduling)
-    access = shaping.plan_priorities(topo.access_link.bandwidth,
-                                     scheduling.priority_levels, weights)
-    uplink = shaping.plan_priorities(topo.uplink.bandwidth, scheduling.priority_levels,
-                                     weights)
-    egresses: list[tuple[str, str, list[shaping.PrioClass]]] = []
-    for rack in topo.racks:
-        for pod in rack.pods:
-            egresses.append((pod.netns, POD_IFNAME, access))
-            egresses.append((rack.netns, naming.rack_port(pod.slot), access))
-        egresses.append((rack.netns, naming.RACK_UPLINK_IF, uplink))
-        egresses.append((topo.spine_netns, naming.spine_port(rack.index), uplink))
     try:
-        for ns, ifname, classes in egresses:
+        for ns, ifname, rate_bit in egresses:
+            classes = shaping.plan_priorities(rate_bit, scheduling.priority_levels, weights)
             with netns.ipr(ns) as ipr:
                 shaping.apply_priorities(classes, ipr, ifname)
             result.classifiers.append(classifier.attach(ns, ifname))

@@ -87,3 +87,20 @@ def test_roles_other_than_ps_and_worker_keep_their_own_name():
     assert resources.role_of("bg-client-0") == "bg-client"
     assert resources.role_key("bg-client") == "bg-client"
     assert resources.role_key("worker") == "Worker"
+
+
+def test_config_map_carries_the_per_tensor_tags_of_a_cadentflow_job():
+    import json
+
+    from tailcut.k8s import policy
+
+    cf = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                         "metadata": {"name": "ks-demo"},
+                         "spec": {"training": {"model": "deep-mlp"},
+                                  "scheduling": {"policy": "cadentflow"}}})
+    data = resources.config_map(cf, OWNER)["data"]
+    assert spec.load_text(data[resources.SPEC_KEY]).spec.scheduling.policy == "cadentflow"
+    flows = json.loads(data[policy.FLOWS_KEY])
+    assert flows["policy"] == "cadentflow" and flows["pull"]["fc1.weight"] == 0
+    assert json.loads(resources.config_map(job(), OWNER)["data"][policy.FLOWS_KEY]) == {
+        "policy": "fair"}

@@ -67,3 +67,9 @@ def test_cadentflow_with_aggregators_or_a_replica_is_refused_naming_the_fields()
         with pytest.raises(SpecError, match="spec.replicas.aggregators or "
                                             "spec.replicas.psReplica"):
             enforce.check_runnable(job.spec.scheduling, job)
+
+
+def test_apply_to_chosen_egresses_adds_nothing_for_fair():
+    # (no namespace is entered: fair adds nothing, so the egress need not exist)
+    assert enforce.apply_to([("tailcut-ks-none", "eth0", 10**8)],
+                            _job({"policy": "fair"}).spec.scheduling).classifiers == []

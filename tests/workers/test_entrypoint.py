@@ -47,3 +47,31 @@ def test_every_dockerfile_copies_and_runs_files_that_exist(dockerfile):
         assert importlib.util.find_spec(module) is not None, f"{dockerfile}: -m {module}"
     for path in re.findall(r'"/app/([\w/.]+\.py)"', text):
         assert (REPO / path).exists(), f"{dockerfile}: /app/{path} is not in the repository"
+
+
+def cadentflow_job():
+    text = (REPO / "examples" / "cadentflow.yaml").read_text()
+    return spec.load_text(text), text
+
+
+def test_a_pod_takes_its_per_tensor_tags_from_the_config_maps_flows_json(tmp_path):
+    import json
+
+    from tailcut.k8s import policy
+    from tailcut.scheduling import flowreport
+    from tailcut.training import config
+
+    entry = load_entrypoint()
+    job, text = cadentflow_job()
+    (tmp_path / "spec.yaml").write_text(text)
+    assert entry.read_flows(tmp_path / "spec.yaml") is None   # then resolved from the spec
+    assert entry.role_config(job, "ps-0", str(tmp_path)).flows == flowreport.role_flows(job)
+    levels = {"policy": "cadentflow", "pull": {n: 3 for n in flowreport.layer_names(
+        "deep-mlp", job.spec.training.seed)}}
+    levels["push"] = dict(levels["pull"])
+    (tmp_path / policy.FLOWS_KEY).write_text(json.dumps(levels))
+    worker = entry.role_config(job, "worker-1", str(tmp_path),
+                               entry.read_flows(tmp_path / "spec.yaml"))
+    assert worker.flows == levels
+    worker.to_json(tmp_path / "worker-1.json")   # what the role starts from: valid
+    assert config.RoleConfig.from_json(tmp_path / "worker-1.json").flows == levels

@@ -1,0 +1,53 @@
+"""What the Kubernetes path does with spec.scheduling: the operator's refusals, each
+naming the field, and the per-tensor tags the pods get from the config map."""
+
+import json
+
+import pytest
+
+from tailcut import spec
+from tailcut.errors import SpecError
+from tailcut.k8s import policy
+from tailcut.scheduling import flowreport
+
+
+def job(scheduling, **extra):
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "ks-policy"},
+                           "spec": {"training": {"model": "deep-mlp"},
+                                    "scheduling": scheduling, **extra}})
+
+
+def test_fair_and_cadentflow_pass_the_check():
+    policy.check(job({"policy": "fair"}))
+    policy.check(job({"policy": "cadentflow"}))
+
+
+def test_coflow_is_refused_naming_spec_scheduling_policy_and_the_agent():
+    with pytest.raises(SpecError, match=r"^spec.scheduling.policy='coflow': the Kubernetes "
+                                        r"node agent enforces fair and cadentflow only"):
+        policy.check(job({"policy": "coflow"}))
+
+
+def test_cadentflow_over_a_datagram_transport_is_refused_naming_both_fields():
+    with pytest.raises(SpecError, match=r"spec.scheduling.policy='cadentflow' with "
+                                        r"spec.transport.type='udp'"):
+        policy.check(job({"policy": "cadentflow"}, transport={"type": "udp"}))
+
+
+def test_a_tag_for_a_tensor_the_model_lacks_is_refused_naming_the_tag():
+    with pytest.raises(SpecError, match=r"spec.scheduling.flows\[0\].layer='conv9'"):
+        policy.check(job({"policy": "cadentflow", "flows": [{"layer": "conv9",
+                                                             "priority": 0}]}))
+
+
+def test_the_config_map_gives_the_pods_what_tailcut_run_gives_its_roles():
+    for scheduling in ({"policy": "fair"},
+                       {"policy": "cadentflow", "priorityLevels": 2,
+                        "flows": [{"layer": "fc4.weight", "direction": "pull",
+                                   "priority": 0}]}):
+        j = job(scheduling)
+        flows = json.loads(policy.config_data(j)[policy.FLOWS_KEY])
+        assert flows == flowreport.role_flows(j)
+    assert flows["pull"]["fc1.weight"] == 0 and flows["pull"]["fc4.weight"] == 0
+    assert flows["pull"]["fc3.weight"] == 1 and set(flows["push"]) == set(flows["pull"])
