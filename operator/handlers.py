@@ -32,7 +32,7 @@ import yaml
 
 from tailcut import spec
 from tailcut.errors import SpecError
-from tailcut.k8s import crd, resources, status
+from tailcut.k8s import background, crd, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -74,6 +74,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])},
                              source=f"{namespace}/{name}")
+        background.check(job)   # a background rate Locust cannot drive: nothing created
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)
@@ -87,7 +88,9 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
     core = kubernetes.client.CoreV1Api()
     _create(core.create_namespaced_config_map, namespace, resources.config_map(job, owner))
     _create(core.create_namespaced_service, namespace, resources.service(job, owner))
-    for pod in resources.pods(job, owner, WORKER_IMAGE):
+    bg = _create_background(core, job, namespace, owner, patch)
+    for pod in background.with_sidecars(job, bg, resources.pods(job, owner, WORKER_IMAGE),
+                                        WORKER_IMAGE):
         _create(core.create_namespaced_pod, namespace, pod)
     pods = core.list_namespaced_pod(namespace, label_selector=f"{resources.LABEL_JOB}={name}")
     _record_pods(job, pods.items, old, patch, generation)
@@ -159,6 +162,21 @@ def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
             raise kopf.TemporaryError(
                 f"creating {manifest['kind']} {manifest['metadata']['name']}: "
                 f"{err.status} {err.reason}", delay=5) from err
+
+
+def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
+                       owner: dict[str, Any], patch: Any) -> Any:
+    """spec.backgroundLoad: its config map and background pods (tailcut.k8s.background),
+    and status.background saying where Locust's statistics end up. Returns the plan
+    (None without a backgroundLoad) for the sidecars of training pods."""
+    bg = background.plan(job)
+    if bg is None:
+        return None
+    _create(core.create_namespaced_config_map, namespace, background.config_map(job, bg, owner))
+    for pod in background.pods(job, bg, owner, WORKER_IMAGE):
+        _create(core.create_namespaced_pod, namespace, pod)
+    patch.status["background"] = background.status(job, bg, namespace)
+    return bg
 
 
 def _record_pods(job: spec.TrainingJob, pods: list[Any], old: dict[str, Any],

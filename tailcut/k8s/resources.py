@@ -161,6 +161,11 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
     return "Pending", counts, "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
 
 
+def rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:
+    """The affinity of a pod of `rack` (training or background: tailcut.k8s.background)."""
+    return _rack_affinity(job, rack)
+
+
 def _rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:
     same_job = {"key": LABEL_JOB, "operator": "In", "values": [job.name]}
     host = "kubernetes.io/hostname"

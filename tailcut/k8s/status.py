@@ -39,6 +39,20 @@ class ReplicaStatus(_Model):
     failed: int = 0
 
 
+class BackgroundStatus(_Model):
+    """What the operator created for spec.backgroundLoad (tailcut.k8s.background)."""
+
+    config_map: str
+    servers: list[str] = Field(default_factory=list, description="pods with a flow server")
+    clients: list[str] = Field(default_factory=list, description="pods running Locust")
+    requests_per_s: float = Field(description="background flows per second at scale 1")
+    users: int
+    run_time_s: float
+    target_load_factor: Optional[float] = None
+    target_link: Optional[str] = None
+    locust_stats: str = Field(description="where Locust's CSV statistics end up")
+
+
 class Status(_Model):
     phase: Optional[Phase] = None
     observed_generation: Optional[int] = Field(
@@ -57,6 +71,8 @@ class Status(_Model):
     start_time: Optional[str] = None
     completion_time: Optional[str] = None
     message: Optional[str] = None
+    background: Optional[BackgroundStatus] = Field(
+        default=None, description="spec.backgroundLoad on Kubernetes: pods and statistics")
 
 
 def now() -> str:
