@@ -141,6 +141,8 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
         logger.info(f"{namespace}/{name}: {new['phase']}")
         if new["phase"] == "Failed":
             kopf.warn(tj, reason="PodFailed", message=new["message"])  # type: ignore[arg-type]
+        if new["phase"] in TERMINAL:
+            _stop_background(namespace, pods.items, logger)
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL, optional=True)
@@ -177,6 +179,24 @@ def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
         _create(core.create_namespaced_pod, namespace, pod)
     patch.status["background"] = background.status(job, bg, namespace)
     return bg
+
+
+def _stop_background(namespace: str, pods: list[Any], logger: Logger) -> None:
+    """The job ended: end its background pods now rather than at their deadline. A
+    pod's activeDeadlineSeconds may only be lowered; at 1 the kubelet stops it at once
+    (SIGTERM: Locust writes its CSVs) and keeps its logs, which deleting would not."""
+    core = kubernetes.client.CoreV1Api()
+    for pod in pods:
+        role = (pod.metadata.labels or {}).get(resources.LABEL_ROLE)
+        if role not in background.ROLES or (pod.status and pod.status.phase in TERMINAL):
+            continue
+        try:
+            core.patch_namespaced_pod(pod.metadata.name, namespace,
+                                      {"spec": {"activeDeadlineSeconds": 1}})
+        except kubernetes.client.ApiException as err:
+            if err.status != 404:
+                logger.warning(f"stopping {namespace}/{pod.metadata.name}: "
+                               f"{err.status} {err.reason}")
 
 
 def _record_pods(job: spec.TrainingJob, pods: list[Any], old: dict[str, Any],
