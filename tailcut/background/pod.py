@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -50,7 +51,7 @@ _stopping = threading.Event()   # SIGTERM/SIGINT arrived: the pod is ending
 def run_child(argv: list[str], env: dict[str, str], timeout_s: float) -> int:
     """Run `argv`, passing SIGTERM/SIGINT on (Locust writes its CSVs on SIGTERM); end
     it if it outlives `timeout_s` (its own run time ends it long before)."""
-    child = subprocess.Popen(argv, env=env)
+    child = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)
 
     def forward(signum: int, _frame: Any) -> None:
         _stopping.set()
@@ -73,13 +74,53 @@ def run_child(argv: list[str], env: dict[str, str], timeout_s: float) -> int:
             signal.signal(s, h)
 
 
-def run_server(config: dict[str, Any], port: int) -> int:
-    """tailcut.background.server for the config's server duration."""
+def tx_bytes(ifname: str) -> Optional[int]:
+    """The interface's transmitted bytes as the kernel counts them (None if absent)."""
+    try:
+        return int(Path(f"/sys/class/net/{ifname}/statistics/tx_bytes").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def sent_report(ifname: str, before: int, after: int, seconds: float,
+                bandwidth_bit: Optional[int]) -> dict[str, Any]:
+    """What the pod's interface sent during the run: bytes, rate, and that rate as a
+    share of the target link's bandwidth (the server's part of the load factor; the
+    training traffic of a shared pod is included, as on the local runtime's links)."""
+    report: dict[str, Any] = {"interface": ifname, "tx_bytes": after - before,
+                              "seconds": round(seconds, 3),
+                              "mbit_per_s": round((after - before) * 8 / seconds / 1e6, 3)
+                              if seconds > 0 else None}
+    if bandwidth_bit and seconds > 0:
+        report["load_factor_of_target_link"] = round(
+            (after - before) * 8 / seconds / bandwidth_bit, 4)
+    return report
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM it if the entrypoint dies, even by SIGKILL (outside a
+    container nothing else would end it)."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
+def run_server(config: dict[str, Any], port: int, ifname: str = "eth0") -> int:
+    """tailcut.background.server for the config's server duration; then one line of
+    JSON (log and termination message) with what the pod's interface sent meanwhile."""
     duration = config.get("server_duration_s") or launch.server_duration_s(
         config["run_time_s"])
     argv = launch.server_argv(sys.executable, duration, port)
-    return run_child(argv, {**os.environ, "PYTHONUNBUFFERED": "1"},
+    before, start = tx_bytes(ifname), time.monotonic()
+    code = run_child(argv, {**os.environ, "PYTHONUNBUFFERED": "1"},
                      duration + launch.LOCUST_STOP_GRACE_S)
+    after = tx_bytes(ifname)
+    if before is not None and after is not None:
+        report = sent_report(ifname, before, after, time.monotonic() - start,
+                             (config.get("target") or {}).get("linkBandwidthBit"))
+        line = json.dumps({"sent": report})
+        print(line, flush=True)
+        write_termination_message(line)
+    return code
 
 
 def run_locust(config_path: Path, config: dict[str, Any], mode: str, results: Path) -> int:
@@ -178,12 +219,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("/results/background"),
                         help="locust: where the CSVs go")
     parser.add_argument("--port", type=int, default=bgplan.SERVER_PORT, help="server port")
+    parser.add_argument("--ifname", default="eth0",
+                        help="server: the interface whose sent bytes are reported")
     parser.add_argument("--stay", action="store_true",
                         help="after the run, wait for SIGTERM (sidecar in a training pod)")
     args = parser.parse_args(argv)
     config = load_config(args.config)
     if args.what == "server":
-        code = run_server(config, args.port)
+        code = run_server(config, args.port, args.ifname)
     else:
         code = run_locust(args.config, config, args.mode, args.results)
     if args.stay:
