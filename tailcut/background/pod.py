@@ -7,8 +7,9 @@ from the job's background config map (tailcut.k8s.background writes it).
 Runs the same server module and Locust command line as the local runtime
 (tailcut.background.launch). Both stop by themselves after the config's run time.
 Locust's CSVs go to --results; when Locust ends, the entrypoint also prints them to
-its log between marker lines (so `kubectl logs` keeps them after the pod is gone from
-the node) and puts the aggregated row in the container's termination message.
+its log between marker lines (`kubectl logs` has them after the container ended, as
+long as the pod object exists) and puts the aggregated row in the container's
+termination message.
 With --stay (a sidecar in a training pod, which the kubelet would restart if it
 exited) it then waits for SIGTERM instead of exiting.
 """
