@@ -145,6 +145,29 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
             _stop_background(namespace, pods.items, logger)
 
 
+@kopf.on.event("pods", annotations={background.ANNOTATION: kopf.PRESENT})
+def background_pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
+    """A pod with background containers changed: record the background pods' phases
+    and the servers' sent reports in status.background, also after the job ended
+    (the servers report when they stop, which is when the job ends)."""
+    if BACKEND != "kubernetes":
+        return
+    namespace = body["metadata"]["namespace"]
+    name = body["metadata"]["labels"][resources.LABEL_JOB]
+    pods = kubernetes.client.CoreV1Api().list_namespaced_pod(
+        namespace, label_selector=f"{resources.LABEL_JOB}={name}")
+    api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p)
+                for p in pods.items]
+    try:
+        kubernetes.client.CustomObjectsApi().patch_namespaced_custom_object_status(
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name,
+            {"status": {"background": background.pods_summary(api_pods)}})
+    except kubernetes.client.ApiException as err:
+        if err.status != 404:   # the job is gone; its pods go with it
+            logger.warning(f"background status of {namespace}/{name}: {err.status} "
+                           f"{err.reason}")
+
+
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL, optional=True)
 def deleted(body: kopf.Body, **_: Any) -> None:
     """Local backend: stop the run (it tears its network down on SIGTERM). Kubernetes

@@ -34,6 +34,8 @@ CONFIG_MOUNT = "/etc/tailcut-background"
 RESULTS_MOUNT = "/results"
 RESULTS_SUBDIR = "background"
 DEADLINE_MARGIN_S = 60   # image pull and start-up on top of the run itself
+ANNOTATION = "tailcut.dev/background"   # on every pod with background containers
+SERVER_CONTAINER = "bg-server"
 ROLES = topology.BACKGROUND_ROLES   # bg-server, bg-client
 
 
@@ -99,7 +101,7 @@ def containers(p: bgplan.Plan, pod: str, image: str, sidecar: bool = False,
     worker, and in the first receiver also the master)."""
     out = []
     if pod in [s.pod for s in p.servers]:
-        out.append(_container("bg-server", ["server"], image, pull_policy, sidecar,
+        out.append(_container(SERVER_CONTAINER, ["server"], image, pull_policy, sidecar,
                               port=("bg-http", bgplan.SERVER_PORT)))
     clients = [c.pod for c in p.clients]
     if pod in clients:
@@ -131,7 +133,9 @@ def pods(job: TrainingJob, p: bgplan.Plan, owner: dict[str, Any], image: str,
                     # The agent shapes every pod of the job by this: a background pod
                     # gets the access link its rack's training pods have.
                     "annotations": {resources.ANNOTATION_SPEC_MAP:
-                                    resources.spec_map_name(job)},
+                                    resources.spec_map_name(job),
+                                    ANNOTATION: ",".join(c["name"] for c in containers(
+                                        p, bg.name, image))},
                     "ownerReferences": [owner]},
                 "spec": {
                     "hostname": bg.name, "subdomain": job.name,
@@ -157,6 +161,8 @@ def with_sidecars(job: TrainingJob, p: Optional[bgplan.Plan],
         replica = pod["metadata"]["labels"][resources.LABEL_REPLICA]
         extra = containers(p, replica, image, sidecar=True, pull_policy=pull_policy)
         if extra:
+            pod["metadata"].setdefault("annotations", {})[ANNOTATION] = ",".join(
+                c["name"] for c in extra)
             pod["spec"].setdefault("initContainers", []).extend(extra)
             pod["spec"]["volumes"] = pod["spec"].get("volumes", []) + _volumes(job)
     return training_pods
@@ -182,6 +188,51 @@ def status(job: TrainingJob, p: bgplan.Plan, namespace: str) -> dict[str, Any]:
     }
 
 
+def pods_summary(pod_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """Status fields from a job's pods as the API server returns them: background pods
+    by phase, and what the servers' interfaces sent (each server container's
+    termination message, tailcut.background.pod). `sentLoadFactor` is the servers'
+    summed share of the target link, once every server has reported."""
+    counts = {"active": 0, "succeeded": 0, "failed": 0}
+    servers = reports = 0
+    load = 0.0
+    mbit = 0.0
+    for pod in pod_list:
+        meta = pod.get("metadata") or {}
+        if ANNOTATION not in (meta.get("annotations") or {}):
+            continue
+        status = pod.get("status") or {}
+        if (meta.get("labels") or {}).get(resources.LABEL_ROLE) in ROLES:
+            phase = status.get("phase") or "Pending"
+            key = {"Succeeded": "succeeded", "Failed": "failed"}.get(phase, "active")
+            counts[key] += 1
+        spec = pod.get("spec") or {}
+        if any(c.get("name") == SERVER_CONTAINER
+               for c in spec.get("containers", []) + spec.get("initContainers", [])):
+            servers += 1
+        for cs in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
+            if cs.get("name") != SERVER_CONTAINER:
+                continue
+            sent = _sent_report(((cs.get("state") or {}).get("terminated") or {}).get("message"))
+            if sent is not None:
+                reports += 1
+                load += sent.get("load_factor_of_target_link") or 0.0
+                mbit += sent.get("mbit_per_s") or 0.0
+    out: dict[str, Any] = {"pods": counts, "serversReported": reports}
+    if servers and reports == servers:
+        out["sentMbitPerS"] = round(mbit, 3)
+        out["sentLoadFactor"] = round(load, 4)
+    return out
+
+
+def _sent_report(message: Optional[str]) -> Optional[dict[str, Any]]:
+    try:
+        sent = json.loads(message or "")["sent"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return sent if isinstance(sent, dict) else None
+
+
 def _container(name: str, args: list[str], image: str, pull_policy: str, sidecar: bool,
                port: Optional[tuple[str, int]] = None) -> dict[str, Any]:
     argv = args + ["--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}",
@@ -202,7 +253,7 @@ def _container(name: str, args: list[str], image: str, pull_policy: str, sidecar
     }
     if port is not None:
         c["ports"] = [{"name": port[0], "containerPort": port[1], "protocol": "TCP"}]
-    if name == "bg-server":
+    if name == SERVER_CONTAINER:
         c["readinessProbe"] = {"tcpSocket": {"port": bgplan.SERVER_PORT},
                                "periodSeconds": 2}
     if sidecar:

@@ -82,8 +82,9 @@ def test_server_and_standalone_locust_drive_flows_and_stop_by_themselves(tmp_pat
     assert in_log["locust_stats.csv"] == stats_file
     assert "locust_stats_history.csv" in in_log
     total = aggregated(stats_file)
-    # 20 flows/s for 3 s: about 60 flows; Poisson arrivals and a busy host spread it.
-    assert 25 <= int(total["Request Count"]) <= 110, total
+    # 20 flows/s for 3 s: about 60 flows. Open loop: never far more; a loaded shared
+    # host (Locust's users start late) can give far fewer, so the lower bound is loose.
+    assert 10 <= int(total["Request Count"]) <= 110, total
     assert int(total["Failure Count"]) == 0
     assert json.loads((tmp_path / "results" / "locust-started.json").read_text())[
         "start_unix_s"] > 0

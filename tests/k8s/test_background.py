@@ -87,3 +87,33 @@ def test_a_rate_locust_cannot_drive_is_a_spec_error_naming_the_field():
              "flowSizes": {"distribution": "fixed", "bytes": 100}})
     with pytest.raises(SpecError, match=r"spec\.backgroundLoad\.target"):
         background.check(j)
+
+
+def test_the_summary_counts_background_pods_and_sums_the_servers_reports_once_all_came():
+    def server(name, phase, sent=None, sidecar=False, role="bg-server"):
+        cs = [{"name": "bg-server", "state": {"terminated": {"message": json.dumps(
+            {"sent": sent})}} if sent else {"running": {}}}]
+        key = "initContainers" if sidecar else "containers"
+        return {"metadata": {"name": name, "annotations": {background.ANNOTATION: "bg-server"},
+                             "labels": {resources.LABEL_ROLE: role}},
+                "spec": {key: [{"name": "bg-server"}]},
+                "status": {"phase": phase,
+                           ("initContainerStatuses" if sidecar else "containerStatuses"): cs}}
+    plain = {"metadata": {"name": "ps", "labels": {resources.LABEL_ROLE: "ps"}},
+             "spec": {"containers": [{"name": "ps"}]}, "status": {"phase": "Running"}}
+    half = [server("a", "Succeeded", {"load_factor_of_target_link": 0.2, "mbit_per_s": 200}),
+            server("w", "Running", sidecar=True, role="worker"), plain]
+    assert background.pods_summary(half) == {
+        "pods": {"active": 0, "succeeded": 1, "failed": 0}, "serversReported": 1}
+    done = half[:1] + [server("w", "Succeeded", {"load_factor_of_target_link": 0.1,
+                                                 "mbit_per_s": 100}, sidecar=True,
+                              role="worker"), plain]
+    summary = background.pods_summary(done)
+    assert summary["sentLoadFactor"] == pytest.approx(0.3)
+    assert summary["sentMbitPerS"] == pytest.approx(300)
+    # A message that is not a report (a crash's last log lines) counts as no report.
+    crashed = [server("a", "Failed", None)]
+    crashed[0]["status"]["containerStatuses"][0]["state"] = {
+        "terminated": {"message": "Traceback ..."}}
+    assert background.pods_summary(crashed) == {
+        "pods": {"active": 0, "succeeded": 0, "failed": 1}, "serversReported": 0}

@@ -126,8 +126,13 @@ def test_a_job_with_background_load_gets_server_and_locust_pods_on_their_racks(
     assert config["target"] == {"link": "uplink/rack-1", "direction": "up",
                                 "loadFactor": 0.5, "linkBandwidthBit": 10**9}
 
-    # The status says what runs where and where Locust's CSVs end up.
-    bgs = tj["status"]["background"]
+    # The status says what runs where and where Locust's CSVs end up (written at the
+    # end of the reconcile; a pod event may have set Pending before).
+    def described():
+        tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob", job)
+        bgs = (tj.get("status") or {}).get("background") or {}
+        return bgs if "servers" in bgs else None
+    bgs = operator_proc.wait_for(described, 30, "status.background", operator)
     assert bgs["servers"] == [f"{job}-bg-server-0"]
     assert bgs["clients"] == [f"{job}-bg-client-0", f"{job}-ps-0"]
     assert f"logs {job}-bg-client-0 -c locust-master" in bgs["locustStats"]
@@ -194,3 +199,36 @@ def test_the_api_server_refuses_a_load_factor_above_one_naming_the_field(
                                                       "loadFactor": 1.5}}}}))
     assert result.returncode != 0
     assert "spec.backgroundLoad.target.loadFactor" in result.stderr
+
+
+def test_background_pod_phases_and_the_servers_sent_report_reach_the_status(
+        control_plane, namespace, operator):
+    """The kubelet's part is played by patching pod status: a server container ends
+    with the JSON line tailcut.background.pod writes as its termination message."""
+    job = "k8sbg-sent"
+    apply(control_plane, namespace, job, {
+        "replicas": {"workers": 1},
+        "network": {"racks": [{"name": "rack-0"}, {"name": "rack-1"}]},
+        "backgroundLoad": {"senders": ["rack-1"], "receivers": ["ps-0"],
+                           "target": {"link": "uplink/rack-1", "loadFactor": 0.4},
+                           "durationS": 20}})
+    wait_phase(control_plane, namespace, job, "Pending", operator)
+    sent = {"sent": {"interface": "eth0", "tx_bytes": 1_000_000_000, "seconds": 20.0,
+                     "mbit_per_s": 400.0, "load_factor_of_target_link": 0.4}}
+    control_plane.kubectl(
+        "-n", namespace, "patch", "pod", f"{job}-bg-server-0", "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"phase": "Succeeded",
+                                                     "containerStatuses": [{
+            "name": "bg-server", "image": "x", "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"terminated": {
+                "exitCode": 0, "reason": "Completed", "message": json.dumps(sent)}}}]}}))
+
+    def reported():
+        tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob", job)
+        bgs = (tj.get("status") or {}).get("background") or {}
+        return bgs if bgs.get("serversReported") == 1 else None
+    bgs = operator_proc.wait_for(reported, 30, "the servers' report in the status", operator)
+    assert bgs["sentLoadFactor"] == 0.4 and bgs["sentMbitPerS"] == 400.0
+    assert bgs["pods"] == {"active": 0, "succeeded": 1, "failed": 0}
+    # The reconcile's part is still there: the two writers merge.
+    assert bgs["configMap"] == f"{job}-background" and bgs["targetLoadFactor"] == 0.4
