@@ -11,7 +11,8 @@ PS and two workers in namespace `lab`:
     Pod       demo-worker-1
 
 Every object carries the labels below and an ownerReference to the TrainingJob
-(controller: true), so deleting the job deletes them all.
+(controller: true), so deleting the job deletes them all. A backgroundLoad adds its
+own config map, pods and sidecars (tailcut.k8s.background).
 """
 
 from typing import Any, Mapping, Optional

@@ -27,7 +27,8 @@ def write_config(tmp_path, port, run_time_s=3.0, clients=1, flow_bytes=20_000,
     sizes = bgspec.FlowSizes(distribution="fixed", bytes=flow_bytes)
     config = {"servers": [f"http://127.0.0.1:{port}"], "requests_per_s": requests_per_s,
               "users": 4, "shape": {"type": "constant"}, "cdf": [list(p) for p in sizes.cdf()],
-              "seed": 1, "run_time_s": run_time_s, "server_duration_s": run_time_s + server_extra_s,
+              "seed": 1, "run_time_s": run_time_s,
+              "server_duration_s": run_time_s + server_extra_s,
               "clients": clients, "master_host": "127.0.0.1", "master_port": free_port()}
     path = tmp_path / "locust-config.json"
     path.write_text(json.dumps(config))
@@ -126,12 +127,12 @@ def test_a_master_and_a_worker_drive_the_flows_together(tmp_path, started):
 def test_a_sidecar_stays_after_its_run_until_sigterm(tmp_path, started):
     """A native sidecar that exits would be restarted by the kubelet: --stay waits."""
     port = free_port()
-    config = write_config(tmp_path, port, run_time_s=0.5)
+    config = write_config(tmp_path, port, run_time_s=0.5, server_extra_s=1.5)
     server = entrypoint("server", "--config", config, "--port", port, "--stay")
     started.append(server)
     wait_listening(port)
     with pytest.raises(subprocess.TimeoutExpired):
-        server.wait(timeout=9)   # the server itself ended after 6.5 s
+        server.wait(timeout=5)   # the server itself ended after 2 s
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0
     server.send_signal(signal.SIGTERM)
