@@ -8,6 +8,7 @@ PUSH (gradient) and PARAMS (model) messages side by side and plots their CDFs.
 
     .venv/bin/python bench/fct_background.py --transport tcp [--load-factor 0.5]
         [--job examples/quickstart.yaml] [--out results/fct-background-tcp]
+    .venv/bin/python bench/fct_background.py --transport bounded-loss [--p 0.9]
 """
 
 import argparse
@@ -25,6 +26,9 @@ import yaml  # noqa: E402
 
 from tailcut import spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
+
+
+P_TRANSPORTS = ("bounded-loss", "app-drop")   # the ones whose spec needs p
 
 
 def background_section(load_factor: float) -> dict[str, Any]:
@@ -55,10 +59,15 @@ def main() -> int:
     parser.add_argument("--load-factor", type=float, default=0.5)
     parser.add_argument("--job", default="examples/quickstart.yaml")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--p", type=float, default=0.9,
+                        help="fraction of every message delivered, for transports with p "
+                             "(bounded-loss, app-drop)")
     args = parser.parse_args()
     out = args.out or Path("results") / f"fct-background-{args.transport}"
     base = yaml.safe_load(Path(args.job).read_text())
     base["spec"].setdefault("transport", {})["type"] = args.transport
+    if args.transport in P_TRANSPORTS:
+        base["spec"]["transport"]["p"] = args.p
     runs: dict[str, dict[str, list[float]]] = {}
     for label, bg in (("no background", None),
                       (f"background load {args.load_factor:g}", background_section(args.load_factor))):
@@ -107,7 +116,8 @@ def main() -> int:
         ax.set_title(f"{kind}: {what}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="lower right")
-    fig.suptitle(f"quickstart over {args.transport}: training message FCT with and without "
+    name = args.transport + (f" (p={args.p:g})" if args.transport in P_TRANSPORTS else "")
+    fig.suptitle(f"quickstart over {name}: training message FCT with and without "
                  f"background load {args.load_factor:g} on uplink rack-1")
     fig.tight_layout()
     png = out / f"fct-cdf-{args.transport}.png"

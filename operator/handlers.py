@@ -32,7 +32,7 @@ import yaml
 
 from tailcut import spec
 from tailcut.errors import SpecError
-from tailcut.k8s import crd, policy, resources, status
+from tailcut.k8s import background, crd, policy, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -76,6 +76,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
                              source=f"{namespace}/{name}")
         if BACKEND == "kubernetes":   # spec.scheduling the node agent cannot enforce
             policy.check(job)
+        background.check(job)   # a background rate Locust cannot drive: nothing created
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)
@@ -89,7 +90,9 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
     core = kubernetes.client.CoreV1Api()
     _create(core.create_namespaced_config_map, namespace, resources.config_map(job, owner))
     _create(core.create_namespaced_service, namespace, resources.service(job, owner))
-    for pod in resources.pods(job, owner, WORKER_IMAGE):
+    bg = _create_background(core, job, namespace, owner, patch)
+    for pod in background.with_sidecars(job, bg, resources.pods(job, owner, WORKER_IMAGE),
+                                        WORKER_IMAGE):
         _create(core.create_namespaced_pod, namespace, pod)
     pods = core.list_namespaced_pod(namespace, label_selector=f"{resources.LABEL_JOB}={name}")
     _record_pods(job, pods.items, old, patch, generation)
@@ -140,6 +143,31 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
         logger.info(f"{namespace}/{name}: {new['phase']}")
         if new["phase"] == "Failed":
             kopf.warn(tj, reason="PodFailed", message=new["message"])  # type: ignore[arg-type]
+        if new["phase"] in TERMINAL:
+            _stop_background(namespace, pods.items, logger)
+
+
+@kopf.on.event("pods", annotations={background.ANNOTATION: kopf.PRESENT})
+def background_pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
+    """A pod with background containers changed: record the background pods' phases
+    and the servers' sent reports in status.background, also after the job ended
+    (the servers report when they stop, which is when the job ends)."""
+    if BACKEND != "kubernetes":
+        return
+    namespace = body["metadata"]["namespace"]
+    name = body["metadata"]["labels"][resources.LABEL_JOB]
+    pods = kubernetes.client.CoreV1Api().list_namespaced_pod(
+        namespace, label_selector=f"{resources.LABEL_JOB}={name}")
+    api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p)
+                for p in pods.items]
+    try:
+        kubernetes.client.CustomObjectsApi().patch_namespaced_custom_object_status(
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name,
+            {"status": {"background": background.pods_summary(api_pods)}})
+    except kubernetes.client.ApiException as err:
+        if err.status != 404:   # the job is gone; its pods go with it
+            logger.warning(f"background status of {namespace}/{name}: {err.status} "
+                           f"{err.reason}")
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL, optional=True)
@@ -161,6 +189,39 @@ def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
             raise kopf.TemporaryError(
                 f"creating {manifest['kind']} {manifest['metadata']['name']}: "
                 f"{err.status} {err.reason}", delay=5) from err
+
+
+def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
+                       owner: dict[str, Any], patch: Any) -> Any:
+    """spec.backgroundLoad: its config map and background pods (tailcut.k8s.background),
+    and status.background saying where Locust's statistics end up. Returns the plan
+    (None without a backgroundLoad) for the sidecars of training pods."""
+    bg = background.plan(job)
+    if bg is None:
+        return None
+    _create(core.create_namespaced_config_map, namespace, background.config_map(job, bg, owner))
+    for pod in background.pods(job, bg, owner, WORKER_IMAGE):
+        _create(core.create_namespaced_pod, namespace, pod)
+    patch.status["background"] = background.status(job, bg, namespace)
+    return bg
+
+
+def _stop_background(namespace: str, pods: list[Any], logger: Logger) -> None:
+    """The job ended: end its background pods now rather than at their deadline. A
+    pod's activeDeadlineSeconds may only be lowered; at 1 the kubelet stops it at once
+    (SIGTERM: Locust writes its CSVs) and keeps its logs, which deleting would not."""
+    core = kubernetes.client.CoreV1Api()
+    for pod in pods:
+        role = (pod.metadata.labels or {}).get(resources.LABEL_ROLE)
+        if role not in background.ROLES or (pod.status and pod.status.phase in TERMINAL):
+            continue
+        try:
+            core.patch_namespaced_pod(pod.metadata.name, namespace,
+                                      {"spec": {"activeDeadlineSeconds": 1}})
+        except kubernetes.client.ApiException as err:
+            if err.status != 404:
+                logger.warning(f"stopping {namespace}/{pod.metadata.name}: "
+                               f"{err.status} {err.reason}")
 
 
 def _record_pods(job: spec.TrainingJob, pods: list[Any], old: dict[str, Any],

@@ -12,7 +12,8 @@ PS and two workers in namespace `lab`:
     Pod       demo-worker-1
 
 Every object carries the labels below and an ownerReference to the TrainingJob
-(controller: true), so deleting the job deletes them all.
+(controller: true), so deleting the job deletes them all. A backgroundLoad adds its
+own config map, pods and sidecars (tailcut.k8s.background).
 """
 
 from typing import Any, Mapping, Optional
@@ -160,6 +161,11 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
         return "Running", counts, "AllPodsRunning", f"{len(expected)} pods running"
     waiting = len(expected) - sum(1 for p in seen.values() if p in ("Running", "Succeeded"))
     return "Pending", counts, "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
+
+
+def rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:
+    """The affinity of a pod of `rack` (training or background: tailcut.k8s.background)."""
+    return _rack_affinity(job, rack)
 
 
 def _rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:

@@ -39,6 +39,30 @@ class ReplicaStatus(_Model):
     failed: int = 0
 
 
+class BackgroundStatus(_Model):
+    """What the operator created for spec.backgroundLoad (tailcut.k8s.background).
+    Nothing is required: pod events and the reconcile write their parts separately."""
+
+    config_map: Optional[str] = None
+    servers: list[str] = Field(default_factory=list, description="pods with a flow server")
+    clients: list[str] = Field(default_factory=list, description="pods running Locust")
+    requests_per_s: Optional[float] = Field(
+        default=None, description="background flows per second at scale 1")
+    users: Optional[int] = None
+    run_time_s: Optional[float] = None
+    target_load_factor: Optional[float] = None
+    target_link: Optional[str] = None
+    locust_stats: Optional[str] = Field(default=None,
+                                        description="where Locust's CSV statistics end up")
+    pods: Optional[ReplicaStatus] = Field(default=None, description="background pods")
+    servers_reported: Optional[int] = Field(
+        default=None, description="servers that reported what their interface sent")
+    sent_mbit_per_s: Optional[float] = Field(
+        default=None, description="what the servers' interfaces sent, summed")
+    sent_load_factor: Optional[float] = Field(
+        default=None, description="that as a share of the target link's bandwidth")
+
+
 class Status(_Model):
     phase: Optional[Phase] = None
     observed_generation: Optional[int] = Field(
@@ -57,6 +81,8 @@ class Status(_Model):
     start_time: Optional[str] = None
     completion_time: Optional[str] = None
     message: Optional[str] = None
+    background: Optional[BackgroundStatus] = Field(
+        default=None, description="spec.backgroundLoad on Kubernetes: pods and statistics")
 
 
 def now() -> str:

@@ -20,17 +20,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, cast
 
 from tailcut import features
-from tailcut.background import linkload
+from tailcut.background import launch, linkload
 from tailcut.background import plan as bgplan
 from tailcut.errors import RunError
 from tailcut.net import build, netns, topology
 from tailcut.runtime import procs
 from tailcut.spec.model import TrainingJob
 
-LOCUSTFILE = Path(bgplan.__file__).with_name("locustfile.py")
+LOCUSTFILE = launch.LOCUSTFILE
 READY_TIMEOUT_S = 20.0
-LOCUST_STOP_GRACE_S = 10.0   # Locust writes its CSVs on SIGTERM; give it time to
-LOCUST_SPAWN_S = 1.0         # Locust's --run-time also covers spawning the users
+LOCUST_STOP_GRACE_S = launch.LOCUST_STOP_GRACE_S
 
 
 class Background:
@@ -60,9 +59,8 @@ class Background:
                "TAILCUT_RESULTS_DIR": str(self.dir.parent)}
         try:
             for s in p.servers:
-                argv = [sys.executable, "-m", "tailcut.background.server",
-                        "--port", str(bgplan.SERVER_PORT),
-                        "--duration-s", f"{p.run_time_s + 2 * LOCUST_STOP_GRACE_S:g}"]
+                argv = launch.server_argv(sys.executable,
+                                          launch.server_duration_s(p.run_time_s))
                 self.servers.append(self._spawn(s.netns, argv, f"{s.pod}-bg-server", env))
             for s in p.servers:
                 _wait_listening(s.netns, s.ip, bgplan.SERVER_PORT)
@@ -182,24 +180,19 @@ def locust_commands(p: bgplan.Plan, csv_prefix: Path) -> list[tuple[str, list[st
     """(namespace, argv, log name) of each Locust process: one standalone process for
     one client pod; otherwise a master in the first client pod (it does no load: on
     2 cores it only aggregates) and one worker in each client pod."""
-    common = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "WARNING",
-              "--stop-timeout", "5"]
-    run_s = p.run_time_s + LOCUST_SPAWN_S
-    run = ["--headless", "-u", str(p.users), "-r", str(p.users), "-t", f"{run_s:g}s",
-           "--csv", str(csv_prefix), "--csv-full-history", "--only-summary",
-           "--exit-code-on-error", "0", "--host", f"http://{p.servers[0].ip}:{bgplan.SERVER_PORT}"]
+    host = f"http://{p.servers[0].ip}:{bgplan.SERVER_PORT}"
     first = p.clients[0]
+
+    def argv(mode: str) -> list[str]:
+        return launch.locust_argv(
+            sys.executable, mode, users=p.users, run_time_s=p.run_time_s,
+            csv_prefix=csv_prefix, host=host, master_host=first.ip,
+            expect_workers=len(p.clients), master_bind_host=first.ip)
     if len(p.clients) == 1:
-        return [(first.netns, common + run, f"{first.pod}-locust")]
-    master = common + run + ["--master", "--master-bind-host", first.ip,
-                             "--master-bind-port", str(bgplan.LOCUST_MASTER_PORT),
-                             "--expect-workers", str(len(p.clients)),
-                             "--expect-workers-max-wait", "30"]
-    cmds = [(first.netns, master, f"{first.pod}-locust-master")]
+        return [(first.netns, argv("standalone"), f"{first.pod}-locust")]
+    cmds = [(first.netns, argv("master"), f"{first.pod}-locust-master")]
     for c in p.clients:
-        cmds.append((c.netns, common + ["--worker", "--master-host", first.ip,
-                                        "--master-port", str(bgplan.LOCUST_MASTER_PORT)],
-                     f"{c.pod}-locust-worker"))
+        cmds.append((c.netns, argv("worker"), f"{c.pod}-locust-worker"))
     return cmds
 
 

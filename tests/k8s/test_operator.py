@@ -258,6 +258,32 @@ def test_a_spec_only_the_models_refuse_fails_the_job_with_an_event(control_plane
     assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
 
 
+def test_background_pods_are_stopped_when_the_job_ends(control_plane, namespace, operator):
+    """Kept here, before the RBAC test: stopping them is the operator's one pod patch.
+    More background tests: tests/k8s/test_operator_background.py."""
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        "k8sbg-end", {"replicas": {"workers": 1},
+                      "network": {"racks": [{"name": "rack-0"}, {"name": "rack-1"}]},
+                      "backgroundLoad": {"senders": ["rack-1"], "receivers": ["rack-0"],
+                                         "target": {"requestsPerS": 5}, "durationS": 300}}))
+    _wait_job(control_plane, namespace, "k8sbg-end", "Pending", operator)
+    for replica in ("ps-0", "bg-server-0", "bg-client-0"):   # play the kubelet
+        _set_pod_phase(control_plane, namespace, f"k8sbg-end-{replica}", "Running")
+
+    def deadlines():
+        return {p["metadata"]["name"]: p["spec"].get("activeDeadlineSeconds")
+                for p in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                                "pods")["items"]}
+    assert deadlines()["k8sbg-end-bg-client-0"] == 300 + 20 + 60   # while the job runs
+    _set_pod_phase(control_plane, namespace, "k8sbg-end-worker-0", "Succeeded")
+    _wait_job(control_plane, namespace, "k8sbg-end", "Succeeded", operator)
+    ended = operator_proc.wait_for(
+        lambda: (lambda d: d if d["k8sbg-end-bg-server-0"] == 1 else None)(deadlines()),
+        30, "the background pods' deadlines to drop", operator)
+    assert ended == {"k8sbg-end-ps-0": None, "k8sbg-end-worker-0": None,
+                     "k8sbg-end-bg-server-0": 1, "k8sbg-end-bg-client-0": 1}
+
+
 def test_operator_rbac_lacks_nothing_and_grants_nothing_unused(control_plane, operator):
     """Runs after the reconcile tests above (same module, file order): every request
     the operator made is in its audit trail."""
