@@ -374,3 +374,60 @@ def test_hostile_datagrams_cannot_corrupt_a_tagged_message() -> None:
         finally:
             attacker.close()
         assert msg.mask is None and np.array_equal(msg.values, VECTOR)
+
+
+@pytest.fixture
+def classified_link() -> Iterator[Any]:
+    """Two namespaces on a 100 Mbit/s HTB link with 4 priority classes and the DSCP
+    classifier on the sender's egress."""
+    from tailcut.datapath import classifier
+    from tailcut.net import netns, shaping
+    from tailcut.spec.model import Link
+    from tests.datapath.udp_link import IFNAME, build_link, remove_link
+    link = build_link("dg")
+    try:
+        with netns.ipr(link.sender) as ipr:
+            shaping.apply(shaping.plan(Link(bandwidth="100Mbit"), False, "dg"), ipr,
+                          link.sender, IFNAME)
+            shaping.apply_priorities(shaping.plan_priorities(100_000_000, 4), ipr, IFNAME)
+        with classifier.attach(link.sender, IFNAME) as counter:
+            yield link, counter
+    finally:
+        remove_link(link)
+
+
+@pytest.mark.netns
+@pytest.mark.bpf
+def test_each_cut_of_a_tagged_message_lands_in_its_priority_class(classified_link: Any) -> None:
+    """The classifier's per-level packet counts on the sender's egress equal the
+    packets of the cuts at each level, exactly; the receiver times the cuts in order."""
+    from tailcut.datapath import classifier
+    from tailcut.net import netns
+    from tests.datapath.udp_link import RECEIVER_IP
+    link, counter = classified_link
+    layout_slots = {0: 28, 1: 1, 2: 112}  # CUTS on the wire: see test_cutlayout
+    messages = 4
+    with pair("udp", 47230, lambda: netns.entered(link.receiver),
+              lambda: netns.entered(link.sender), host=RECEIVER_IP, job="dg-cls") as \
+            (server, s, client, c):
+        assert client._pace_bit == 100e6  # paced at the HTB link's rate
+        tag(c)
+        for i in range(messages):
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 20)
+            msg = s.recv(20)
+            assert msg.parts is not None
+            done = [p.received_at_ns for p in msg.parts]
+            assert done == sorted(done), done
+            ok = delivered(msg)
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+        counts = counter.counts()
+        for level, slots in layout_slots.items():
+            assert counts[level][0] == messages * slots, (level, counts)
+        assert counts[3][0] == 0
+        # Control frames carry control_tos: move them to level 3 and send HELLOs.
+        c.control_tos = classifier.tos_of(3)
+        for i in range(5):
+            c.send(Message(Kind.HELLO, i, 0), 20)
+            assert s.recv(20).kind == Kind.HELLO
+        assert counter.counts()[3][0] >= 5
+        assert counter.counts()[0][0] == messages * layout_slots[0]
