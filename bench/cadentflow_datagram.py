@@ -85,7 +85,8 @@ def _endpoints(link: udp_link.Link, port: int, p: float) -> Iterator[tuple[Any, 
 
 
 def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int,
-              layers: list[Any], levels: dict[str, int]) -> list[dict[str, Any]]:
+              layers: list[Any], levels: dict[str, int],
+              control_untagged: bool) -> list[dict[str, Any]]:
     """Per message received: fc1.weight's and the message's completion, and the
     delivered fraction of each tensor."""
     size = sum(layer.size for layer in layers)
@@ -97,8 +98,9 @@ def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int
     with attached, _endpoints(link, port, p) as (_server, inbound, outbound):
         if mode != "fair":
             for conn in outbound:
-                flows.tag(conn, Kind.PUSH, cuts)
-                conn.control_tos = 0  # only data in the classes: the counts stay per cut
+                flows.tag(conn, Kind.PUSH, cuts)  # control frames at level 0, as in a run
+                if control_untagged:
+                    conn.control_tos = 0  # BEGIN/END in the default class, behind the data
         for i in range(messages):
             vectors = [rng.standard_normal(size).astype(np.float32) for _ in outbound]
             threads = [threading.Thread(target=conn.send,
@@ -128,6 +130,9 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("--rate", default="100Mbit")
     parser.add_argument("--p", type=float, default=0.9)
+    parser.add_argument("--control-untagged", action="store_true",
+                        help="leave the control channel in the default class (the "
+                             "lowest): shows why a run tags it at level 0")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (it builds network namespaces)", file=sys.stderr)
@@ -145,7 +150,7 @@ def main() -> int:
         for r in range(args.rounds):
             for k, mode in enumerate(MODES):
                 rows = _one_mode(link, mode, 47600 + 10 * r + k, args.p, args.messages,
-                                 layers, levels)
+                                 layers, levels, args.control_untagged)
                 med = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
                 rounds[mode].append(med)
                 print(f"round {r} {mode:>10}: fc1.weight {med['fc1.weight ms']:.1f} ms, "
@@ -158,7 +163,8 @@ def main() -> int:
 
     print(f"\nbounded-loss p={args.p}, {SENDERS} senders at once on one {args.rate} HTB egress, "
           f"deep-mlp gradients ({sum(layer.size for layer in layers)} floats); medians of "
-          f"{args.messages} messages x {SENDERS} senders, then of {args.rounds} rounds")
+          f"{args.messages} messages x {SENDERS} senders, then of {args.rounds} rounds"
+          + ("; control channel untagged" if args.control_untagged else ""))
     print(f"{'':>12} {'fc1.weight ms':>14} {'message ms':>11} {'fc1 / fair':>11}")
     for mode in MODES:
         fc1 = median(mode, "fc1.weight ms")

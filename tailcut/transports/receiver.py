@@ -24,6 +24,7 @@ from tailcut.transports import cutlayout, wire
 # lag the data); beyond this they are dropped and recovered as losses.
 STASH_PACKETS = 16384
 FINISHED_REMEMBERED = 4096
+MAX_ENDS = 256  # END frames a pass may announce (one per TOS it used)
 
 
 class Peer(Protocol):
@@ -57,6 +58,7 @@ class Rx:
     event_ns: int = 0
     end_at: float | None = None  # monotonic time the last END was read (None: no pass)
     end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
+    ends: int = 0  # END frames of the current pass read so far (a tagged pass sends several)
     begun_ns: int = field(default_factory=time.monotonic_ns)
     # A CadentFlow-tagged message: its cuts' wire layout (``total`` is then the wire
     # length, padding included, and ``elements`` the message's), the slots each cut
@@ -141,10 +143,16 @@ class Receiver:
         self.check(rx, done)
         return done
 
-    def end(self, conn: Peer, message: int) -> None:
-        """An END: the sender finished a pass over ``message``."""
+    def end(self, conn: Peer, message: int, of: int = 1) -> None:
+        """One of the ``of`` END frames of a pass over ``message`` (one per priority
+        class the pass used, each behind its class's packets): the pass is over once
+        all are in."""
         rx = self.rx.get(message)
         if rx is not None and rx.conn is conn:
+            rx.ends += 1
+            if rx.ends < min(max(of, 1), MAX_ENDS):
+                return
+            rx.ends = 0
             rx.end_at = time.monotonic()
             rx.end_ns = time.time_ns()
 
