@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -85,8 +86,8 @@ def _endpoints(link: udp_link.Link, port: int, p: float) -> Iterator[tuple[Any, 
 
 
 def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int,
-              layers: list[Any], levels: dict[str, int],
-              control_untagged: bool) -> list[dict[str, Any]]:
+              layers: list[Any], levels: dict[str, int], control_untagged: bool,
+              stagger_s: float) -> list[dict[str, Any]]:
     """Per message received: fc1.weight's and the message's completion, and the
     delivered fraction of each tensor."""
     size = sum(layer.size for layer in layers)
@@ -103,9 +104,11 @@ def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int
                     conn.control_tos = 0  # BEGIN/END in the default class, behind the data
         for i in range(messages):
             vectors = [rng.standard_normal(size).astype(np.float32) for _ in outbound]
-            threads = [threading.Thread(target=conn.send,
-                                        args=(Message(Kind.PUSH, i, w, vectors[w]), 30))
-                       for w, conn in enumerate(outbound)]
+            def push(w: int) -> None:
+                time.sleep(w * stagger_s)  # the later sender joins mid-message
+                outbound[w].send(Message(Kind.PUSH, i, w, vectors[w]), 30)
+
+            threads = [threading.Thread(target=push, args=(w,)) for w in range(len(outbound))]
             for t in threads:
                 t.start()
             got = [conn.recv(30) for conn in inbound]
@@ -114,7 +117,7 @@ def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int
             for msg in got:
                 ok = np.ones(size, bool) if msg.mask is None else msg.mask
                 parts = {part.offset: part for part in msg.parts or []}
-                row = {"message_ms": msg.completion_s * 1e3}
+                row = {"message_ms": msg.completion_s * 1e3, "sender": msg.sender}
                 for layer in layers:
                     part = parts.get(layer.offset)
                     row[f"{layer.name} ms"] = (part.completion_s if part else
@@ -130,6 +133,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("--rate", default="100Mbit")
     parser.add_argument("--p", type=float, default=0.9)
+    parser.add_argument("--stagger-ms", type=float, default=0.0,
+                        help="start the second sender this much after the first")
     parser.add_argument("--control-untagged", action="store_true",
                         help="leave the control channel in the default class (the "
                              "lowest): shows why a run tags it at level 0")
@@ -150,8 +155,11 @@ def main() -> int:
         for r in range(args.rounds):
             for k, mode in enumerate(MODES):
                 rows = _one_mode(link, mode, 47600 + 10 * r + k, args.p, args.messages,
-                                 layers, levels, args.control_untagged)
+                                 layers, levels, args.control_untagged,
+                                 args.stagger_ms / 1e3)
                 med = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+                med["late fc1 ms"] = statistics.median(
+                    row["fc1.weight ms"] for row in rows if row["sender"] == SENDERS - 1)
                 rounds[mode].append(med)
                 print(f"round {r} {mode:>10}: fc1.weight {med['fc1.weight ms']:.1f} ms, "
                       f"message {med['message_ms']:.1f} ms", flush=True)
@@ -164,12 +172,16 @@ def main() -> int:
     print(f"\nbounded-loss p={args.p}, {SENDERS} senders at once on one {args.rate} HTB egress, "
           f"deep-mlp gradients ({sum(layer.size for layer in layers)} floats); medians of "
           f"{args.messages} messages x {SENDERS} senders, then of {args.rounds} rounds"
-          + ("; control channel untagged" if args.control_untagged else ""))
-    print(f"{'':>12} {'fc1.weight ms':>14} {'message ms':>11} {'fc1 / fair':>11}")
+          + ("; control channel untagged" if args.control_untagged else "")
+          + (f"; the second sender starts {args.stagger_ms:g} ms after the first"
+             if args.stagger_ms else ""))
+    print(f"{'':>12} {'fc1.weight ms':>14} {'fc1 / fair':>11} {'2nd sender fc1':>15} "
+          f"{'/ fair':>7} {'message ms':>11}")
     for mode in MODES:
-        fc1 = median(mode, "fc1.weight ms")
-        print(f"{mode:>12} {fc1:>14.1f} {median(mode, 'message_ms'):>11.1f} "
-              f"{fc1 / median('fair', 'fc1.weight ms'):>11.3f}")
+        fc1, late = median(mode, "fc1.weight ms"), median(mode, "late fc1 ms")
+        print(f"{mode:>12} {fc1:>14.1f} {fc1 / median('fair', 'fc1.weight ms'):>11.3f} "
+              f"{late:>15.1f} {late / median('fair', 'late fc1 ms'):>7.3f} "
+              f"{median(mode, 'message_ms'):>11.1f}")
     print("\ncompletion ms per tensor (level):")
     print(f"{'tensor':>12} {'level':>5} " + " ".join(f"{m:>11}" for m in MODES))
     for layer in layers:

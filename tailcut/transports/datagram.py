@@ -23,6 +23,15 @@ arrived. The receiver hands the application the vector and a mask of what arrive
 (None if everything did); the PS averages each coordinate over the workers that
 delivered it.
 
+CadentFlow (``DatagramConnection.cuts``, set by tailcut.training.flows.tag): a tagged
+message is laid out cut by cut on slot boundaries (cutlayout.py; the BEGIN frame
+carries the cut table) and sent most urgent cut first, random slot order within a
+cut, every datagram with its cut's IP_TOS (a cmsg per datagram of the sendmmsg
+batch); a pass ends with one END per class it used. The receiver delivers the
+message with one ``base.Part`` per cut, timed when the cut's last slot arrived.
+Bounded-loss still stops at p of the *whole* message, so what is left out falls on
+the least urgent cuts (docs/bounded-loss.md, "Under CadentFlow").
+
 This module does the I/O and the threads: packets are built and paced by sender.py,
 read by one thread a batch at a time (``recvmmsg``, batch.py) and checked and put in
 place by receiver.py, which also tells this module what to deliver, DONE or NACK.
