@@ -15,9 +15,15 @@ receiver (the "PS") at the same moment, --messages times per mode and round:
   cadentflow  the same, with the DSCP classifier: each level in its HTB class
 
 Each sender paces at the link's rate (the transport's default), so the two together
-offer twice what the link carries: the HTB queue drops, and bounded-loss stops at p
-of each message. Prints, medians over all messages then over rounds: fc1.weight's
-completion (level 0), the message's, and the fraction of each tensor delivered.
+offer twice what the link carries, and bounded-loss stops at p of each message.
+Prints, medians over all messages then over rounds: fc1.weight's completion (level
+0), the message's, and the fraction of each tensor delivered.
+
+    sudo .venv/bin/python bench/cadentflow_datagram.py --training-rounds 3 [--iterations 70]
+
+runs examples/cadentflow-bounded-loss.yaml (capped at --iterations) with policy fair
+and cadentflow, alternating, and prints iteration time, final test accuracy and loss,
+and the per-tensor pull completion times of each (medians of the rounds).
 """
 
 from __future__ import annotations
@@ -127,6 +133,54 @@ def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int
     return out
 
 
+def training_rounds(rounds: int, iterations: int) -> None:
+    """Real `tailcut run` jobs over bounded-loss, fair vs cadentflow, side by side."""
+    import json
+    import tempfile
+
+    import yaml
+
+    from tailcut import spec
+    from tailcut.runtime import local
+
+    base = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" /
+                           "cadentflow-bounded-loss.yaml").read_text())
+    policies = ("fair", "cadentflow")
+    got: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    with tempfile.TemporaryDirectory(prefix="dg-bench-") as tmp:
+        for r in range(rounds):
+            for policy in policies if r % 2 == 0 else policies[::-1]:
+                raw = json.loads(json.dumps(base))
+                raw["metadata"]["name"] = f"dg-bench-{policy[:4]}"
+                raw["spec"]["training"].update(iterations=iterations, targetAccuracy=None,
+                                               epochs=1000)
+                raw["spec"]["scheduling"]["policy"] = policy
+                out = Path(tmp) / f"{policy}-{r}"
+                result = local.run(spec.from_dict(raw), out, progress=lambda _: None)
+                flows_json = json.loads((out / "flows.json").read_text())
+                got[policy].append({"iteration_ms": flows_json["iteration_s"] * 1e3,
+                                    "accuracy": result.final_accuracy,
+                                    "loss": result.final_loss,
+                                    "pull": {k: v["median"] * 1e3 for k, v in
+                                             flows_json["fct_s"]["pull"].items()}})
+                print(f"round {r} {policy:>10}: iteration {got[policy][-1]['iteration_ms']:.1f}"
+                      f" ms, accuracy {result.final_accuracy:.3f}, loss "
+                      f"{result.final_loss:.4f}", flush=True)
+    print(f"\nexamples/cadentflow-bounded-loss.yaml, {iterations} iterations; medians of "
+          f"{rounds} rounds")
+    print(f"{'':>10} {'iteration ms':>13} {'accuracy':>9} {'loss':>8}")
+    for policy in policies:
+        rows = got[policy]
+        print(f"{policy:>10} {statistics.median(r['iteration_ms'] for r in rows):>13.1f} "
+              f"{statistics.median(r['accuracy'] for r in rows):>9.3f} "
+              f"{statistics.median(r['loss'] for r in rows):>8.4f}")
+    print("\npull FCT ms per tensor:")
+    for name in got["fair"][0]["pull"]:
+        f = statistics.median(r["pull"][name] for r in got["fair"])
+        c = statistics.median(r["pull"][name] for r in got["cadentflow"])
+        print(f"{name:>12} fair {f:8.1f}  cadentflow {c:8.1f}  ratio {c / f:.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
@@ -135,6 +189,9 @@ def main() -> int:
     parser.add_argument("--p", type=float, default=0.9)
     parser.add_argument("--stagger-ms", type=float, default=0.0,
                         help="start the second sender this much after the first")
+    parser.add_argument("--training-rounds", type=int, default=0,
+                        help="run real jobs instead (examples/cadentflow-bounded-loss.yaml)")
+    parser.add_argument("--iterations", type=int, default=70)
     parser.add_argument("--control-untagged", action="store_true",
                         help="leave the control channel in the default class (the "
                              "lowest): shows why a run tags it at level 0")
@@ -142,6 +199,9 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (it builds network namespaces)", file=sys.stderr)
         return 2
+    if args.training_rounds:
+        training_rounds(args.training_rounds, args.iterations)
+        return 0
     layers = _layers()
     levels = {layer.name: min(i // 2, 3) for i, layer in enumerate(layers)}
     rate = units.parse_bandwidth(args.rate)
