@@ -444,7 +444,9 @@ class DatagramTransport(base.Transport):
         busy, borrowing ones), so a tagged pass sends one END per class it used, each
         behind that class's packets, and the receiver waits for all of them."""
         if tos is None or not len(order):
-            conn.channel.send(Frame(FrameType.END, message=mid, count=len(order)))
+            # Untagged data is in the default class: so is its END, even on a
+            # connection whose control frames are tagged.
+            conn.channel.send(Frame(FrameType.END, message=mid, count=len(order)), 0)
             return
         used = _in_order(tos[order])
         for t in used:
