@@ -102,7 +102,7 @@ def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int
     out = []
     attached = classifier.attach(link.sender, udp_link.IFNAME) if mode == "cadentflow" \
         else nullcontext()
-    with attached, _endpoints(link, port, p) as (_server, inbound, outbound):
+    with attached, _endpoints(link, port, p) as (server, inbound, outbound):
         if mode != "fair":
             for conn in outbound:
                 flows.tag(conn, Kind.PUSH, cuts)  # control frames at level 0, as in a run
@@ -130,6 +130,11 @@ def _one_mode(link: udp_link.Link, mode: str, port: int, p: float, messages: int
                                                msg.completion_s) * 1e3
                     row[layer.name] = float(ok[layer.offset:layer.offset + layer.size].mean())
                 out.append(row)
+        # Per message: NACKs the receiver sent and packets the senders retransmitted.
+        nacks = server.stats["nacks"] / len(out)
+        retx = sum(conn.transport.stats["retransmitted"] for conn in outbound) / len(out)
+    for row in out:
+        row["nacks"], row["retransmitted"] = nacks, retx
     return out
 
 
@@ -242,6 +247,9 @@ def main() -> int:
         print(f"{mode:>12} {fc1:>14.1f} {fc1 / median('fair', 'fc1.weight ms'):>11.3f} "
               f"{late:>15.1f} {late / median('fair', 'late fc1 ms'):>7.3f} "
               f"{median(mode, 'message_ms'):>11.1f}")
+    print(f"\n{'':>12} {'NACKs':>7} {'retransmitted packets':>22}   (per message)")
+    for mode in MODES:
+        print(f"{mode:>12} {median(mode, 'nacks'):>7.2f} {median(mode, 'retransmitted'):>22.1f}")
     print("\ncompletion ms per tensor (level):")
     print(f"{'tensor':>12} {'level':>5} " + " ".join(f"{m:>11}" for m in MODES))
     for layer in layers:
