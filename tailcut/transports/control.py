@@ -7,7 +7,8 @@ not its values goes over one TCP connection per peer, so it is never lost:
            listener gives it (message)
     MSG    a whole message that carries no vector (HELLO, STOP): kind, iteration, sender
     BEGIN  sender -> receiver before the packets: message id, kind, iteration, sender,
-           total elements (count), sent_at_ns
+           total elements (count), sent_at_ns; for a CadentFlow-tagged message the
+           extra bytes are its cut table (cutlayout.py)
     END    sender -> receiver after a pass over the message: packets in the pass (count).
            A CadentFlow-tagged pass sends one END per priority class it used, each in
            that class, behind that class's packets; ``iteration`` then says how many
