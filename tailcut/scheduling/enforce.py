@@ -64,9 +64,9 @@ def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
 
 def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) -> None:
     """Refuse, before anything is built, what `tailcut run` cannot honour: `coflow`
-    (needs a rate controller per flow), and `cadentflow` on anything but the TCP
-    transport without aggregators or a PS replica (only the TCP transport sends a
-    message as tagged per-tensor parts; aggregators and the replica forward whole
+    (needs a rate controller per flow), and `cadentflow` over app-drop or with
+    aggregators or a PS replica (tcp, udp and bounded-loss send a message as tagged
+    per-tensor parts, app-drop does not; aggregators and the replica forward whole
     vectors)."""
     if scheduling.policy == "coflow":
         raise SpecError(
@@ -75,11 +75,11 @@ def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) 
             "`tailcut simulate` (docs/cadentflow.md)")
     if scheduling.policy != "cadentflow" or job is None:
         return
-    if job.spec.transport.type != "tcp":
+    if job.spec.transport.type not in ("tcp", "udp", "bounded-loss"):
         raise SpecError(
             f"spec.scheduling.policy='cadentflow' with spec.transport.type="
-            f"{job.spec.transport.type!r}: only the tcp transport tags its messages per "
-            "tensor so far; use transport tcp or policy fair")
+            f"{job.spec.transport.type!r}: only the tcp, udp and bounded-loss transports "
+            "tag their messages per tensor so far; use one of them or policy fair")
     if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
         raise SpecError(
             "spec.scheduling.policy='cadentflow' with spec.replicas.aggregators or "

@@ -42,6 +42,7 @@ from tailcut.training import models
 ROLES = ("ps", "worker", "aggregator", "replica")
 SYNC_MODES = ("bsp", "async", "ssp")
 ORDERINGS = ("fifo", "stf")
+TAGGING = ("tcp", "udp", "bounded-loss")  # transports that send CadentFlow-tagged parts
 
 
 class ConfigError(errors.TailcutError):
@@ -222,10 +223,10 @@ def _check_roles(c: RoleConfig) -> None:
             flows.check(c.flows)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        if c.flows["policy"] == "cadentflow" and (c.transport.get("type") != "tcp"
+        if c.flows["policy"] == "cadentflow" and (c.transport.get("type") not in TAGGING
                                                   or c.aggregators or c.replica_endpoint):
-            raise ConfigError("flows.policy='cadentflow': needs transport tcp, no "
-                              "aggregators and no replica_endpoint")
+            raise ConfigError("flows.policy='cadentflow': needs transport tcp, udp or "
+                              "bounded-loss, no aggregators and no replica_endpoint")
 
 
 def _check(c: RoleConfig) -> None:

@@ -33,6 +33,10 @@ class AppDropConnection(tcp.TcpConnection):
         assert sock is not None
         super().__init__(sock, inner.peer, inner.max_elements)
         inner._sock = None  # this object owns the socket now
+        # app-drop sends each vector as one frame of its kept coordinates: it cannot cut
+        # it per tensor (CadentFlow), and a tagged TcpConnection would also write from a
+        # sender thread beside this class's own writes. Refuse tagging by name.
+        self.cuts = _Untagged(self.peer)
         self.p = p
         self._rng = rng
 
@@ -86,6 +90,19 @@ class AppDropConnection(tcp.TcpConnection):
         msg.mask = None if mask.all() else mask
         msg.wire_bytes += TOTAL.size + len(packed)
         return msg
+
+
+class _Untagged(dict):  # type: ignore[type-arg]
+    """An always-empty ``cuts``: tagging an app-drop connection raises TransportError."""
+
+    def __init__(self, peer: str) -> None:
+        super().__init__()
+        self.peer = peer
+
+    def __setitem__(self, key: object, value: object) -> None:
+        raise base.TransportError(f"the app-drop connection to {self.peer} cannot send "
+                                  "tagged per-tensor messages (CadentFlow); use transport "
+                                  "tcp, udp or bounded-loss")
 
 
 class AppDropTransport(tcp.TcpTransport):

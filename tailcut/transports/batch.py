@@ -61,9 +61,18 @@ class _CmsgTimespec(ctypes.Structure):
                 ("tv_nsec", ctypes.c_int64)]
 
 
+class _CmsgInt(ctypes.Structure):
+    """One control message holding an int (IP_TOS on send: this datagram's TOS)."""
+
+    _fields_ = [("cmsg_len", ctypes.c_size_t), ("cmsg_level", ctypes.c_int),
+                ("cmsg_type", ctypes.c_int), ("value", ctypes.c_int), ("_pad", ctypes.c_int)]
+
+
 # The kernel puts the data of a control message at CMSG_DATA, which ctypes must agree with.
 assert _CmsgTimespec.tv_sec.offset == socket.CMSG_LEN(0)
 assert ctypes.sizeof(_CmsgTimespec) == socket.CMSG_SPACE(16)
+assert _CmsgInt.value.offset == socket.CMSG_LEN(0)
+assert ctypes.sizeof(_CmsgInt) == socket.CMSG_SPACE(4)
 
 _sendmmsg = getattr(_libc, "sendmmsg", None)
 if _sendmmsg is not None:
@@ -105,10 +114,12 @@ class Piece:
 
 class Batch:
     """Datagrams to ``addr``; datagram ``i`` is the concatenation of every piece's
-    ``i``-th range, in the order given."""
+    ``i``-th range, in the order given. With ``tos``, datagram ``i`` carries IP_TOS
+    ``tos[i]`` as ancillary data: the kernel stamps it on that datagram alone, whatever
+    the socket's own IP_TOS and whoever else sends on the socket meanwhile."""
 
     def __init__(self, sock: socket.socket, pieces: Sequence[Piece],
-                 addr: tuple[str, int]) -> None:
+                 addr: tuple[str, int], tos: np.ndarray | None = None) -> None:
         n = len(pieces[0].offsets)
         k = len(pieces)
         self._sock = sock
@@ -128,6 +139,15 @@ class Batch:
         hdr["msg_iov"] = (self._iov.ctypes.data
                           + np.arange(n, dtype=np.int64) * k * iov_dtype.itemsize)
         hdr["msg_iovlen"] = k
+        if tos is not None:
+            self._ctrl = np.zeros(n, np.dtype(_CmsgInt))
+            self._ctrl["cmsg_len"] = socket.CMSG_LEN(4)
+            self._ctrl["cmsg_level"] = socket.IPPROTO_IP
+            self._ctrl["cmsg_type"] = socket.IP_TOS
+            self._ctrl["value"] = tos
+            hdr["msg_control"] = (self._ctrl.ctypes.data
+                                  + np.arange(n, dtype=np.int64) * self._ctrl.itemsize)
+            hdr["msg_controllen"] = self._ctrl.itemsize
         self._base = self._msgs.ctypes.data
         self._size = msg_dtype.itemsize
 

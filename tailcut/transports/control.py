@@ -7,8 +7,12 @@ not its values goes over one TCP connection per peer, so it is never lost:
            listener gives it (message)
     MSG    a whole message that carries no vector (HELLO, STOP): kind, iteration, sender
     BEGIN  sender -> receiver before the packets: message id, kind, iteration, sender,
-           total elements (count), sent_at_ns
-    END    sender -> receiver after a pass over the message: packets in the pass (count)
+           total elements (count), sent_at_ns; for a CadentFlow-tagged message the
+           extra bytes are its cut table (cutlayout.py)
+    END    sender -> receiver after a pass over the message: packets in the pass (count).
+           A CadentFlow-tagged pass sends one END per priority class it used, each in
+           that class, behind that class's packets; ``iteration`` then says how many
+           (0 or 1: one), and the pass is over when all of them are in
     NACK   receiver -> sender: below p after a pass; the missing slots follow as u32s
     DONE   receiver -> sender: p reached (or everything arrived); stop sending
 
@@ -30,9 +34,11 @@ A frame is the 36-byte header below (big-endian) and ``extra`` bytes::
 from __future__ import annotations
 
 import enum
+import fcntl
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass
 
 from tailcut.transports import base
@@ -48,6 +54,8 @@ MAX_EXTRA = 1 << 16
 # 5 ms floor (the kernel rounds it up to whole jiffies).
 TCP_RTO_MIN_US = 45
 CONTROL_RTO_MIN_US = 5000
+SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in the send queue not yet sent as segments
+RETAG_WAIT_S = 0.05  # longest a frame waits for the previous ones to leave before re-tagging
 
 
 class FrameType(enum.IntEnum):
@@ -83,6 +91,10 @@ class Channel:
     def __init__(self, sock: socket.socket, peer: str) -> None:
         self.sock = sock
         self.peer = peer
+        # CadentFlow: the IP_TOS of frames sent without one of their own, and the one
+        # the socket has now.
+        self.default_tos = 0
+        self._tos = 0
         self._send_lock = threading.Lock()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
@@ -91,13 +103,30 @@ class Channel:
         except OSError:  # an older kernel: lost control frames cost up to 200 ms
             self.rto_min_us = None
 
-    def send(self, frame: Frame) -> None:
+    def send(self, frame: Frame, tos: int | None = None) -> None:
+        """Send ``frame`` with IP_TOS ``tos`` (None: ``default_tos``)."""
         data = frame.encode()
         with self._send_lock:
             try:
+                want = self.default_tos if tos is None else tos
+                if want != self._tos:
+                    self._retag(want)
                 self.sock.sendall(data)
             except OSError as err:
                 raise base.PeerClosed(f"{self.peer}: control channel closed: {err}") from err
+
+    def _retag(self, tos: int) -> None:
+        """Set IP_TOS once the frames written so far have left as segments: the kernel
+        stamps a segment with the socket's TOS when it builds it (see tcp._set_tos).
+        Frames are small and TCP_NODELAY, so this normally returns at once."""
+        deadline = time.monotonic() + RETAG_WAIT_S
+        while time.monotonic() < deadline:
+            raw = fcntl.ioctl(self.sock.fileno(), SIOCOUTQNSD, b"\0\0\0\0")
+            if struct.unpack("i", raw)[0] == 0:
+                break
+            time.sleep(0.0002)
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        self._tos = tos
 
     def read(self) -> Frame:
         """The next frame; PeerClosed at a clean end, ProtocolError on bad bytes."""

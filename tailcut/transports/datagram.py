@@ -23,6 +23,15 @@ arrived. The receiver hands the application the vector and a mask of what arrive
 (None if everything did); the PS averages each coordinate over the workers that
 delivered it.
 
+CadentFlow (``DatagramConnection.cuts``, set by tailcut.training.flows.tag): a tagged
+message is laid out cut by cut on slot boundaries (cutlayout.py; the BEGIN frame
+carries the cut table) and sent most urgent cut first, random slot order within a
+cut, every datagram with its cut's IP_TOS (a cmsg per datagram of the sendmmsg
+batch); a pass ends with one END per class it used. The receiver delivers the
+message with one ``base.Part`` per cut, timed when the cut's last slot arrived.
+Bounded-loss still stops at p of the *whole* message, so what is left out falls on
+the least urgent cuts (docs/bounded-loss.md, "Under CadentFlow").
+
 This module does the I/O and the threads: packets are built and paced by sender.py,
 read by one thread a batch at a time (``recvmmsg``, batch.py) and checked and put in
 place by receiver.py, which also tells this module what to deliver, DONE or NACK.
@@ -45,13 +54,13 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tailcut.transports import base, batch, control, receiver, sender, wire
+from tailcut.transports import base, batch, control, cutlayout, receiver, sender, wire
 from tailcut.transports.base import Kind, Message
 from tailcut.transports.control import Frame, FrameType
 
@@ -84,7 +93,13 @@ class _Tx:
 
 
 class DatagramConnection(base.Connection):
-    """One peer: a control channel plus the peer's UDP address."""
+    """One peer: a control channel plus the peer's UDP address.
+
+    CadentFlow (as ``tcp.TcpConnection``): a message of a kind in ``cuts`` whose size
+    matches goes out cut by cut in the cuts' order (random slot order within a cut),
+    each datagram with IP_TOS ``tos_of(cut.level)``; the receiver gets a Message whose
+    ``parts`` time each cut. Control frames carry ``control_tos``. Left empty, nothing
+    is tagged."""
 
     def __init__(self, transport: DatagramTransport, channel: control.Channel, peer_id: int,
                  udp_addr: tuple[str, int]) -> None:
@@ -96,11 +111,32 @@ class DatagramConnection(base.Connection):
         self.inbox: queue.Queue[tuple[Message, dict[str, Any] | None] | BaseException] = \
             queue.Queue()
         self.tx: dict[int, _Tx] = {}
+        self.cuts: dict[Kind, tuple[base.Cut, ...]] = {}
+        self.tos_of: Callable[[int], int] | None = None
+        self._control_tos = 0
         self._counter = 0
         self._closed = False
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                         name=f"ctrl-{peer_id}")
         self._reader.start()
+
+    @property
+    def control_tos(self) -> int:
+        return self._control_tos
+
+    @control_tos.setter
+    def control_tos(self, tos: int) -> None:
+        """Tag the control channel (BEGIN, HELLO, PULL, ...; DONE and NACK from this
+        side). END frames of a tagged message go in its data's class instead."""
+        self.channel.default_tos = tos
+        self._control_tos = tos
+
+    def layout_for(self, msg: Message, stride: int) -> cutlayout.Layout | None:
+        """The wire layout to send ``msg`` in, or None to send it whole and untagged."""
+        cuts = self.cuts.get(msg.kind)
+        if not cuts or msg.mask is not None or msg.values.size != sum(c.size for c in cuts):
+            return None
+        return cutlayout.plan(cuts, msg.values.size, stride)
 
     def _next_id(self) -> int:
         self._counter = (self._counter + 1) & 0xFFFF
@@ -337,6 +373,9 @@ class DatagramTransport(base.Transport):
     def _send_data(self, conn: DatagramConnection, msg: Message, sent_at: int,
                    deadline: float | None) -> None:
         values = np.ascontiguousarray(msg.values, dtype=wire.VALUE_DTYPE).reshape(-1)
+        layout = conn.layout_for(msg, self.stride)
+        if layout is not None:
+            values = layout.to_wire(values)
         total = values.size
         n_slots = wire.slots(total, self.stride)
         if total > self.max_elements or n_slots > MAX_SLOTS:
@@ -347,14 +386,26 @@ class DatagramTransport(base.Transport):
         tx = conn.tx[mid] = _Tx()
         try:
             conn.channel.send(Frame(FrameType.BEGIN, int(msg.kind), mid, msg.iteration,
-                                    msg.sender, total, sent_at))
+                                    msg.sender, total, sent_at,
+                                    layout.encode() if layout is not None else b""))
             packets = sender.Packets(values, self.job_id, mid, int(msg.kind), self.stride)
-            order = self._rng.permutation(n_slots)
-            self._pace(conn, packets, order, 0, 0, tx, deadline)
+            tos = None
+            if layout is None:
+                order = self._rng.permutation(n_slots)
+            else:
+                # Cut after cut, in send order; random within a cut, so that what is
+                # lost or left out at p is spread over each tensor.
+                order = np.concatenate([lo + self._rng.permutation(hi - lo) for lo, hi in
+                                        zip(layout.first_slot[:-1], layout.first_slot[1:])])
+                tos_of = conn.tos_of or (lambda level: 0)
+                cut_tos = np.array([0 if c.level is None else tos_of(c.level)
+                                    for c in layout.cuts], np.int64)
+                tos = cut_tos[layout.slot_cut]
+            self._pace(conn, packets, order, 0, 0, tx, deadline, tos)
             seq = len(order)
             if tx.done.is_set():
                 return
-            conn.channel.send(Frame(FrameType.END, message=mid, count=len(order)))
+            self._end(conn, mid, order, tos)
             if not self.bounded:
                 return
             while True:
@@ -371,18 +422,42 @@ class DatagramTransport(base.Transport):
                 missing = np.unique(np.frombuffer(frame.extra, dtype=">u4").astype(np.int64))
                 missing = missing[missing < n_slots]
                 self._rng.shuffle(missing)
+                if layout is not None:  # still the most urgent cut first
+                    missing = missing[np.argsort(layout.slot_cut[missing], kind="stable")]
                 self.stats["retransmitted"] += len(missing)
-                self._pace(conn, packets, missing, seq, wire.F_RETX, tx, deadline)
+                self._pace(conn, packets, missing, seq, wire.F_RETX, tx, deadline, tos)
                 seq += len(missing)
                 if tx.done.is_set():
                     return
-                conn.channel.send(Frame(FrameType.END, message=mid, count=len(missing)))
+                self._end(conn, mid, missing, tos)
         finally:
             del conn.tx[mid]
 
+    @staticmethod
+    def _end(conn: DatagramConnection, mid: int, order: np.ndarray,
+             tos: np.ndarray | None) -> None:
+        """END the pass over slots ``order``. The receiver takes a pass as drained once
+        it has read the socket up to END's arrival, which assumes END travelled behind
+        the pass's packets. Under priority classes one control-class END overtakes the
+        queued less urgent data (measured: 10x the NACKs and retransmissions), and no
+        single class is safe either (HTB serves a class under its own rate before the
+        busy, borrowing ones), so a tagged pass sends one END per class it used, each
+        behind that class's packets, and the receiver waits for all of them."""
+        if tos is None or not len(order):
+            # Untagged data is in the default class: so is its END, even on a
+            # connection whose control frames are tagged.
+            conn.channel.send(Frame(FrameType.END, message=mid, count=len(order)), 0)
+            return
+        used = _in_order(tos[order])
+        for t in used:
+            conn.channel.send(Frame(FrameType.END, message=mid, iteration=len(used),
+                                    count=len(order)), int(t))
+
     def _pace(self, conn: DatagramConnection, packets: sender.Packets, order: np.ndarray,
-              seq: int, flags: int, tx: _Tx, deadline: float | None) -> None:
-        """Number slots ``order`` from ``seq`` and send them paced; stop early at DONE."""
+              seq: int, flags: int, tx: _Tx, deadline: float | None,
+              tos: np.ndarray | None = None) -> None:
+        """Number slots ``order`` from ``seq`` and send them paced (``tos``: per slot);
+        stop early at DONE."""
         udp = self._udp
         assert udp is not None
         packets.number(order, seq, flags)
@@ -390,7 +465,7 @@ class DatagramTransport(base.Transport):
         # datagrams) or a libc without it takes the per-datagram path.
         direct = batch.available() and isinstance(udp, socket.socket)
         sent = sender.pace(udp, conn.udp_addr, packets, order, self._pace_bit, tx.done,
-                           deadline, conn.peer, None if direct else udp.sendto)
+                           deadline, conn.peer, None if direct else udp.sendto, tos)
         self.stats["packets_sent"] += sent
 
     # ---- receiving ------------------------------------------------------------------
@@ -408,7 +483,7 @@ class DatagramTransport(base.Transport):
             self._begin(conn, frame)
         elif frame.type == FrameType.END:
             with self._lock:
-                self._recv.end(conn, frame.message)
+                self._recv.end(conn, frame.message, frame.iteration)
         elif frame.type in (FrameType.DONE, FrameType.NACK):
             tx = conn.tx.get(frame.message)
             if tx is not None:
@@ -427,11 +502,18 @@ class DatagramTransport(base.Transport):
         if f.message >> 16 != conn.peer_id:
             raise base.ProtocolError(f"{conn.peer}: message id {f.message:#x} is not of peer "
                                      f"{conn.peer_id}")
+        layout = None
+        if f.extra:
+            try:
+                layout = cutlayout.decode(f.extra, f.count, self.stride)
+            except ValueError as err:
+                raise base.ProtocolError(f"{conn.peer}: BEGIN of message {f.message:#x}: "
+                                         f"{err}") from None
         with self._lock:
             if f.message in self._recv.rx:
                 raise base.ProtocolError(f"{conn.peer}: BEGIN of message {f.message:#x} twice")
             done = self._recv.begin(conn, batch.ipv4(conn.udp_addr[0]), f.message, f.kind,
-                                    f.iteration, f.sender, f.count, f.sent_at_ns)
+                                    f.iteration, f.sender, f.count, f.sent_at_ns, layout)
         self._finish(done)
 
     def _udp_loop(self) -> None:
@@ -502,14 +584,24 @@ class DatagramTransport(base.Transport):
                 pass  # the peer is gone; its reader thread reports it to recv()
             if self.counter is not None:
                 self.counter.forget(rx.message, self.job_id)
-            full = rx.count == rx.total
-            record = {"message": rx.message, "reason": reason, "total": rx.total,
+            full = rx.count == rx.elements
+            record = {"message": rx.message, "reason": reason, "total": rx.elements,
                       "delivered": rx.count, "event_ns": rx.event_ns,
                       "done_ns": time.monotonic_ns(), "begun_ns": rx.begun_ns}
             self.completions.append(record)
-            msg = Message(Kind(rx.kind), rx.iteration, rx.sender, rx.values,
-                          None if full else rx.mask, rx.sent_at_ns, time.time_ns(),
-                          rx.wire_bytes)
+            now = time.time_ns()
+            values, mask, parts = rx.values, rx.mask, None
+            if rx.layout is not None:
+                assert rx.cut_done_ns is not None
+                values, mask = rx.layout.from_wire(rx.values, rx.mask)
+                # A cut cut short (p reached, or udp's pass ended) is done when the
+                # message is: that is when the application gets what it has of it.
+                parts = [base.Part(c.offset, c.size, c.level, rx.sent_at_ns, int(t) or now)
+                         for c, t in zip(rx.layout.cuts, rx.cut_done_ns.tolist())]
+                record["cuts"] = [(c.offset, c.size, c.level, int(np.count_nonzero(
+                    mask[c.offset:c.offset + c.size]))) for c in rx.layout.cuts]
+            msg = Message(Kind(rx.kind), rx.iteration, rx.sender, values,
+                          None if full else mask, rx.sent_at_ns, now, rx.wire_bytes, parts)
             rx.conn.inbox.put((msg, record))
 
 
@@ -559,6 +651,12 @@ class UdpTransport(DatagramTransport):
 
 
 # ---- helpers --------------------------------------------------------------------------
+
+
+def _in_order(values: np.ndarray) -> list[int]:
+    """The distinct ``values`` in order of first appearance."""
+    _, first = np.unique(values, return_index=True)
+    return [int(values[i]) for i in sorted(first.tolist())]
 
 
 def _connect_tcp(host: str, port: int, deadline: float | None, timeout_s: float) -> socket.socket:

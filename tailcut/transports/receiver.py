@@ -18,12 +18,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tailcut.transports import wire
+from tailcut.transports import cutlayout, wire
 
 # Packets kept for messages whose BEGIN has not been read yet (the control channel can
 # lag the data); beyond this they are dropped and recovered as losses.
 STASH_PACKETS = 16384
 FINISHED_REMEMBERED = 4096
+MAX_ENDS = 256  # END frames a pass may announce (one per TOS it used)
 
 
 class Peer(Protocol):
@@ -57,7 +58,21 @@ class Rx:
     event_ns: int = 0
     end_at: float | None = None  # monotonic time the last END was read (None: no pass)
     end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
+    ends: int = 0  # END frames of the current pass read so far (a tagged pass sends several)
     begun_ns: int = field(default_factory=time.monotonic_ns)
+    # A CadentFlow-tagged message: its cuts' wire layout (``total`` is then the wire
+    # length, padding included, and ``elements`` the message's), the slots each cut
+    # still lacks, and when its last one arrived (time.time_ns(), 0: not yet).
+    layout: cutlayout.Layout | None = None
+    elements: int = 0
+    cut_missing: np.ndarray | None = None
+    cut_done_ns: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.elements = self.total if self.layout is None else self.layout.elements
+        if self.layout is not None:
+            self.cut_missing = self.layout.slots_per_cut.copy()
+            self.cut_done_ns = np.zeros(len(self.layout.cuts), np.int64)
 
 
 @dataclass(frozen=True)
@@ -98,13 +113,17 @@ class Receiver:
         self.finished: collections.OrderedDict[int, None] = collections.OrderedDict()
 
     def begin(self, conn: Peer, source: int, message: int, kind: int, iteration: int,
-              sender: int, total: int, sent_at_ns: int) -> list[Done]:
-        """A BEGIN (checked by the caller): allocate the message, replay its stash."""
+              sender: int, total: int, sent_at_ns: int,
+              layout: cutlayout.Layout | None = None) -> list[Done]:
+        """A BEGIN (checked by the caller, ``layout`` decoded from its cut table):
+        allocate the message, replay its stash. p applies to the message's elements,
+        not to the padding of a layout."""
         n_slots = wire.slots(total, self.stride)
+        elements = total if layout is None else layout.elements
         rx = Rx(conn, source, message, kind, iteration, sender, total, sent_at_ns,
-                threshold_elements(self.p, total), np.zeros(total, wire.VALUE_DTYPE),
+                threshold_elements(self.p, elements), np.zeros(total, wire.VALUE_DTYPE),
                 np.zeros(total, bool), np.zeros(n_slots, bool), np.zeros(n_slots, np.int64),
-                wire.template(self.job_id, message, kind, total))
+                wire.template(self.job_id, message, kind, total), layout=layout)
         done: list[Done] = []
         self.finished.pop(message, None)
         self.rx[message] = rx
@@ -124,10 +143,16 @@ class Receiver:
         self.check(rx, done)
         return done
 
-    def end(self, conn: Peer, message: int) -> None:
-        """An END: the sender finished a pass over ``message``."""
+    def end(self, conn: Peer, message: int, of: int = 1) -> None:
+        """One of the ``of`` END frames of a pass over ``message`` (one per priority
+        class the pass used, each behind its class's packets): the pass is over once
+        all are in."""
         rx = self.rx.get(message)
         if rx is not None and rx.conn is conn:
+            rx.ends += 1
+            if rx.ends < min(max(of, 1), MAX_ENDS):
+                return
+            rx.ends = 0
             rx.end_at = time.monotonic()
             rx.end_ns = time.time_ns()
 
@@ -264,7 +289,18 @@ class Receiver:
             n = rx.total - s
             rx.values[s:] = floats[rows[~full][0], h0:h0 + n]
             rx.mask[s:] = True
-        rx.count += int(elements.sum())
+        if rx.layout is None:
+            rx.count += int(elements.sum())
+        else:
+            # Padding is not the message's: count each slot's real elements, and stamp
+            # the cuts whose last slot this batch brought.
+            assert rx.cut_missing is not None and rx.cut_done_ns is not None
+            rx.count += int(rx.layout.slot_elements[slots].sum())
+            rx.cut_missing -= np.bincount(rx.layout.slot_cut[slots],
+                                          minlength=rx.cut_missing.size)
+            complete = (rx.cut_missing == 0) & (rx.cut_done_ns == 0)
+            if complete.any():
+                rx.cut_done_ns[complete] = time.time_ns()
         rx.wire_bytes += int(lengths[rows].sum())
         self.stats["accepted"] += int(slots.size)
 
@@ -285,7 +321,7 @@ class Receiver:
         """Complete ``rx`` if it may be."""
         if rx.message not in self.rx:
             return
-        if rx.count == rx.total:
+        if rx.count == rx.elements:
             reason = "full"
         elif self.bounded and rx.count >= rx.threshold and (rx.fired or not self.xdp):
             reason = "xdp" if rx.fired else "p"

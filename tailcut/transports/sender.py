@@ -54,34 +54,62 @@ class Packets:
         return (self.headers[slot:slot + 1].tobytes()
                 + self.values[self.starts[slot]:self.ends[slot]].tobytes())
 
-    def batch(self, sock: socket.socket, order: np.ndarray, addr: tuple[str, int]) \
-            -> batch_mod.Batch:
-        """A sendmmsg batch of slots ``order``: header row, then the values in place."""
+    def batch(self, sock: socket.socket, order: np.ndarray, addr: tuple[str, int],
+              tos: np.ndarray | None = None) -> batch_mod.Batch:
+        """A sendmmsg batch of slots ``order``: header row, then the values in place;
+        with ``tos`` (per slot), each datagram carries its slot's IP_TOS."""
         size = wire.HEADER_BYTES
         return batch_mod.Batch(sock, [
             batch_mod.Piece(self.headers, order * size, np.full(len(order), size)),
             batch_mod.Piece(self.values, self.starts[order] * 4,
-                            (self.ends[order] - self.starts[order]) * 4)], addr)
+                            (self.ends[order] - self.starts[order]) * 4)], addr,
+            None if tos is None else tos[order])
 
 
 def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np.ndarray,
          rate_bit: float | None, stop: threading.Event, deadline: float | None,
-         peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None) -> int:
+         peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
+         tos: np.ndarray | None = None) -> int:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows), in bursts
     of BURST_PACKETS; return early once ``stop`` is set. Returns the packets sent.
-    ``sendto`` replaces sendmmsg with one call per datagram (a test's lossy socket)."""
+    ``sendto`` replaces sendmmsg with one call per datagram (a test's lossy socket).
+    ``tos[slot]`` (CadentFlow) is the IP_TOS of slot's datagram."""
+    batch = packets.batch(sock, order, addr, tos) if sendto is None else None
+    tagged = [0]  # the TOS the per-datagram path left on the socket
+    try:
+        return _pace(packets, order, rate_bit, stop, deadline, peer, batch,
+                     lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged))
+    finally:
+        if tagged[0]:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0)
+
+
+def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot: int,
+              sendto: Callable[[bytes, tuple[str, int]], object] | None,
+              tos: np.ndarray | None, tagged: list[int]) -> None:
+    """The per-datagram path: one sendto, after setting the socket's TOS to the slot's
+    (exact: nothing else is in flight on this path)."""
+    assert sendto is not None
+    if tos is not None and int(tos[slot]) != tagged[0]:
+        tagged[0] = int(tos[slot])
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tagged[0])
+    sendto(packets.datagram(slot), addr)
+
+
+def _pace(packets: Packets, order: np.ndarray, rate_bit: float | None,
+          stop: threading.Event, deadline: float | None, peer: str,
+          batch: batch_mod.Batch | None, send_one: Callable[[int], None]) -> int:
+    """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
     started = time.monotonic()
     wire_bits = 0
-    batch = packets.batch(sock, order, addr) if sendto is None else None
     lengths = packets.lengths[order]
     for first in range(0, len(order), BURST_PACKETS):
         count = min(BURST_PACKETS, len(order) - first)
         if batch is not None:
             batch.send(first, count)
         else:
-            assert sendto is not None
             for slot in order[first:first + count]:
-                sendto(packets.datagram(int(slot)), addr)
+                send_one(int(slot))
         wire_bits += 8 * int(lengths[first:first + count].sum()
                              + count * (wire.IP_UDP_BYTES + ETH_BYTES))
         if stop.is_set():

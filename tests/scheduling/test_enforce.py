@@ -53,10 +53,13 @@ def test_tailcut_run_accepts_fair_and_cadentflow_over_tcp_and_refuses_coflow():
         enforce.check_runnable(job.spec.scheduling, job)
 
 
-def test_cadentflow_over_a_datagram_transport_is_refused_naming_both_fields():
-    job = _run_job({"policy": "cadentflow"}, transport={"type": "bounded-loss", "p": 0.9})
+def test_cadentflow_runs_over_the_datagram_transports_and_app_drop_is_refused_by_name():
+    for transport in ({"type": "udp"}, {"type": "bounded-loss", "p": 0.9}):
+        job = _run_job({"policy": "cadentflow"}, transport=transport)
+        enforce.check_runnable(job.spec.scheduling, job)
+    job = _run_job({"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9})
     with pytest.raises(SpecError, match="policy='cadentflow' with spec.transport.type="
-                                        "'bounded-loss'"):
+                                        "'app-drop'"):
         enforce.check_runnable(job.spec.scheduling, job)
 
 

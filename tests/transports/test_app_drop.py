@@ -59,3 +59,13 @@ def test_a_trailer_that_disagrees_with_the_frame_is_a_protocol_error() -> None:
 def test_p_outside_zero_one_is_refused_naming_p(p: object) -> None:
     with pytest.raises(ValueError, match=r"p=.*must be a fraction in \(0, 1\]"):
         transports.get("app-drop", p=p)
+
+
+def test_tagging_an_app_drop_connection_for_cadentflow_is_refused_by_name() -> None:
+    from tailcut.training import flows
+    with pair("app-drop", 47404, p=0.5) as (_, s, _client, c):
+        with pytest.raises(base.TransportError, match="app-drop connection .* cannot send "
+                                                      "tagged per-tensor messages"):
+            flows.tag(c, Kind.PUSH, (base.Cut(0, VECTOR.size, 0),))
+        c.send(Message(Kind.PUSH, 0, 0, VECTOR))  # and it still sends, untagged
+        assert s.recv(10).mask is not None

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tailcut import transports
-from tailcut.transports import base, datagram, wire
+from tailcut.transports import base, control, datagram, wire
 from tailcut.transports.base import Kind, Message
 
 VECTOR = np.random.default_rng(1).standard_normal(50_000).astype(np.float32)  # 139 packets
@@ -260,3 +260,175 @@ def test_bounded_loss_over_a_lossy_veth_completes_on_the_xdp_event(lossy_link: A
     with netns.ipr(lossy_link.receiver) as ipr:
         link = ipr.get_links(ipr.link_lookup(ifname=IFNAME)[0])[0]
         assert not link.get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED")  # close() detached it
+
+
+# ---- CadentFlow: a message tagged per tensor ------------------------------------------
+
+# Three tensors in model order; sent most urgent first: the last, then the first two.
+CUTS = (base.Cut(40_000, 10_000, 0), base.Cut(0, 32, 1), base.Cut(32, 39_968, 2))
+
+
+def tag(conn: Any) -> None:
+    from tailcut.datapath import classifier  # only its DSCP mapping: no BPF loaded
+    conn.cuts[Kind.PUSH] = CUTS
+    conn.tos_of = classifier.tos_of
+
+
+def test_a_tagged_message_arrives_exactly_with_one_timed_part_per_cut_in_send_order() -> None:
+    with pair("udp", 47220, job="dg-parts", rate_mbit=300) as (server, s, _client, c):
+        tag(c)
+        for i in range(3):
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
+            msg = s.recv(10)
+            ok = delivered(msg)
+            assert msg.values.size == VECTOR.size
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+            assert msg.parts is not None
+            assert [(p.offset, p.size, p.level) for p in msg.parts] == \
+                [(c.offset, c.size, c.level) for c in CUTS]
+            done = [p.received_at_ns for p in msg.parts]
+            assert done == sorted(done) and done[-1] <= msg.received_at_ns
+            assert all(p.sent_at_ns == msg.sent_at_ns for p in msg.parts)
+        # Packets are whole slots of one cut each: the padding is not counted as data.
+        record = server.completions[-1]
+        assert record["total"] == VECTOR.size
+        assert [cut[:3] for cut in record["cuts"]] == [(c.offset, c.size, c.level) for c in CUTS]
+
+
+def test_bounded_loss_reaches_p_of_the_whole_message_by_cutting_the_least_urgent_short() -> None:
+    """DONE comes at p of the whole message and the cuts go most urgent first, so the
+    urgent tensor arrives whole and what is left out falls on the last one."""
+    with pair("bounded-loss", 47221, p=0.5, xdp=False, job="dg-short",
+              rate_mbit=200) as (server, s, client, c):
+        tag(c)
+        last = []
+        for i in range(5):
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
+            msg = s.recv(10)
+            ok = delivered(msg)
+            assert ok.sum() >= datagram.threshold_elements(0.5, VECTOR.size)
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+            assert ok[40_000:].all() and ok[:32].all()  # levels 0 and 1: whole
+            last.append(ok[32:40_000].mean())
+        assert min(last) < 1.0, last  # at 200 Mbit/s DONE stops the pass in the last cut
+        assert client.stats["packets_sent"] < 5 * len(server.completions[-1]["cuts"]) * 139
+
+
+def test_retransmissions_of_a_tagged_message_keep_the_cut_order() -> None:
+    with pair("bounded-loss", 47222, p=0.95, xdp=False, job="dg-retx") as \
+            (_server, s, client, c):
+        tag(c)
+        real = client._udp.sendto
+        sent: list[tuple[int, int]] = []  # (flags, start) of every datagram sent
+        calls = {"n": 0}
+
+        def lossy(data: Any, addr: Any) -> int:
+            calls["n"] += 1
+            p = wire.parse(data)
+            sent.append((p.flags, p.start))
+            return 0 if calls["n"] % 3 == 0 else real(data, addr)
+
+        client._udp = _Wrapped(client._udp, lossy)
+        c.send(Message(Kind.PUSH, 0, 0, VECTOR), 10)
+        msg = s.recv(10)
+        assert delivered(msg).sum() >= datagram.threshold_elements(0.95, VECTOR.size)
+        def cut_of(start: int) -> int:  # wire slots 0..27 are cut 0, 28 cut 1, then cut 2
+            return 0 if start < 28 * 360 else 1 if start < 29 * 360 else 2
+
+        passes: list[list[int]] = [[]]  # the cut of every datagram, pass by pass
+        for flags, start in sent:
+            passes[-1].append(cut_of(start))
+            if flags & wire.F_LAST:
+                passes.append([])
+        assert len(passes) > 2  # the first pass and at least one of retransmissions
+        assert all(p == sorted(p) for p in passes), passes
+
+
+def test_a_begin_with_a_bad_cut_table_is_a_protocol_error_naming_the_table() -> None:
+    with pair("udp", 47223, job="dg-badtable") as (_server, s, _client, c):
+        c.channel.send(control.Frame(control.FrameType.BEGIN, int(Kind.PUSH),
+                                     (c.peer_id << 16) | 7, 0, 0, 1000, 0, b"\0" * 10))
+        with pytest.raises(base.ProtocolError, match="cut table of 10 bytes"):
+            s.recv(5)
+
+
+def test_hostile_datagrams_cannot_corrupt_a_tagged_message() -> None:
+    with pair("bounded-loss", 47224, p=1.0, xdp=False, job="dg-hostile") as \
+            (server, s, _client, c):
+        tag(c)
+        wire_total = 28 * 360 + 360 + 39_968  # the layout of CUTS
+        message = (c.peer_id << 16) | 1
+        attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        target = server._udp.getsockname()
+        # The slot of the 32-element cut, its padding forged full of 1e30s (from the
+        # peer's own address, so it is taken): the padding must land nowhere.
+        forged = np.full(360, 1e30, np.float32)
+        forged[:32] = VECTOR[:32]
+        pad = wire.build(job=server.job_id, message=message, seq=0, start=28 * 360,
+                         total=wire_total, values=forged)
+        try:
+            for d in hostile_datagrams(server.job_id, message, wire_total) + [pad] * 100:
+                attacker.sendto(d, target)
+            c.send(Message(Kind.PUSH, 0, 0, VECTOR), 10)
+            msg = s.recv(10)
+        finally:
+            attacker.close()
+        assert msg.mask is None and np.array_equal(msg.values, VECTOR)
+
+
+@pytest.fixture
+def classified_link() -> Iterator[Any]:
+    """Two namespaces on a 100 Mbit/s HTB link with 4 priority classes and the DSCP
+    classifier on the sender's egress."""
+    from tailcut.datapath import classifier
+    from tailcut.net import netns, shaping
+    from tailcut.spec.model import Link
+    from tests.datapath.udp_link import IFNAME, build_link, remove_link
+    link = build_link("dg")
+    try:
+        with netns.ipr(link.sender) as ipr:
+            shaping.apply(shaping.plan(Link(bandwidth="100Mbit"), False, "dg"), ipr,
+                          link.sender, IFNAME)
+            shaping.apply_priorities(shaping.plan_priorities(100_000_000, 4), ipr, IFNAME)
+        with classifier.attach(link.sender, IFNAME) as counter:
+            yield link, counter
+    finally:
+        remove_link(link)
+
+
+@pytest.mark.netns
+@pytest.mark.bpf
+def test_each_cut_of_a_tagged_message_lands_in_its_priority_class(classified_link: Any) -> None:
+    """The classifier's per-level packet counts on the sender's egress equal the
+    packets of the cuts at each level, exactly; the receiver times the cuts in order."""
+    from tailcut.datapath import classifier
+    from tailcut.net import netns
+    from tests.datapath.udp_link import RECEIVER_IP
+    link, counter = classified_link
+    layout_slots = {0: 28, 1: 1, 2: 112}  # CUTS on the wire: see test_cutlayout
+    messages = 4
+    with pair("udp", 47230, lambda: netns.entered(link.receiver),
+              lambda: netns.entered(link.sender), host=RECEIVER_IP, job="dg-cls") as \
+            (server, s, client, c):
+        assert client._pace_bit == 100e6  # paced at the HTB link's rate
+        tag(c)
+        for i in range(messages):
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 20)
+            msg = s.recv(20)
+            assert msg.parts is not None
+            done = [p.received_at_ns for p in msg.parts]
+            assert done == sorted(done), done
+            ok = delivered(msg)
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+        counts = counter.counts()
+        for level, slots in layout_slots.items():
+            # Its cuts' packets, and the one END frame per class each pass ends with.
+            assert counts[level][0] == messages * (slots + 1), (level, counts)
+        assert counts[3][0] == 0
+        # Control frames carry control_tos: move them to level 3 and send HELLOs.
+        c.control_tos = classifier.tos_of(3)
+        for i in range(5):
+            c.send(Message(Kind.HELLO, i, 0), 20)
+            assert s.recv(20).kind == Kind.HELLO
+        assert counter.counts()[3][0] >= 5
+        assert counter.counts()[0][0] == messages * (layout_slots[0] + 1)

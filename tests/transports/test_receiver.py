@@ -160,3 +160,36 @@ def test_the_short_last_slot_is_written_to_the_end_and_no_further() -> None:
     begin(r, peer, total)
     done = send(r, [packets.datagram(s) for s in (3, 1, 0, 2)])
     assert done[0].reason == "full" and np.array_equal(done[0].rx.values, VECTOR[:total])
+
+
+def test_a_tagged_pass_is_over_only_once_the_end_of_every_class_is_in() -> None:
+    r, peer = new(p=0.9)
+    begin(r, peer)
+    send(r, [datagram(s) for s in range(SLOTS) if s % 4])
+    for _ in range(2):  # two passes: the count starts again after each
+        r.end(peer, MESSAGE, of=3)
+        r.end(peer, MESSAGE, of=3)
+        assert r.rx[MESSAGE].end_at is None  # a class's packets may still be queued
+        r.end(peer, MESSAGE, of=3)
+        rx = r.rx[MESSAGE]
+        assert rx.end_at is not None
+        done: list[receiver.Done] = []
+        r.sweep(rx.end_at + 1, rx.end_ns, 0.0, done)
+        assert [d.reason for d in done] == ["nack"] and rx.end_at is None
+
+
+def test_a_tagged_message_counts_its_elements_not_the_padding_and_times_each_cut() -> None:
+    from tailcut.transports import base, cutlayout
+    cuts = (base.Cut(9_000, 1_000, 0), base.Cut(0, 9_000, 1))  # 3 + 25 slots
+    layout = cutlayout.plan(cuts, VECTOR.size, STRIDE)
+    packets = sender.Packets(layout.to_wire(VECTOR), JOB, MESSAGE, int(Kind.PUSH), STRIDE)
+    r, peer = new(p=1.0)
+    r.begin(peer, PEER_IP, MESSAGE, int(Kind.PUSH), 0, 0, layout.total, 0, layout)
+    rx = r.rx[MESSAGE]
+    assert rx.threshold == VECTOR.size and rx.elements == VECTOR.size
+    assert send(r, [packets.datagram(s) for s in range(3)]) == []
+    assert rx.count == 1_000 and rx.cut_done_ns[0] > 0 and rx.cut_done_ns[1] == 0
+    done = send(r, [packets.datagram(s) for s in range(3, len(packets))])
+    assert [d.reason for d in done] == ["full"] and rx.cut_done_ns[1] >= rx.cut_done_ns[0]
+    values, mask = layout.from_wire(rx.values, rx.mask)
+    assert mask.all() and np.array_equal(values, VECTOR)

@@ -1,8 +1,10 @@
 """The sender's packets: header rows from the ctypes view, values taken in place."""
 
+import socket
 import threading
 
 import numpy as np
+import pytest
 
 from tailcut.transports import sender, wire
 from tailcut.transports.base import Kind
@@ -34,3 +36,36 @@ def test_pace_sends_every_slot_once_in_order_then_stops_early_when_told() -> Non
     many = np.arange(len(packets)).repeat(5)  # 50 datagrams: stops after the first burst
     assert sender.pace(None, ("127.0.0.1", 9), packets, many, None, stop,  # type: ignore
                        None, "peer", lambda d, _a: None) == sender.BURST_PACKETS
+
+
+def _received_tos(rx: socket.socket, count: int) -> list[tuple[int, int]]:
+    """(slot, TOS) of ``count`` datagrams read from ``rx`` (IP_RECVTOS on)."""
+    out = []
+    for _ in range(count):
+        data, anc, _flags, _addr = rx.recvmsg(2048, socket.CMSG_SPACE(4))
+        tos = [c[2][0] for c in anc if c[:2] == (socket.IPPROTO_IP, socket.IP_TOS)]
+        out.append((wire.parse(data).start // 100, tos[0]))
+    return out
+
+
+@pytest.mark.parametrize("per_datagram", [False, True])
+def test_each_datagram_carries_the_tos_of_its_slot_on_either_send_path(per_datagram) -> None:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        rx.settimeout(5)
+        packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 100)
+        tos = np.array([0x20, 0x20, 0x24, 0x24, 0x24, 0x28, 0x28, 0x28, 0x28, 0])
+        order = np.array([1, 0, 4, 2, 3, 8, 5, 7, 6, 9])  # cut by cut, as a tagged message
+        sendto = tx.sendto if per_datagram else None
+        sent = sender.pace(tx, rx.getsockname(), packets, order, None, threading.Event(),
+                           None, "peer", sendto, tos)
+        assert sent == 10
+        assert _received_tos(rx, 10) == [(int(s), int(tos[s])) for s in order]
+        # The socket is left untagged for what is sent next.
+        assert tx.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 0
+    finally:
+        rx.close()
+        tx.close()
