@@ -4,7 +4,7 @@ and the per-tensor tags it hands the PS and worker pods.
 - `fair`: nothing to add; pods send whole, untagged messages.
 - `cadentflow`: the node agent (tailcut.k8s.agent) puts the HTB priority classes and
   the DSCP classifier on each pod's eth0 (tailcut.scheduling.enforce.apply_to), and
-  the pods send one tagged TCP frame per tensor. They read their levels from the
+  the pods send each tensor as its own tagged part (tcp, udp, bounded-loss). They read their levels from the
   job's config map, key flows.json: the `flows` section `tailcut run` gives its roles
   (tailcut.scheduling.flowreport.role_flows), e.g.
 
@@ -38,8 +38,8 @@ def check(job: TrainingJob) -> None:
 
 def check_enforceable(job: TrainingJob) -> None:
     """Refuse a policy the node agent does not enforce, and cadentflow with what
-    cannot tag its flows (enforce.check_runnable: a transport other than tcp,
-    aggregators, a PS replica)."""
+    cannot tag its flows (enforce.check_runnable: app-drop, aggregators, a PS
+    replica)."""
     policy = job.spec.scheduling.policy
     if policy not in ENFORCED:
         raise SpecError(
