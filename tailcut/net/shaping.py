@@ -188,9 +188,14 @@ class PrioClass:
     rate_bit: int
     ceil_bit: int
     prio: int
+    # The bucket of the class's own rate. Under strict priority that rate is tiny and
+    # the bucket one frame: a class with tokens sends before every borrowing class
+    # whatever their prio, so a GSO-sized bucket let an idle low level send ~67 kB
+    # ahead of a busy urgent one. The ceil bucket (cburst) stays large: it sets the rate.
+    burst_bytes: int = MTU_BYTES
 
     @property
-    def burst_bytes(self) -> int:
+    def cburst_bytes(self) -> int:
         return Htb(self.ceil_bit).burst_bytes
 
     @property
@@ -212,11 +217,12 @@ def plan_priorities(link_rate_bit: int, levels: int,
     classes = [PrioClass(None, DEFAULT_CLASS, floor, link_rate_bit, HTB_MAX_PRIO)]
     for level in range(levels):
         if weights is None:
-            rate, prio = floor, level
+            rate, prio, burst = floor, level, MTU_BYTES
         else:
             rate, prio = max(floor, int(link_rate_bit * weights[level] / sum(weights))), 0
+            burst = Htb(rate).burst_bytes   # shares: each class must reach its rate
         classes.append(PrioClass(level, 0x10000 | (PRIORITY_CLASS_BASE + level), rate,
-                                 link_rate_bit, prio))
+                                 link_rate_bit, prio, burst))
     return classes
 
 
@@ -227,7 +233,7 @@ def apply_priorities(classes: list[PrioClass], ipr: "IPRoute", ifname: str) -> N
     for cls in classes:
         ipr.tc("replace-class", "htb", index, cls.classid, parent=LINK_CLASS,
                rate=f"{cls.rate_bit}bit", ceil=f"{cls.ceil_bit}bit", prio=cls.prio,
-               burst=cls.burst_bytes, cburst=cls.burst_bytes, quantum=cls.quantum_bytes)
+               burst=cls.burst_bytes, cburst=cls.cburst_bytes, quantum=cls.quantum_bytes)
 
 
 def describe_priorities(classes: list[PrioClass]) -> str:

@@ -14,10 +14,18 @@ def test_strict_priority_classes_get_tiny_rates_full_ceil_and_their_level_as_pri
     assert all(c.ceil_bit == 100_000_000 and c.rate_bit == 100_000 for c in classes)
 
 
+def test_strict_classes_bank_one_frame_so_an_idle_low_level_cannot_jump_the_queue():
+    # HTB sends a class that has tokens of its own before any borrowing class
+    classes = shaping.plan_priorities(10**9, 3)
+    assert all(c.burst_bytes == shaping.MTU_BYTES for c in classes)
+    assert all(c.cburst_bytes >= shaping.GSO_BYTES for c in classes)
+
+
 def test_weights_become_class_rates_at_one_prio():
     _, a, b = shaping.plan_priorities(90_000_000, 2, weights=[2.0, 1.0])
     assert (a.rate_bit, b.rate_bit) == (60_000_000, 30_000_000)
     assert a.prio == b.prio == 0
+    assert a.burst_bytes >= shaping.GSO_BYTES   # each share must reach its rate
 
 
 def test_the_classifier_and_the_plan_agree_on_class_minors():
