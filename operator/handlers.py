@@ -32,7 +32,7 @@ import yaml
 
 from tailcut import spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, crd, policy, resources, status
+from tailcut.k8s import background, crd, policy, resources, status, support
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -74,7 +74,8 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])},
                              source=f"{namespace}/{name}")
-        if BACKEND == "kubernetes":   # spec.scheduling the node agent cannot enforce
+        if BACKEND == "kubernetes":   # what pods and the node agent cannot honour
+            support.check(job)
             policy.check(job)
         background.check(job)   # a background rate Locust cannot drive: nothing created
     except SpecError as err:

@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 from tailcut import spec
 from tailcut.k8s import policy, resources
+from tailcut.net import topology
+from tailcut.runtime import local
 from tailcut.training import role
 from tailcut.training.config import RoleConfig
 
@@ -33,7 +35,8 @@ def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
         ps_port=resources.PS_PORT, num_workers=job.spec.replicas.workers, model=t.model,
         batch_size=t.batch_size, learning_rate=t.learning_rate, max_epochs=t.epochs,
         max_iterations=t.iterations, target_accuracy=t.target_accuracy, seed=t.seed,
-        sync_mode=t.sync_mode, transport={"type": job.spec.transport.type},
+        sync_mode=t.sync_mode,
+        transport=local.transport_options(job, topology.plan(job).pod(replica)),
         results_dir=results_dir, timeout_s=t.timeout_s,
         flows=flows if flows is not None else policy.role_flows(job))
 

@@ -29,10 +29,10 @@ def test_coflow_is_refused_naming_spec_scheduling_policy_and_the_agent():
         policy.check(job({"policy": "coflow"}))
 
 
-def test_cadentflow_over_a_datagram_transport_is_refused_naming_both_fields():
+def test_cadentflow_over_app_drop_is_refused_naming_both_fields():
     with pytest.raises(SpecError, match=r"spec.scheduling.policy='cadentflow' with "
-                                        r"spec.transport.type='udp'"):
-        policy.check(job({"policy": "cadentflow"}, transport={"type": "udp"}))
+                                        r"spec.transport.type='app-drop'"):
+        policy.check(job({"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9}))
 
 
 def test_a_tag_for_a_tensor_the_model_lacks_is_refused_naming_the_tag():

@@ -29,6 +29,20 @@ def test_workers_connect_to_the_ps_through_the_headless_service(tmp_path):
     assert (ps.role, ps.ps_host) == ("ps", "0.0.0.0")
 
 
+def test_a_pod_gets_the_transport_options_tailcut_run_gives_the_same_role(tmp_path):
+    from tailcut.net import topology
+    from tailcut.runtime import local
+
+    entry = load_entrypoint()
+    job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                          "metadata": {"name": "wk-appdrop"},
+                          "spec": {"transport": {"type": "app-drop", "p": 0.8}}})
+    for replica in ("ps-0", "worker-1"):
+        config = entry.role_config(job, replica, str(tmp_path))
+        expected = local.transport_options(job, topology.plan(job).pod(replica))
+        assert config.transport == expected and config.transport["p"] == 0.8
+
+
 def test_an_unknown_replica_is_refused_naming_the_jobs_pods(tmp_path, capsys):
     entry = load_entrypoint()
     code = entry.main(["--spec", str(REPO / "examples" / "quickstart.yaml"),
