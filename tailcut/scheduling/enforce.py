@@ -7,9 +7,10 @@ each pod's eth0 (pod -> rack), the rack's port towards each pod (rack -> pod: wh
 several senders meet on the way to one receiver), and both ends of every uplink. The
 DSCP survives bridging and routing, so one tag is honoured at every hop.
 Senders then tag their sockets with classifier.tos_of(level). For `fair` nothing is
-added: every flow lands in the default class and TCP shares the link. (`coflow` on
-the testbed would need a central controller that paces each flow to its MADD rate; it
-is simulated only, and `enforce` refuses it by name.)
+added: every flow lands in the default class and TCP shares the link. For `coflow`
+nothing is added either: the senders pace each flow to its MADD rate with
+SO_MAX_PACING_RATE (tailcut.scheduling.madd and .pacing; the rates go to the roles in
+their `flows` config), so the network needs no class per flow.
 
     handle = enforce.apply(topology, job.spec.scheduling)
     ...
@@ -62,16 +63,12 @@ def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
 
 
 def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) -> None:
-    """Refuse, before anything is built, what `tailcut run` cannot honour: `coflow`
-    (needs a rate controller per flow), and `cadentflow` on anything but the TCP
-    transport without aggregators or a PS replica (only the TCP transport sends a
-    message as tagged per-tensor parts; aggregators and the replica forward whole
-    vectors)."""
-    if scheduling.policy == "coflow":
-        raise SpecError(
-            "spec.scheduling.policy='coflow': the testbed has no per-flow rate controller "
-            "for MADD yet, so only 'fair' and 'cadentflow' run here; compare coflow with "
-            "`tailcut simulate` (docs/cadentflow.md)")
+    """Refuse, before anything is built, what `tailcut run` cannot honour: `cadentflow`
+    or `coflow` on anything but the TCP transport without aggregators or a PS replica
+    (only the TCP transport sends a message as per-tensor parts, tagged or paced per
+    connection; aggregators and the replica forward whole vectors)."""
+    if job is not None and scheduling.policy == "coflow":
+        _check_coflow(job)
     if scheduling.policy != "cadentflow" or job is None:
         return
     if job.spec.transport.type != "tcp":
@@ -86,14 +83,30 @@ def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) 
             "untagged; run cadentflow without them")
 
 
+def _check_coflow(job: "TrainingJob") -> None:
+    if job.spec.transport.type != "tcp":
+        # The datagram transports pace at one rate per role (transport rateMbit) and
+        # send whole messages; MADD needs a rate per flow, which only tcp sets.
+        raise SpecError(
+            f"spec.scheduling.policy='coflow' with spec.transport.type="
+            f"{job.spec.transport.type!r}: only the tcp transport paces each flow at its "
+            "MADD rate (SO_MAX_PACING_RATE per connection); use transport tcp or policy "
+            "fair")
+    if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
+        raise SpecError(
+            "spec.scheduling.policy='coflow' with spec.replicas.aggregators or "
+            "spec.replicas.psReplica: their flows are not in the coflows the PS and "
+            "workers pace; run coflow without them")
+
+
 def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
     """Add what `scheduling.policy` needs to every pod of a built topology."""
     result = Enforcement(scheduling.policy)
-    if scheduling.policy == "fair":
+    if scheduling.policy in ("fair", "coflow"):  # coflow: the senders pace, see above
         return result
     if scheduling.policy != "cadentflow":
         raise SpecError(f"spec.scheduling.policy={scheduling.policy!r}: the testbed enforces "
-                        "fair and cadentflow; coflow runs in `tailcut simulate` only")
+                        "fair, coflow and cadentflow")
     from tailcut.datapath import classifier  # BCC loads only when a job asks for it
 
     weights = weights_of(scheduling)

@@ -93,9 +93,17 @@ class Pacer:
 
     def start(self, key: tuple[str, int, int], coflow: tuple[str, int], sock: socket.socket,
               links: tuple[str, ...], size: int) -> None:
+        self.start_many([(key, coflow, sock, links, size)])
+
+    def start_many(self, flows: list[tuple[tuple[str, int, int], tuple[str, int],
+                                           socket.socket, tuple[str, ...], int]]) -> None:
+        """Start several flows at once: a coflow known in advance (the pulls) gets its
+        rates before any of its flows sends, not one flow at a time."""
         with self._lock:
-            self._active[key] = (coflow, sock, links, size)
-            self._got[key] = 0
+            for key, coflow, sock, links, size in flows:
+                if key not in self._active:
+                    self._active[key] = (coflow, sock, links, size)
+                    self._got[key] = 0
             self._reassign()
 
     def received(self, key: tuple[str, int, int], got: int) -> None:
@@ -217,7 +225,9 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
             if reverse_stagger_s:
                 time.sleep((n_layers - 1 - k) * reverse_stagger_s)
             records[it].pull_start_s[(w, k)] = time.monotonic() - t0[it]
-            if pacer is not None:
+            if pacer is not None and not reverse_stagger_s:
+                pass  # the coordinator started the whole pull coflow at once
+            elif pacer is not None:
                 pacer.start(("pull", w, k), ("pull", it), sock, paths[w][0], size)
             sock.sendall(memoryview(payload)[:size])
             _recv_exact(sock, size, buf, None if pacer is None else
@@ -262,6 +272,10 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
     deadline = time.monotonic() + timeout_s
     for it in range(iterations):
         t0[it] = time.monotonic()
+        if pacer is not None and not reverse_stagger_s:
+            # One iteration's pulls are released together: one coflow, paced up front.
+            pacer.start_many([(("pull", w, k), ("pull", it), ps_socks[(w, k)], paths[w][0],
+                               layers[k].bytes) for w, k in keys])
         start[it].set()
         for _ in keys:
             if not finished[it].acquire(timeout=max(0.0, deadline - time.monotonic())):

@@ -222,9 +222,9 @@ def _check_roles(c: RoleConfig) -> None:
             flows.check(c.flows)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        if c.flows["policy"] == "cadentflow" and (c.transport.get("type") != "tcp"
+        if c.flows["policy"] in ("cadentflow", "coflow") and (c.transport.get("type") != "tcp"
                                                   or c.aggregators or c.replica_endpoint):
-            raise ConfigError("flows.policy='cadentflow': needs transport tcp, no "
+            raise ConfigError(f"flows.policy={c.flows['policy']!r}: needs transport tcp, no "
                               "aggregators and no replica_endpoint")
 
 

@@ -66,6 +66,8 @@ _TRANSIENT_CONNECT_ERRNOS = frozenset(
 _CONNECT_RETRY_S = 0.1
 _VALUE_DTYPE = np.dtype("<f4")
 SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in the send queue not yet sent
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # asm-generic/socket.h
+_NO_PACING_CAP = 0xFFFFFFFF  # ~0U: the kernel's "no cap"
 _DRAIN_POLL_S = 0.0002
 # A tagged connection's sender thread gives up on one message after this long, and
 # close() waits at most this long for the queued messages to go out.
@@ -206,6 +208,16 @@ class TcpConnection(base.Connection):
             time.sleep(_DRAIN_POLL_S)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
         self._tos = tos
+
+    def set_pacing_rate(self, bytes_per_s: float | None) -> None:
+        """Cap this connection's sending rate at ``bytes_per_s`` payload bytes per second
+        with SO_MAX_PACING_RATE (TCP's internal pacing; no fq qdisc needed); None lifts
+        the cap. Coflow sets each flow's MADD rate here (tailcut.scheduling.pacing)."""
+        if bytes_per_s is not None and not bytes_per_s > 0:
+            raise ValueError(f"pacing rate {bytes_per_s} bytes/s: must be > 0 (None: no cap)")
+        value = (_NO_PACING_CAP if bytes_per_s is None
+                 else min(_NO_PACING_CAP - 1, max(1, round(bytes_per_s))))
+        self._live().setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("I", value))
 
     def _frames(self, msg: Message, sock: socket.socket) -> list[tuple[int, list[bytes]]]:
         """(TOS, frame pieces) to send for ``msg``: one per cut, or one whole frame."""
