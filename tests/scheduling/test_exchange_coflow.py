@@ -35,8 +35,9 @@ def test_paced_flows_of_different_sizes_finish_together_and_fair_ones_do_not():
     finally:
         network.destroy()
     fair_ends, coflow_ends = _ends(fair), _ends(coflow)
-    # Paced: the three end within 10% of the last one's time (measured: 3-8%).
-    assert max(coflow_ends) - min(coflow_ends) < 0.10 * max(coflow_ends), coflow_ends
+    # Paced: the three end within 15% of the last one's time (bench/coflow_pacing.py
+    # measured 4-8%; unpaced 43-90%).
+    assert max(coflow_ends) - min(coflow_ends) < 0.15 * max(coflow_ends), coflow_ends
     # And no sooner than about Gamma: the rates really were capped, not just ample.
     gamma = 5.2e6 / (100e6 / 8 * 1448 / 1514 * 0.95)
     assert max(coflow_ends) > 0.9 * gamma, (coflow_ends, gamma)
