@@ -30,6 +30,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--kbytes", default="400,1200,3600")
     parser.add_argument("--rate", default="100Mbit")
+    parser.add_argument("--period-ms", type=float, default=None,
+                        help="also recompute the rates this often (default: only when a "
+                             "flow starts or ends)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (it builds network namespaces)", file=sys.stderr)
@@ -49,7 +52,8 @@ def main() -> int:
         for r in range(args.rounds):
             for i, policy in enumerate(ends):
                 it = exchange.run(topo, layers, 1, tagged=False, paced=policy == "coflow",
-                                  port=exchange.PORT + 2 * r + i)[0]
+                                  port=exchange.PORT + 2 * r + i,
+                                  pacer_period_s=args.period_ms and args.period_ms / 1e3)[0]
                 ends[policy].append([it.pull_done_s[(0, k)] for k in range(len(sizes))])
     finally:
         network.destroy()

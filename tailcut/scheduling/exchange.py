@@ -79,10 +79,15 @@ class Pacer:
     A flow is keyed (direction, worker, layer) and belongs to the coflow (direction,
     iteration). start() and finish() recompute every active flow's rate from its
     remaining bytes (size - what its receiver has read) and set each sender's
-    SO_MAX_PACING_RATE; received() only records progress."""
+    SO_MAX_PACING_RATE; received() only records progress. With `period_s`, a
+    thread (run()/stop()) also recomputes every `period_s` while flows are active, so
+    a flow that got ahead of its rate is slowed to end with the others."""
 
-    def __init__(self, capacity: dict[str, float]) -> None:
+    def __init__(self, capacity: dict[str, float], period_s: float | None = None) -> None:
         self.capacity = capacity
+        self.period_s = period_s
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
         # The rate of a flow whose links another coflow fills: slow, never stopped.
         self.floor = min(capacity.values()) / 1000
         self._lock = threading.Lock()
@@ -105,6 +110,25 @@ class Pacer:
                     self._active[key] = (coflow, sock, links, size)
                     self._got[key] = 0
             self._reassign()
+
+    def run(self) -> None:
+        """Start the periodic recomputation (if `period_s`); stop() ends it."""
+        if self.period_s is None or self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stopped.wait(self.period_s):
+                with self._lock:
+                    if self._active:
+                        self._reassign()
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="pacer")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
 
     def received(self, key: tuple[str, int, int], got: int) -> None:
         self._got[key] = got  # a plain store: the GIL makes it atomic
@@ -134,13 +158,15 @@ def _tos(sock: socket.socket, level: int | None) -> None:
 def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
         levels: int = 4, port: int = PORT, timeout_s: float = 120.0,
         reverse_stagger_s: float = 0.0,
-        level_by_layer: list[int] | None = None, paced: bool = False) -> list[Iteration]:
+        level_by_layer: list[int] | None = None, paced: bool = False,
+        pacer_period_s: float | None = None) -> list[Iteration]:
     """Run `iterations` iterations of the exchange on a built topology (ps-0 and every
     worker of it) and return their timings. Raises TimeoutError past `timeout_s`.
     `reverse_stagger_s` > 0 makes the PS start later layers first, each that much
     before the one below it: the worst send order, which only the classes can undo.
     `level_by_layer` (e.g. from tags.resolve) overrides the default level per layer.
-    `paced` runs the coflow policy: every flow paced at its MADD rate (Pacer)."""
+    `paced` runs the coflow policy: every flow paced at its MADD rate (Pacer), also
+    recomputed every `pacer_period_s` if given."""
     ps = topo.pod("ps-0")
     workers = [p for p in topo.pods if p.role == "worker"]
     n_layers = len(layers)
@@ -177,7 +203,7 @@ def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
                 w_socks[(w, kk)] = conn
         pacer = None
         if paced:
-            pacer = Pacer(madd.capacities(topo))
+            pacer = Pacer(madd.capacities(topo), pacer_period_s)
             paths = {w: (madd.path(topo, ps.name, pod.name), madd.path(topo, pod.name, ps.name))
                      for w, pod in enumerate(workers)}
         return _iterate(layers, len(workers), iterations, ps_socks, w_socks, timeout_s,
@@ -263,6 +289,8 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
                 time.sleep(layers[k].bwd_s)
                 ready[it][(w, k)].set()
 
+    if pacer is not None:
+        pacer.run()
     threads = [threading.Thread(target=ps_side, args=key, daemon=True) for key in keys]
     threads += [threading.Thread(target=worker_side, args=key, daemon=True) for key in keys]
     threads += [threading.Thread(target=compute, args=(w,), daemon=True)
@@ -270,19 +298,23 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
     for t in threads:
         t.start()
     deadline = time.monotonic() + timeout_s
-    for it in range(iterations):
-        t0[it] = time.monotonic()
-        if pacer is not None and not reverse_stagger_s:
-            # One iteration's pulls are released together: one coflow, paced up front.
-            pacer.start_many([(("pull", w, k), ("pull", it), ps_socks[(w, k)], paths[w][0],
-                               layers[k].bytes) for w, k in keys])
-        start[it].set()
-        for _ in keys:
-            if not finished[it].acquire(timeout=max(0.0, deadline - time.monotonic())):
-                raise TimeoutError(f"iteration {it} did not finish within {timeout_s} s")
-        if errors:
-            raise errors[0]
-        records[it].seconds = time.monotonic() - t0[it]
+    try:
+        for it in range(iterations):
+            t0[it] = time.monotonic()
+            if pacer is not None and not reverse_stagger_s:
+                # One iteration's pulls are released together: one coflow, paced up front.
+                pacer.start_many([(("pull", w, k), ("pull", it), ps_socks[(w, k)],
+                                   paths[w][0], layers[k].bytes) for w, k in keys])
+            start[it].set()
+            for _ in keys:
+                if not finished[it].acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(f"iteration {it} did not finish within {timeout_s} s")
+            if errors:
+                raise errors[0]
+            records[it].seconds = time.monotonic() - t0[it]
+    finally:
+        if pacer is not None:
+            pacer.stop()
     for t in threads:
         t.join(timeout=5.0)
     return records

@@ -52,8 +52,8 @@ def path(topo: Topology, src: str, dst: str) -> tuple[str, ...]:
     a, b = topo.pod(src), topo.pod(dst)
     if a.rack == b.rack:
         return (f"{src}/up", f"{dst}/down")
-    return (f"{src}/up", f"rack:{topo.racks[a.rack].name}/up", f"rack:{topo.racks[b.rack].name}/down",
-            f"{dst}/down")
+    return (f"{src}/up", f"rack:{topo.racks[a.rack].name}/up",
+            f"rack:{topo.racks[b.rack].name}/down", f"{dst}/down")
 
 
 def capacities(topo: Topology, headroom: float = HEADROOM) -> dict[str, float]:
