@@ -159,14 +159,17 @@ def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
         levels: int = 4, port: int = PORT, timeout_s: float = 120.0,
         reverse_stagger_s: float = 0.0,
         level_by_layer: list[int] | None = None, paced: bool = False,
-        pacer_period_s: float | None = None) -> list[Iteration]:
+        pacer_period_s: float | None = None,
+        pace_capacity: dict[str, float] | None = None) -> list[Iteration]:
     """Run `iterations` iterations of the exchange on a built topology (ps-0 and every
     worker of it) and return their timings. Raises TimeoutError past `timeout_s`.
     `reverse_stagger_s` > 0 makes the PS start later layers first, each that much
     before the one below it: the worst send order, which only the classes can undo.
     `level_by_layer` (e.g. from tags.resolve) overrides the default level per layer.
     `paced` runs the coflow policy: every flow paced at its MADD rate (Pacer), also
-    recomputed every `pacer_period_s` if given."""
+    recomputed every `pacer_period_s` if given, over the links' capacities
+    (madd.capacities) or `pace_capacity` (a bench's override: pace as if the links
+    were that fast)."""
     ps = topo.pod("ps-0")
     workers = [p for p in topo.pods if p.role == "worker"]
     n_layers = len(layers)
@@ -203,7 +206,7 @@ def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
                 w_socks[(w, kk)] = conn
         pacer = None
         if paced:
-            pacer = Pacer(madd.capacities(topo), pacer_period_s)
+            pacer = Pacer(pace_capacity or madd.capacities(topo), pacer_period_s)
             paths = {w: (madd.path(topo, ps.name, pod.name), madd.path(topo, pod.name, ps.name))
                      for w, pod in enumerate(workers)}
         return _iterate(layers, len(workers), iterations, ps_socks, w_socks, timeout_s,

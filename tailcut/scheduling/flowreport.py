@@ -157,6 +157,9 @@ def describe(summary: dict[str, Any]) -> str:
     pulls = ", ".join(f"{name} {s['median'] * 1e3:.1f}"
                       for name, s in summary["fct_s"]["pull"].items())
     it = summary["iteration_s"]
+    spread = (summary.get("coflow_spread_s") or {}).get("pull")
+    ends = (f"; an iteration's pulls ended within {spread['median'] * 1e3:.1f} ms of each "
+            "other (median)" if spread else "")
     return (f"{summary['policy']}: iteration {it * 1e3:.1f} ms (median of "
-            f"{summary['iterations_measured']}); pull FCT ms by tensor: {pulls}"
+            f"{summary['iterations_measured']}); pull FCT ms by tensor: {pulls}{ends}"
             if it is not None else f"{summary['policy']}: no complete iteration measured")

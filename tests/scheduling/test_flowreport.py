@@ -67,6 +67,7 @@ def test_per_flow_fct_and_coflow_spread_come_from_each_messages_first_send_and_l
     assert summary["coflow_spread_s"]["pull"] == {"median": 0.006, "p95": 0.006, "n": 2}
     assert summary["coflow_spread_s"]["push"] is None
     assert summary["fct_s"]["pull"]["a"]["level"] is None
+    assert "pulls ended within 6.0 ms of each other" in flowreport.describe(summary)
 
 
 def test_a_coflow_jobs_roles_get_each_flows_madd_rate_from_sizes_and_links():
