@@ -94,7 +94,6 @@ class Pacer:
         self._active: dict[tuple[str, int, int], tuple[tuple[str, int], socket.socket,
                                                        tuple[str, ...], int]] = {}
         self._got: dict[tuple[str, int, int], int] = {}
-        self.updates = 0
 
     def start(self, key: tuple[str, int, int], coflow: tuple[str, int], sock: socket.socket,
               links: tuple[str, ...], size: int) -> None:
@@ -146,7 +145,6 @@ class Pacer:
         rates = madd.allocate(coflows, self.capacity, self.floor)
         for key, (_, sock, _, _) in self._active.items():
             pacing.set_rate(sock, max(rates[key], self.floor))
-        self.updates += 1
 
 
 def _tos(sock: socket.socket, level: int | None) -> None:
@@ -254,9 +252,9 @@ def _iterate(layers: list[LayerLoad], n_workers: int, iterations: int,
             if reverse_stagger_s:
                 time.sleep((n_layers - 1 - k) * reverse_stagger_s)
             records[it].pull_start_s[(w, k)] = time.monotonic() - t0[it]
-            if pacer is not None and not reverse_stagger_s:
-                pass  # the coordinator started the whole pull coflow at once
-            elif pacer is not None:
+            if pacer is not None and reverse_stagger_s:
+                # Staggered pulls join their coflow as they start; otherwise the
+                # coordinator started the whole pull coflow at once.
                 pacer.start(("pull", w, k), ("pull", it), sock, paths[w][0], size)
             sock.sendall(memoryview(payload)[:size])
             _recv_exact(sock, size, buf, None if pacer is None else
