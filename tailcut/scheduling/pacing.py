@@ -16,22 +16,16 @@ from __future__ import annotations
 import socket
 import struct
 
-SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # asm-generic/socket.h
+from tailcut.transports import tcp
+
+SO_MAX_PACING_RATE = tcp.SO_MAX_PACING_RATE
 UNLIMITED = 0xFFFFFFFF  # ~0U: the kernel's "no cap"
-_MAX_U32 = 0xFFFFFFFE
 
 
 def set_rate(sock: socket.socket, bytes_per_s: float | None) -> None:
     """Cap ``sock``'s sending rate at ``bytes_per_s`` payload bytes per second (None:
     no cap). Rates are whole bytes/s, at least 1."""
-    if bytes_per_s is None:
-        value = UNLIMITED
-    else:
-        if not bytes_per_s > 0:
-            raise ValueError(f"pacing rate {bytes_per_s} bytes/s: must be > 0 (None: no cap)")
-        value = min(_MAX_U32, max(1, round(bytes_per_s)))
-    # An unsigned 32-bit value: Python's int form is signed and cannot say ~0U.
-    sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("I", value))
+    tcp.set_max_pacing_rate(sock, bytes_per_s)
 
 
 def rate_of(sock: socket.socket) -> int | None:

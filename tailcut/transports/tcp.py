@@ -106,6 +106,19 @@ def encode_part(msg: Message, cut: base.Cut, sent_at_ns: int) -> list[bytes]:
     return [header, PART.pack(cut.offset, values.size, level), chunk.tobytes()]
 
 
+def set_max_pacing_rate(sock: socket.socket, bytes_per_s: float | None) -> None:
+    """Cap ``sock``'s sending rate at ``bytes_per_s`` payload bytes per second with
+    SO_MAX_PACING_RATE (TCP's internal pacing, no fq qdisc needed; whole bytes/s, at
+    least 1, clamped to 32 bits); None lifts the cap. tailcut.scheduling.pacing says
+    why coflow uses it."""
+    if bytes_per_s is not None and not bytes_per_s > 0:
+        raise ValueError(f"pacing rate {bytes_per_s} bytes/s: must be > 0 (None: no cap)")
+    value = (_NO_PACING_CAP if bytes_per_s is None
+             else min(_NO_PACING_CAP - 1, max(1, round(bytes_per_s))))
+    # An unsigned 32-bit value: Python's int form is signed and cannot say ~0U.
+    sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("I", value))
+
+
 def _unsent_bytes(sock: socket.socket) -> int:
     """Bytes written to ``sock`` that TCP has not yet put into segments."""
     raw = fcntl.ioctl(sock.fileno(), SIOCOUTQNSD, b"\0\0\0\0")
@@ -210,14 +223,9 @@ class TcpConnection(base.Connection):
         self._tos = tos
 
     def set_pacing_rate(self, bytes_per_s: float | None) -> None:
-        """Cap this connection's sending rate at ``bytes_per_s`` payload bytes per second
-        with SO_MAX_PACING_RATE (TCP's internal pacing; no fq qdisc needed); None lifts
-        the cap. Coflow sets each flow's MADD rate here (tailcut.scheduling.pacing)."""
-        if bytes_per_s is not None and not bytes_per_s > 0:
-            raise ValueError(f"pacing rate {bytes_per_s} bytes/s: must be > 0 (None: no cap)")
-        value = (_NO_PACING_CAP if bytes_per_s is None
-                 else min(_NO_PACING_CAP - 1, max(1, round(bytes_per_s))))
-        self._live().setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("I", value))
+        """Cap this connection's sending rate (coflow: its flow's MADD rate); see
+        set_max_pacing_rate."""
+        set_max_pacing_rate(self._live(), bytes_per_s)
 
     def _frames(self, msg: Message, sock: socket.socket) -> list[tuple[int, list[bytes]]]:
         """(TOS, frame pieces) to send for ``msg``: one per cut, or one whole frame."""
