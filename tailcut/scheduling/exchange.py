@@ -147,6 +147,19 @@ class Pacer:
             pacing.set_rate(sock, max(rates[key], self.floor))
 
 
+UNPACED_SEGMENTS = 10  # tcp_update_skb_after_send: "does not pace first 10 MSS"
+
+
+def _warm_up(sender: socket.socket, receiver: socket.socket) -> None:
+    """Send UNPACED_SEGMENTS one-byte segments (TCP_NODELAY: one segment per send,
+    each waited for) and read them."""
+    sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray(1)
+    for _ in range(UNPACED_SEGMENTS):
+        sender.sendall(b"w")
+        _recv_exact(receiver, 1, buf)
+
+
 def _tos(sock: socket.socket, level: int | None) -> None:
     if level is not None:
         from tailcut.datapath import classifier
@@ -204,6 +217,11 @@ def run(topo: Topology, layers: list[LayerLoad], iterations: int, tagged: bool,
                 w_socks[(w, kk)] = conn
         pacer = None
         if paced:
+            # Linux does not pace a connection's first 10 data segments (as sch_fq):
+            # spend them now, one byte each way, so every paced flow is paced whole.
+            for key in ps_socks:
+                _warm_up(ps_socks[key], w_socks[key])
+                _warm_up(w_socks[key], ps_socks[key])
             pacer = Pacer(pace_capacity or madd.capacities(topo), pacer_period_s)
             paths = {w: (madd.path(topo, ps.name, pod.name), madd.path(topo, pod.name, ps.name))
                      for w, pod in enumerate(workers)}
