@@ -84,14 +84,16 @@ def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) 
 
 
 def _check_coflow(job: "TrainingJob") -> None:
-    if job.spec.transport.type != "tcp":
-        # The datagram transports pace at one rate per role (transport rateMbit) and
-        # send whole messages; MADD needs a rate per flow, which only tcp sets.
+    kind = job.spec.transport.type
+    if kind != "tcp":
+        why = ("app-drop sends its masked frames on its own path, which does not take "
+               "the per-flow rate yet" if kind == "app-drop" else
+               f"{kind} paces each role at one rate (spec.transport.rateMbit), not each "
+               "flow")
         raise SpecError(
-            f"spec.scheduling.policy='coflow' with spec.transport.type="
-            f"{job.spec.transport.type!r}: only the tcp transport paces each flow at its "
-            "MADD rate (SO_MAX_PACING_RATE per connection); use transport tcp or policy "
-            "fair")
+            f"spec.scheduling.policy='coflow' with spec.transport.type={kind!r}: only "
+            f"the tcp transport paces each flow at its MADD rate (SO_MAX_PACING_RATE per "
+            f"connection); {why}. Use transport tcp or policy fair")
     if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
         raise SpecError(
             "spec.scheduling.policy='coflow' with spec.replicas.aggregators or "
