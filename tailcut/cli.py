@@ -100,6 +100,11 @@ def _validate(args: argparse.Namespace) -> int:
     for path in args.job:
         job = spec.load_file(path)
         s = job.spec
+        from tailcut.scheduling import enforce  # what `tailcut run` refuses (issue 6)
+        try:
+            enforce.check_runnable(s.scheduling, job)
+        except SpecError as err:
+            raise SpecError(f"{path}: {err}") from None
         print(f"{path}: ok: job {job.name}, {s.replicas.parameter_servers} PS + "
               f"{s.replicas.workers} workers in {len(s.network.racks)} rack(s), "
               f"model {s.training.model}, transport {s.transport.type}")

@@ -75,3 +75,12 @@ def test_sweep_writes_the_table_the_points_and_the_plot(tmp_path, capsys):
     with open(out / "table3.csv", newline="") as f:
         (row,) = list(csv.DictReader(f))
     assert (row["model"], row["granularity"], row["direction"]) == ("mf", "coordinate", "push")
+
+
+def test_validate_refuses_what_tailcut_run_cannot_honour_naming_file_and_fields(tmp_path, capsys):
+    job = tmp_path / "coflow-udp.yaml"
+    job.write_text((ROOT / "examples" / "coflow.yaml").read_text()
+                   .replace("type: tcp", "type: udp"))
+    assert cli.main(["validate", str(job)]) != 0
+    err = capsys.readouterr().err
+    assert f"{job}: spec.scheduling.policy='coflow' with spec.transport.type='udp'" in err

@@ -7,9 +7,10 @@ each pod's eth0 (pod -> rack), the rack's port towards each pod (rack -> pod: wh
 several senders meet on the way to one receiver), and both ends of every uplink. The
 DSCP survives bridging and routing, so one tag is honoured at every hop.
 Senders then tag their sockets with classifier.tos_of(level). For `fair` nothing is
-added: every flow lands in the default class and TCP shares the link. (`coflow` on
-the testbed would need a central controller that paces each flow to its MADD rate; it
-is simulated only, and `enforce` refuses it by name.)
+added: every flow lands in the default class and TCP shares the link. For `coflow`
+nothing is added either: the senders pace each flow to its MADD rate with
+SO_MAX_PACING_RATE (tailcut.scheduling.madd and .pacing; the rates go to the roles in
+their `flows` config), so the network needs no class per flow.
 
     handle = enforce.apply(topology, job.spec.scheduling)
     handle = enforce.apply_to([(netns, "eth0", rate_bit)], scheduling)  # chosen egresses
@@ -64,15 +65,12 @@ def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
 
 def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) -> None:
     """Refuse, before anything is built, what `tailcut run` cannot honour: `coflow`
-    (needs a rate controller per flow), and `cadentflow` over app-drop or with
-    aggregators or a PS replica (tcp, udp and bounded-loss send a message as tagged
-    per-tensor parts, app-drop does not; aggregators and the replica forward whole
-    vectors)."""
-    if scheduling.policy == "coflow":
-        raise SpecError(
-            "spec.scheduling.policy='coflow': the testbed has no per-flow rate controller "
-            "for MADD yet, so only 'fair' and 'cadentflow' run here; compare coflow with "
-            "`tailcut simulate` (docs/cadentflow.md)")
+    over anything but tcp (only TCP connections are paced per flow), `cadentflow` over
+    app-drop (tcp, udp and bounded-loss send a message as tagged per-tensor parts,
+    app-drop does not), and either with aggregators or a PS replica (they forward
+    whole vectors)."""
+    if job is not None and scheduling.policy == "coflow":
+        _check_coflow(job)
     if scheduling.policy != "cadentflow" or job is None:
         return
     if job.spec.transport.type not in ("tcp", "udp", "bounded-loss"):
@@ -85,6 +83,24 @@ def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) 
             "spec.scheduling.policy='cadentflow' with spec.replicas.aggregators or "
             "spec.replicas.psReplica: aggregators and the replica forward whole vectors, "
             "untagged; run cadentflow without them")
+
+
+def _check_coflow(job: "TrainingJob") -> None:
+    kind = job.spec.transport.type
+    if kind != "tcp":
+        why = ("app-drop sends its masked frames on its own path, which does not take "
+               "the per-flow rate yet" if kind == "app-drop" else
+               f"{kind} paces each role at one rate (spec.transport.rateMbit), not each "
+               "flow")
+        raise SpecError(
+            f"spec.scheduling.policy='coflow' with spec.transport.type={kind!r}: only "
+            f"the tcp transport paces each flow at its MADD rate (SO_MAX_PACING_RATE per "
+            f"connection); {why}. Use transport tcp or policy fair")
+    if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
+        raise SpecError(
+            "spec.scheduling.policy='coflow' with spec.replicas.aggregators or "
+            "spec.replicas.psReplica: their flows are not in the coflows the PS and "
+            "workers pace; run coflow without them")
 
 
 def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
@@ -107,11 +123,11 @@ def apply_to(egresses: list[tuple[str, str, int]], scheduling: Scheduling) -> En
     shaped egress, the node agent's pod eth0. All or nothing: if one fails, the
     classifiers already attached are detached."""
     result = Enforcement(scheduling.policy)
-    if scheduling.policy == "fair":
+    if scheduling.policy in ("fair", "coflow"):  # coflow: the senders pace, see above
         return result
     if scheduling.policy != "cadentflow":
         raise SpecError(f"spec.scheduling.policy={scheduling.policy!r}: the testbed enforces "
-                        "fair and cadentflow; coflow runs in `tailcut simulate` only")
+                        "fair, coflow and cadentflow")
     from tailcut.datapath import classifier  # BCC loads only when a job asks for it
 
     weights = weights_of(scheduling)

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tailcut.scheduling import tags
+from tailcut.scheduling import madd, tags
 from tailcut.spec.model import TrainingJob
 
 
@@ -32,10 +32,42 @@ def layer_names(model: str, seed: int) -> list[str]:
     return [layer.name for layer in models.create(model, models.dataset(model, seed)).layers]
 
 
+def coflow_pace(job: TrainingJob, num_params: int) -> dict[str, dict[str, float]]:
+    """MADD rate (payload bytes/s) of every flow of the job's two coflows, by sender
+    and receiver: one iteration's pulls (every PS shard's PARAMS to every worker) and
+    its pushes (every worker's PUSH to every shard). Sizes are the shards' values (4
+    bytes each), links and capacities those the testbed builds for the job."""
+    from tailcut.net import topology
+    from tailcut.training import ps  # shard_range: only when a run needs it
+
+    topo = topology.plan(job)
+    capacity = madd.capacities(topo)
+    shards = job.spec.replicas.parameter_servers
+    workers = [p.name for p in topo.pods if p.role == "worker"]
+    pull, push = [], []
+    for s in range(shards):
+        lo, hi = ps.shard_range(num_params, shards, s)
+        for w in workers:
+            pull.append(madd.Flow((f"ps-{s}", w), madd.path(topo, f"ps-{s}", w), 4 * (hi - lo)))
+            push.append(madd.Flow((w, f"ps-{s}"), madd.path(topo, w, f"ps-{s}"), 4 * (hi - lo)))
+    pace: dict[str, dict[str, float]] = {}
+    for coflow in (pull, push):
+        for (sender, receiver), rate in madd.rates(coflow, capacity).items():  # type: ignore[misc]
+            pace.setdefault(sender, {})[receiver] = round(rate, 1)
+    return pace
+
+
 def role_flows(job: TrainingJob) -> dict[str, Any]:
     """The roles' ``flows`` config: the policy and, for cadentflow, each tensor's level
-    per direction (untagged tensors get the last level, the least urgent)."""
+    per direction (untagged tensors get the last level, the least urgent); for
+    coflow, each flow's MADD rate (coflow_pace)."""
     scheduling = job.spec.scheduling
+    if scheduling.policy == "coflow":
+        from tailcut.training import models
+
+        model = models.create(job.spec.training.model,
+                              models.dataset(job.spec.training.model, job.spec.training.seed))
+        return {"policy": "coflow", "pace": coflow_pace(job, model.num_params)}
     if scheduling.policy != "cadentflow":
         return {"policy": scheduling.policy}
     names = layer_names(job.spec.training.model, job.spec.training.seed)
@@ -62,6 +94,8 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
     pull_start: dict[int, int] = {}
     # per iteration: last PARAMS received, first PUSH sent, last PUSH received (ns)
     marks: dict[int, list[int]] = defaultdict(lambda: [0, 2**63, 0])
+    # per (direction, iteration, sender -> receiver): first part sent, last received (ns)
+    messages: dict[tuple[str, int, str], list[int]] = {}
     for path in sorted(results_dir.glob("flows-*.csv")):
         with path.open() as f:
             for row in csv.DictReader(f):
@@ -70,6 +104,9 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
                 level[(direction, row["layer"])] = row["level"]
                 it, sent = int(row["iteration"]), int(row["sent_at_ns"])
                 done = int(row["received_at_ns"])
+                pair = (direction, it, f"{row['sender']}->{row['receiver']}")
+                span = messages.setdefault(pair, [sent, done])
+                span[0], span[1] = min(span[0], sent), max(span[1], done)
                 if direction == "pull":
                     pull_start[it] = min(sent, pull_start.get(it, sent))
                     marks[it][0] = max(marks[it][0], done)
@@ -81,6 +118,17 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
             if b == a + 1]
     phases = [[(m - pull_start[a]) / 1e9 for m in marks[a]] for a, b in zip(steps, steps[1:])
               if b == a + 1 and marks[a][2]]
+    # Per flow (one PS -> worker PARAMS, or one worker -> PS PUSH): its completion
+    # time; per coflow (an iteration's pulls, or pushes): how far apart its flows
+    # ended, last minus first (MADD makes this ~0). Sender -1 is the PS.
+    flow_fct: dict[str, dict[str, list[float]]] = {"pull": defaultdict(list),
+                                                    "push": defaultdict(list)}
+    ends: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for (direction, it, pair), (sent, done) in messages.items():
+        flow_fct[direction][pair].append((done - sent) / 1e9)
+        ends[(direction, it)].append(done)
+    spread = {d: [(max(v) - min(v)) / 1e9 for (dd, _), v in ends.items()
+                  if dd == d and len(v) > 1] for d in ("pull", "push")}
     return {
         "policy": policy,
         # medians over iterations, seconds from the iteration's first pull
@@ -94,6 +142,13 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
                              "p95": round(_p95(v), 6), "n": len(v)}
                       for name, v in by_layer.items()}
                   for d, by_layer in fct.items()},
+        "flow_fct_s": {d: {pair: {"median": round(statistics.median(v), 6),
+                                  "p95": round(_p95(v), 6), "n": len(v)}
+                           for pair, v in sorted(by_pair.items())}
+                       for d, by_pair in flow_fct.items()},
+        "coflow_spread_s": {d: ({"median": round(statistics.median(v), 6),
+                                 "p95": round(_p95(v), 6), "n": len(v)} if v else None)
+                            for d, v in spread.items()},
     }
 
 
@@ -102,6 +157,9 @@ def describe(summary: dict[str, Any]) -> str:
     pulls = ", ".join(f"{name} {s['median'] * 1e3:.1f}"
                       for name, s in summary["fct_s"]["pull"].items())
     it = summary["iteration_s"]
+    spread = (summary.get("coflow_spread_s") or {}).get("pull")
+    ends = (f"; an iteration's pulls ended within {spread['median'] * 1e3:.1f} ms of each "
+            "other (median)" if spread else "")
     return (f"{summary['policy']}: iteration {it * 1e3:.1f} ms (median of "
-            f"{summary['iterations_measured']}); pull FCT ms by tensor: {pulls}"
+            f"{summary['iterations_measured']}); pull FCT ms by tensor: {pulls}{ends}"
             if it is not None else f"{summary['policy']}: no complete iteration measured")

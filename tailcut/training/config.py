@@ -223,10 +223,14 @@ def _check_roles(c: RoleConfig) -> None:
             flows.check(c.flows)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        if c.flows["policy"] == "cadentflow" and (c.transport.get("type") not in TAGGING
-                                                  or c.aggregators or c.replica_endpoint):
-            raise ConfigError("flows.policy='cadentflow': needs transport tcp, udp or "
-                              "bounded-loss, no aggregators and no replica_endpoint")
+        policy = c.flows["policy"]
+        if policy == "cadentflow" and c.transport.get("type") not in TAGGING \
+                or policy == "coflow" and c.transport.get("type") != "tcp":
+            raise ConfigError(f"flows.policy={policy!r}: needs transport "
+                              f"{'tcp' if policy == 'coflow' else ', '.join(TAGGING)}")
+        if policy in ("cadentflow", "coflow") and (c.aggregators or c.replica_endpoint):
+            raise ConfigError(f"flows.policy={policy!r}: needs no aggregators and no "
+                              "replica_endpoint")
 
 
 def _check(c: RoleConfig) -> None:

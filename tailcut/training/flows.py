@@ -11,6 +11,15 @@ at level 0, so they never wait behind bulk data in the default class. With ``fai
 messages go whole and untagged, as always. Either way the receiver writes one row per
 tensor per message to ``flows-<role>.csv``: under ``fair`` a tensor is usable when its
 whole message is, so its completion time is the message's.
+
+With policy ``coflow`` (Varys' MADD, tailcut.scheduling.madd) the section also says
+each flow's rate, in payload bytes/s, by sender and receiver::
+
+    {"policy": "coflow", "pace": {"ps-0": {"worker-0": 2.9e6, ...}, "worker-0": {...}}}
+
+and ``pace`` sends PARAMS/PUSH as untagged per-tensor parts in forward order on a
+connection capped at that rate (SO_MAX_PACING_RATE), so all flows of a coflow end
+together.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from tailcut.training.models import Layer
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 
-POLICIES = ("fair", "cadentflow")
+POLICIES = ("fair", "cadentflow", "coflow")
 FIELDS = ("kind", "iteration", "sender", "receiver", "layer", "level", "bytes",
           "sent_at_ns", "received_at_ns", "completion_s")
 
@@ -65,6 +74,24 @@ def tag(conn: base.Connection, kind: Kind, message_cuts: tuple[base.Cut, ...]) -
     conn.control_tos = classifier.tos_of(0)  # type: ignore[attr-defined]
 
 
+def pace(conn: base.Connection, raw: Mapping[str, Any] | None, sender: str, receiver: str,
+         kind: Kind, layers: Sequence[Layer], lo: int, hi: int) -> None:
+    """Under coflow: send ``kind`` messages on ``conn`` as untagged per-tensor parts, at
+    the (sender, receiver) flow's MADD rate. Nothing under other policies, or for a
+    pair the section has no rate for."""
+    if raw is None or raw["policy"] != "coflow":
+        return
+    rate = raw["pace"].get(sender, {}).get(receiver)
+    if rate is None:
+        return
+    if not hasattr(conn, "set_pacing_rate"):
+        raise base.TransportError(f"the connection to {conn.peer} cannot be paced; "
+                                  "coflow needs transport tcp")
+    conn.cuts[kind] = tuple(base.Cut(offset, size, None)  # type: ignore[attr-defined]
+                            for _, offset, size in pieces(layers, lo, hi))
+    conn.set_pacing_rate(rate)  # type: ignore[attr-defined]
+
+
 def rows(msg: Message, receiver: str, layers: Sequence[Layer], lo: int, hi: int,
          levels: Mapping[str, int] | None) -> list[dict[str, Any]]:
     """One flows-*.csv row per tensor of a received PARAMS or PUSH message."""
@@ -90,6 +117,20 @@ def check(raw: Any) -> None:
         raise ValueError(f"flows={raw!r}: must be an object with policy one of "
                          f"{', '.join(POLICIES)}")
     if raw["policy"] == "fair":
+        return
+    if raw["policy"] == "coflow":
+        if not isinstance(raw.get("pace"), dict):
+            raise ValueError(f"flows.pace={raw.get('pace')!r}: must map each sender to "
+                             "{receiver: bytes per second}")
+        for sender, by_receiver in raw["pace"].items():
+            if not isinstance(by_receiver, dict):
+                raise ValueError(f"flows.pace.{sender}={by_receiver!r}: must map each "
+                                 "receiver to bytes per second")
+            for receiver, rate in by_receiver.items():
+                if (not isinstance(rate, (int, float)) or isinstance(rate, bool)
+                        or not rate > 0):
+                    raise ValueError(f"flows.pace.{sender}.{receiver}={rate!r}: must be a "
+                                     "rate > 0 in bytes per second")
         return
     for direction in ("pull", "push"):
         levels = raw.get(direction)

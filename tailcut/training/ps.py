@@ -217,6 +217,9 @@ class _Server:
                 for who, conn in by_name.items():
                     if who.startswith("worker-"):
                         flows.tag(conn, Kind.PARAMS, pull_cuts)
+            for who, conn in by_name.items():  # coflow: each pull paced at its MADD rate
+                flows.pace(conn, cfg.flows, self.name, who, Kind.PARAMS, self.model.layers,
+                           self.lo, self.hi)
             self.rpcs = records.CsvLog(
                 self.results / records.rpc_filename("server", self.name),
                 records.SERVER_RPC_FIELDS,

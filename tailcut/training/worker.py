@@ -139,6 +139,9 @@ class _Worker:
                             lo, hi = self.ranges[int(who.split("-")[1])]
                             flows.tag(conn, Kind.PUSH,
                                       flows.cuts(self.model.layers, lo, hi, self.push_levels))
+                        if who.startswith("ps-"):  # coflow: the push paced at its MADD rate
+                            flows.pace(conn, cfg.flows, self.name, who, Kind.PUSH,
+                                       self.model.layers, *self.ranges[int(who.split("-")[1])])
                         # HELLO is the pull for step 0: stamp it as one.
                         self._request(who, Message(Kind.HELLO, peers.WORKER, cfg.index), "pull", 0)
                     self.inbox = inbox.Inbox(list(self.conns.values()))

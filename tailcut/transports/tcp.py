@@ -66,6 +66,8 @@ _TRANSIENT_CONNECT_ERRNOS = frozenset(
 _CONNECT_RETRY_S = 0.1
 _VALUE_DTYPE = np.dtype("<f4")
 SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in the send queue not yet sent
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # asm-generic/socket.h
+_NO_PACING_CAP = 0xFFFFFFFF  # ~0U: the kernel's "no cap"
 _DRAIN_POLL_S = 0.0002
 # A tagged connection's sender thread gives up on one message after this long, and
 # close() waits at most this long for the queued messages to go out.
@@ -102,6 +104,19 @@ def encode_part(msg: Message, cut: base.Cut, sent_at_ns: int) -> list[bytes]:
                          chunk.size, sent_at_ns)
     level = UNTAGGED if cut.level is None else cut.level
     return [header, PART.pack(cut.offset, values.size, level), chunk.tobytes()]
+
+
+def set_max_pacing_rate(sock: socket.socket, bytes_per_s: float | None) -> None:
+    """Cap ``sock``'s sending rate at ``bytes_per_s`` payload bytes per second with
+    SO_MAX_PACING_RATE (TCP's internal pacing, no fq qdisc needed; whole bytes/s, at
+    least 1, clamped to 32 bits); None lifts the cap. tailcut.scheduling.pacing says
+    why coflow uses it."""
+    if bytes_per_s is not None and not bytes_per_s > 0:
+        raise ValueError(f"pacing rate {bytes_per_s} bytes/s: must be > 0 (None: no cap)")
+    value = (_NO_PACING_CAP if bytes_per_s is None
+             else min(_NO_PACING_CAP - 1, max(1, round(bytes_per_s))))
+    # An unsigned 32-bit value: Python's int form is signed and cannot say ~0U.
+    sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("I", value))
 
 
 def _unsent_bytes(sock: socket.socket) -> int:
@@ -206,6 +221,11 @@ class TcpConnection(base.Connection):
             time.sleep(_DRAIN_POLL_S)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
         self._tos = tos
+
+    def set_pacing_rate(self, bytes_per_s: float | None) -> None:
+        """Cap this connection's sending rate (coflow: its flow's MADD rate); see
+        set_max_pacing_rate."""
+        set_max_pacing_rate(self._live(), bytes_per_s)
 
     def _frames(self, msg: Message, sock: socket.socket) -> list[tuple[int, list[bytes]]]:
         """(TOS, frame pieces) to send for ``msg``: one per cut, or one whole frame."""

@@ -20,10 +20,11 @@ def test_fair_adds_nothing_to_any_pod():
     assert handle.classifiers == [] and handle.applied == {}
 
 
-def test_coflow_is_refused_on_the_testbed_with_the_field_named():
+def test_coflow_adds_nothing_to_any_pod_because_the_senders_pace():
     job = _job({"policy": "coflow"})
-    with pytest.raises(SpecError, match="spec.scheduling.policy='coflow'.*simulate"):
-        enforce.apply(topology.plan(job), job.spec.scheduling)
+    handle = enforce.apply(topology.plan(job), job.spec.scheduling)
+    assert handle.policy == "coflow"
+    assert handle.classifiers == [] and handle.applied == {}
 
 
 def test_hand_written_weights_become_one_weight_per_level():
@@ -44,13 +45,28 @@ def _run_job(scheduling: dict, **spec_extra: object) -> spec.TrainingJob:
                            "spec": {"scheduling": scheduling, **spec_extra}})
 
 
-def test_tailcut_run_accepts_fair_and_cadentflow_over_tcp_and_refuses_coflow():
-    for policy in ("fair", "cadentflow"):
+def test_tailcut_run_accepts_every_policy_over_tcp():
+    for policy in ("fair", "coflow", "cadentflow"):
         job = _run_job({"policy": policy})
         enforce.check_runnable(job.spec.scheduling, job)
-    job = _run_job({"policy": "coflow"})
-    with pytest.raises(SpecError, match="spec.scheduling.policy='coflow'.*simulate"):
-        enforce.check_runnable(job.spec.scheduling, job)
+
+
+def test_coflow_over_a_datagram_transport_is_refused_naming_both_fields():
+    for transport in ({"type": "udp"}, {"type": "bounded-loss", "p": 0.9},
+                      {"type": "app-drop", "p": 0.1}):
+        job = _run_job({"policy": "coflow"}, transport=transport)
+        with pytest.raises(SpecError, match="spec.scheduling.policy='coflow' with "
+                                            f"spec.transport.type='{transport['type']}'"):
+            enforce.check_runnable(job.spec.scheduling, job)
+
+
+def test_coflow_with_aggregators_or_a_replica_is_refused_naming_the_fields():
+    for replicas in ({"workers": 2, "aggregators": [{"workers": [0, 1]}]},
+                     {"workers": 2, "psReplica": True}):
+        job = _run_job({"policy": "coflow"}, replicas=replicas)
+        with pytest.raises(SpecError, match="policy='coflow' with spec.replicas.aggregators "
+                                            "or spec.replicas.psReplica"):
+            enforce.check_runnable(job.spec.scheduling, job)
 
 
 def test_cadentflow_runs_over_the_datagram_transports_and_app_drop_is_refused_by_name():

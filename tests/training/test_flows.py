@@ -83,3 +83,108 @@ def test_a_sharded_cadentflow_job_sends_each_shards_tensors_as_tagged_parts(tmp_
     assert {(r["layer"], r["level"]) for r in pushes} == {
         (name, str(k)) for name, k in levels.items()}
     assert all(float(r["completion_s"]) >= 0 for r in pulls + pushes)
+
+
+# --- coflow (Varys' MADD): untagged per-tensor parts on a paced connection ----------
+@pytest.mark.parametrize("raw, message", [
+    ({"policy": "coflow"}, r"flows.pace=None: must map each sender"),
+    ({"policy": "coflow", "pace": {"ps-0": 5}}, r"flows.pace.ps-0=5: must map each receiver"),
+    ({"policy": "coflow", "pace": {"ps-0": {"worker-0": 0}}},
+     r"flows.pace.ps-0.worker-0=0: must be a rate > 0"),
+    ({"policy": "coflow", "pace": {"ps-0": {"worker-0": True}}}, r"flows.pace.ps-0.worker-0"),
+])
+def test_a_bad_coflow_section_is_refused_naming_the_key(raw, message):
+    with pytest.raises(ValueError, match=message):
+        flows.check(raw)
+
+
+def _tcp_pair():
+    import socket
+
+    from tailcut.transports import tcp
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    return tcp.TcpConnection(client, "peer", 1 << 20), server
+
+
+def _rate_of(conn):
+    import socket
+    import struct
+
+    from tailcut.transports import tcp
+
+    raw = conn._sock.getsockopt(socket.SOL_SOCKET, tcp.SO_MAX_PACING_RATE, 4)
+    return struct.unpack("I", raw)[0]
+
+
+def test_coflow_paces_the_flows_connection_and_sends_untagged_parts_in_forward_order():
+    conn, server = _tcp_pair()
+    try:
+        raw = {"policy": "coflow", "pace": {"ps-0": {"worker-0": 123456.7}}}
+        flows.pace(conn, raw, "ps-0", "worker-0", Kind.PARAMS, LAYERS, 2, 12)
+        assert _rate_of(conn) == 123457
+        assert conn.cuts[Kind.PARAMS] == (base.Cut(0, 2, None), base.Cut(2, 6, None),
+                                          base.Cut(8, 2, None))
+        conn.set_pacing_rate(None)
+        assert _rate_of(conn) == 0xFFFFFFFF
+    finally:
+        conn.close()
+        server.close()
+
+
+def test_coflow_leaves_pairs_without_a_rate_and_other_policies_alone():
+    conn, server = _tcp_pair()
+    try:
+        raw = {"policy": "coflow", "pace": {"ps-0": {"worker-0": 1000.0}}}
+        flows.pace(conn, raw, "ps-0", "ps-1", Kind.PARAMS, LAYERS, 0, 12)
+        flows.pace(conn, {"policy": "fair"}, "ps-0", "worker-0", Kind.PARAMS, LAYERS, 0, 12)
+        flows.pace(conn, None, "ps-0", "worker-0", Kind.PARAMS, LAYERS, 0, 12)
+        assert conn.cuts == {} and _rate_of(conn) == 0xFFFFFFFF
+    finally:
+        conn.close()
+        server.close()
+
+
+def test_a_connection_that_cannot_be_paced_is_refused_under_coflow():
+    class Datagram(base.Connection):
+        peer = "ps-0"
+
+        def send(self, msg, timeout_s=None): ...
+        def recv(self, timeout_s=None): ...
+        def close(self): ...
+
+    raw = {"policy": "coflow", "pace": {"w": {"ps-0": 1.0}}}
+    with pytest.raises(base.TransportError, match="cannot be paced; coflow needs transport tcp"):
+        flows.pace(Datagram(), raw, "w", "ps-0", Kind.PUSH, LAYERS, 0, 12)
+
+
+def test_a_sharded_coflow_job_sends_every_tensor_as_an_untagged_part(tmp_path):
+    import csv
+
+    from tests.training import loopback
+
+    pace = {"ps-0": {"worker-0": 5e7, "worker-1": 5e7}, "ps-1": {"worker-0": 5e7, "worker-1": 5e7},
+            "worker-0": {"ps-0": 5e7, "ps-1": 5e7}, "worker-1": {"ps-0": 5e7, "ps-1": 5e7}}
+    job = loopback.Job(tmp_path, num_workers=2, shards=2, options={
+        "max_iterations": 10, "target_accuracy": None,
+        "flows": {"policy": "coflow", "pace": pace}})
+    events = job.run()
+    assert events["ps-0"][-1]["iterations"] == 10
+    with open(job.results / "flows-worker-0.csv", newline="") as f:
+        pulls = list(csv.DictReader(f))
+    with open(job.results / "flows-ps-1.csv", newline="") as f:
+        pushes = list(csv.DictReader(f))
+    per_iteration = {}
+    for row in pulls:
+        per_iteration.setdefault(row["iteration"], []).append(row["layer"])
+    # shard 0 holds part of fc1.weight, shard 1 the rest and every other tensor: one
+    # row per tensor piece, each untagged (no level), each its own part.
+    assert sorted(per_iteration["3"]) == sorted(
+        ["fc1.weight", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"])
+    assert {r["level"] for r in pulls + pushes} == {""}
+    assert len({r["received_at_ns"] for r in pulls if r["iteration"] == "3"}) > 1

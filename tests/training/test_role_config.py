@@ -91,3 +91,21 @@ def test_role_fields_default_to_one_shard_at_ps_host_and_say_who_pushes_where() 
     assert cfg.num_shards == 2 and cfg.shards[1] == ("b", 2)
     assert (cfg.aggregator_of(2), cfg.aggregator_of(1)) == (0, None)
     assert cfg.direct_workers() == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"flows": {"policy": "coflow", "pace": {"ps-0": {"worker-1": 1e6}}},
+          "transport": {"type": "udp"}},
+         "flows.policy='coflow': needs transport tcp"),
+        ({"flows": {"policy": "coflow", "pace": {"ps-0": {"worker-1": -1}}},
+          "transport": {"type": "tcp"}},
+         r"flows.pace.ps-0.worker-1=-1: must be a rate > 0"),
+    ],
+)
+def test_a_coflow_flows_section_needs_tcp_and_positive_rates(
+    overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RoleConfig.from_dict(_fields(**overrides))
