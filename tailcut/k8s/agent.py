@@ -119,7 +119,7 @@ def shape(name: str, link: Link, has_netem: bool,
                 raise AgentError(f"{name}: no {POD_IF} in the pod's network namespace")
             clear_stale_filters(ipr, name)
             shaped.droppers = shaping.apply(ops, ipr, name, POD_IF)
-        if scheduling is not None and scheduling.policy != "fair":
+        if scheduling is not None and scheduling.policy == "cadentflow":
             shaped.enforcement = enforce.apply_to([(name, POD_IF, link.bandwidth)],
                                                   scheduling)
             shaped.description += (f"; {scheduling.policy}: "

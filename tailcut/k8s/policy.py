@@ -10,8 +10,9 @@ and the per-tensor tags it hands the PS and worker pods.
 
       {"policy": "cadentflow", "pull": {"fc1.weight": 0, ...}, "push": {...}}
 
-- `coflow`: needs a controller pacing every flow to its MADD rate, which neither the
-  agent nor the pods have: refused by `check`, naming spec.scheduling.policy.
+- `coflow`: nothing on the node; the pods pace each connection at its Varys MADD
+  rate (SO_MAX_PACING_RATE), which flows.json also carries:
+  {"policy": "coflow", "pace": {"ps-0": {"worker-0": 6.2e6, ...}, ...}} (bytes/s).
 """
 
 import json
@@ -21,7 +22,6 @@ from tailcut.errors import SpecError
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import TrainingJob
 
-ENFORCED = ("fair", "cadentflow")   # what the node agent can enforce
 FLOWS_KEY = "flows.json"            # config map key; the pods see SPEC_MOUNT/flows.json
 
 _flows_cache: dict[str, dict[str, Any]] = {}
@@ -37,16 +37,9 @@ def check(job: TrainingJob) -> None:
 
 
 def check_enforceable(job: TrainingJob) -> None:
-    """Refuse a policy the node agent does not enforce, and cadentflow with what
-    cannot tag its flows (enforce.check_runnable: app-drop, aggregators, a PS
-    replica)."""
-    policy = job.spec.scheduling.policy
-    if policy not in ENFORCED:
-        raise SpecError(
-            f"spec.scheduling.policy={policy!r}: the Kubernetes node agent enforces "
-            f"{' and '.join(ENFORCED)} only ({policy} needs a per-flow rate controller "
-            f"it does not have); use one of those, or compare {policy} with `tailcut "
-            "simulate` (docs/cadentflow.md)")
+    """Refuse what the pods cannot tag or pace (enforce.check_runnable, as `tailcut run`
+    does: cadentflow over app-drop, coflow over anything but tcp, either with
+    aggregators or a PS replica)."""
     enforce.check_runnable(job.spec.scheduling, job)
 
 

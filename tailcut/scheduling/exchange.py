@@ -24,7 +24,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from tailcut.net import netns
@@ -138,7 +138,7 @@ class Pacer:
             self._reassign()
 
     def _reassign(self) -> None:
-        coflows: dict[tuple[str, int], list[madd.Flow]] = {}
+        coflows: dict[Hashable, list[madd.Flow]] = {}   # by (direction, iteration)
         for key, (cid, _, links, size) in self._active.items():
             left = max(1, size - self._got.get(key, 0))
             coflows.setdefault(cid, []).append(madd.Flow(key, links, left))

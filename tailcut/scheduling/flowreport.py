@@ -19,7 +19,7 @@ import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tailcut.scheduling import madd, tags
 from tailcut.spec.model import TrainingJob
@@ -52,7 +52,8 @@ def coflow_pace(job: TrainingJob, num_params: int) -> dict[str, dict[str, float]
             push.append(madd.Flow((w, f"ps-{s}"), madd.path(topo, w, f"ps-{s}"), 4 * (hi - lo)))
     pace: dict[str, dict[str, float]] = {}
     for coflow in (pull, push):
-        for (sender, receiver), rate in madd.rates(coflow, capacity).items():  # type: ignore[misc]
+        for key, rate in madd.rates(coflow, capacity).items():
+            sender, receiver = cast(tuple[str, str], key)
             pace.setdefault(sender, {})[receiver] = round(rate, 1)
     return pace
 
@@ -104,8 +105,8 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
                 level[(direction, row["layer"])] = row["level"]
                 it, sent = int(row["iteration"]), int(row["sent_at_ns"])
                 done = int(row["received_at_ns"])
-                pair = (direction, it, f"{row['sender']}->{row['receiver']}")
-                span = messages.setdefault(pair, [sent, done])
+                flow = (direction, it, f"{row['sender']}->{row['receiver']}")
+                span = messages.setdefault(flow, [sent, done])
                 span[0], span[1] = min(span[0], sent), max(span[1], done)
                 if direction == "pull":
                     pull_start[it] = min(sent, pull_start.get(it, sent))

@@ -87,7 +87,7 @@ def pace(conn: base.Connection, raw: Mapping[str, Any] | None, sender: str, rece
     if not hasattr(conn, "set_pacing_rate"):
         raise base.TransportError(f"the connection to {conn.peer} cannot be paced; "
                                   "coflow needs transport tcp")
-    conn.cuts[kind] = tuple(base.Cut(offset, size, None)  # type: ignore[attr-defined]
+    conn.cuts[kind] = tuple(base.Cut(offset, size, None)
                             for _, offset, size in pieces(layers, lo, hi))
     conn.set_pacing_rate(rate)  # type: ignore[attr-defined]
 

@@ -276,8 +276,10 @@ def test_agent_clears_a_classifier_left_by_a_killed_agent_before_enforcing_again
 
 
 def test_agent_refuses_a_policy_it_cannot_enforce_naming_the_field():
-    node_agent = agent.Agent(FakeCore(job_yaml("ks-coflow", {"policy": "coflow"})),
+    node_agent = agent.Agent(FakeCore(job_yaml("ks-appdrop", {"policy": "cadentflow"},
+                                               transport={"type": "app-drop", "p": 0.9})),
                              node="ks-node")
-    with pytest.raises(agent.AgentError, match=r"spec.scheduling.policy='coflow'"):
+    with pytest.raises(agent.AgentError, match=r"spec.scheduling.policy='cadentflow' with "
+                                               r"spec.transport.type='app-drop'"):
         node_agent.handle("ADDED", pod_event(str(uuid.uuid4()), "Running"))
     assert not node_agent.shaped

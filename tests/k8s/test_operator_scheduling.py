@@ -85,9 +85,8 @@ def test_a_cadentflow_jobs_pods_get_the_scheduling_section_and_their_tags(
 
 
 @pytest.mark.parametrize("name,scheduling,extra,words", [
-    ("ks-coflow", {"policy": "coflow"}, {},
-     "spec.scheduling.policy='coflow': the Kubernetes node agent enforces fair and "
-     "cadentflow only"),
+    ("ks-coflow", {"policy": "coflow"}, {"transport": {"type": "app-drop", "p": 0.9}},
+     "spec.scheduling.policy='coflow' with spec.transport.type='app-drop'"),
     ("ks-edf", {"policy": "edf"}, {}, "spec.scheduling.policy"),
     ("ks-udp", {"policy": "cadentflow"}, {"transport": {"type": "udp"}},
      "spec.transport.type='udp': the Kubernetes path runs tcp and app-drop only"),

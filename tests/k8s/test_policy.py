@@ -23,10 +23,12 @@ def test_fair_and_cadentflow_pass_the_check():
     policy.check(job({"policy": "cadentflow"}))
 
 
-def test_coflow_is_refused_naming_spec_scheduling_policy_and_the_agent():
-    with pytest.raises(SpecError, match=r"^spec.scheduling.policy='coflow': the Kubernetes "
-                                        r"node agent enforces fair and cadentflow only"):
-        policy.check(job({"policy": "coflow"}))
+def test_coflow_passes_and_its_pods_get_their_madd_rates():
+    coflow = job({"policy": "coflow"}, replicas={"workers": 2})
+    policy.check(coflow)
+    pace = json.loads(policy.config_data(coflow)[policy.FLOWS_KEY])["pace"]
+    assert set(pace["ps-0"]) == {"worker-0", "worker-1"}   # payload bytes/s per flow
+    assert all(rate > 0 for rates in pace.values() for rate in rates.values())
 
 
 def test_cadentflow_over_app_drop_is_refused_naming_both_fields():
