@@ -87,9 +87,9 @@ def pace(conn: base.Connection, raw: Mapping[str, Any] | None, sender: str, rece
     if not hasattr(conn, "set_pacing_rate"):
         raise base.TransportError(f"the connection to {conn.peer} cannot be paced; "
                                   "coflow needs transport tcp")
-    conn.cuts[kind] = tuple(base.Cut(offset, size, None)
+    conn.cuts[kind] = tuple(base.Cut(offset, size, None)  # type: ignore[attr-defined]
                             for _, offset, size in pieces(layers, lo, hi))
-    conn.set_pacing_rate(rate)  # type: ignore[attr-defined]
+    conn.set_pacing_rate(rate)
 
 
 def rows(msg: Message, receiver: str, layers: Sequence[Layer], lo: int, hi: int,
