@@ -13,6 +13,7 @@ fc1.weight is 10% and fc3.weight (512 x 512) 83%.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,21 @@ class DeepMLP:
                 delta = delta @ pairs[i][0].T
                 delta[pres[i - 1] <= 0] = 0
         return loss, grad
+
+    # Layer-wise passes (tailcut.training.layerwise): each dense layer is a stage.
+    @property
+    def stages(self) -> tuple[tuple[int, int], ...]:
+        return mlp.dense_stages(self.layers)
+
+    def forward_stage(self, k: int, params: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, Any]:
+        return mlp.dense_forward(self.layers, k, params, h)
+
+    def loss_head(self, logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        return mlp._softmax_cross_entropy(logits, y)
+
+    def backward_stage(self, k: int, params: np.ndarray, cache: Any, delta: np.ndarray,
+                       grad: np.ndarray) -> np.ndarray | None:
+        return mlp.dense_backward(self.layers, k, params, cache, delta, grad)
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean cross-entropy and accuracy over all rows of ``x``."""
