@@ -10,8 +10,8 @@ contiguous range of the flat vector (a dense layer's weight and bias), and offer
 
 ``loss_and_grad`` chains them with two hooks: ``ready(k)`` blocks until stage k's
 parameters have arrived (a worker waiting on per-tensor PARAMS parts), and
-``done(k)`` runs once stage k's gradient is written (the worker pushes it while the
-rest of the backward pass goes on). The numbers are those of the model's own
+``done(k, grad)`` runs once stage k's range of ``grad`` is written (the worker pushes
+it while the rest of the backward pass goes on). The numbers are those of the model's own
 ``loss_and_grad``: the same operations in the same order
 (tests/training/test_layerwise.py checks that they are equal).
 """
@@ -41,7 +41,8 @@ def stage_of(model: Any, index: int) -> int:
 
 def loss_and_grad(model: Any, params: np.ndarray, x: np.ndarray, y: np.ndarray,
                   ready: Callable[[int], None] = lambda k: None,
-                  done: Callable[[int], None] = lambda k: None) -> tuple[float, np.ndarray]:
+                  done: Callable[[int, np.ndarray], None] = lambda k, grad: None,
+                  ) -> tuple[float, np.ndarray]:
     """Mean loss and flat gradient, computed stage by stage (see the module docstring)."""
     if params.shape != (model.num_params,):
         raise ValueError(f"params has shape {params.shape}, expected ({model.num_params},)")
@@ -55,5 +56,5 @@ def loss_and_grad(model: Any, params: np.ndarray, x: np.ndarray, y: np.ndarray,
     grad = np.empty_like(params)
     for k in range(len(model.stages) - 1, -1, -1):
         delta = model.backward_stage(k, params, caches[k], delta, grad)
-        done(k)
+        done(k, grad)
     return loss, grad
