@@ -70,6 +70,18 @@ def _median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def worker_compute_ms(results: Path) -> float:
+    """Median over workers of each one's median time in the model per iteration (waits
+    for parameters and pushes excluded), from its worker_done event: shows when a
+    variant was slower only because the shared CPU was busier."""
+    medians = []
+    for log in sorted((results / "logs").glob("worker-*.log")):
+        for line in log.read_text().splitlines():
+            if line.startswith("{") and '"worker_done"' in line:
+                medians.append(json.loads(line).get("compute_ms_median", float("nan")))
+    return statistics.median(medians) if medians else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", default="examples/cadentflow.yaml")
@@ -102,9 +114,11 @@ def main() -> None:
                 out = Path(tmp) / f"{variant}-{r}"
                 local.run(job, out, progress=lambda _: None)
                 summary = json.loads((out / "flows.json").read_text())
+                summary["compute_ms"] = worker_compute_ms(out)
                 runs[variant].append(summary)
                 print(f"round {r} {variant:>10}: iteration {summary['iteration_s'] * 1e3:7.1f} ms"
-                      f" ({summary['iterations_measured']} gaps)", flush=True)
+                      f" ({summary['iterations_measured']} gaps), worker compute "
+                      f"{summary['compute_ms']:.1f} ms", flush=True)
     layers = list(runs["fair"][0]["fct_s"]["pull"])
     med = {v: _median([s["iteration_s"] for s in runs[v]]) for v in variants}
     batch = args.batch_size or base["spec"]["training"]["batchSize"]
@@ -119,6 +133,8 @@ def main() -> None:
     if "cadentflow" in med and "one-class" in med:
         print(f"cadentflow / one-class (the priorities' own share): "
               f"{med['cadentflow'] / med['one-class']:.3f}")
+    print("worker compute ms per iteration (median of rounds; the CPU is shared):  " + "  ".join(
+        f"{v} {_median([s['compute_ms'] for s in runs[v]]):.1f}" for v in variants))
     print("\nmedian ms from an iteration's first pull to:")
     for v in variants:
         phases = {k: _median([s["phases_s"][k] for s in runs[v]])

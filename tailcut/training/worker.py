@@ -116,6 +116,7 @@ class _Worker:
         self.arrived = np.zeros(self.model.num_params if self.layerwise else 0, dtype=bool)
         self.missing: set[int] = set()
         self.early_forwards = 0  # iterations whose forward pass began before PARAMS was whole
+        self.compute_s: list[float] = []  # per iteration: time in the model, waits excluded
 
     def _where(self, who: str) -> str:
         conn = self.conns.get(who)
@@ -188,6 +189,8 @@ class _Worker:
             "pushes": pushed,
             "last_iteration": step - 1,
         }
+        if self.compute_s:
+            summary["compute_ms_median"] = round(float(np.median(self.compute_s)) * 1e3, 3)
         if self.layerwise:
             summary["layerwise"] = {"early_forward_iterations": self.early_forwards}
         if self.failed_over is not None:
@@ -232,7 +235,9 @@ class _Worker:
         if not self._pull_all(step):
             return False
         rows = next(self.batches)
+        started = time.perf_counter()
         _, grad = self.model.loss_and_grad(self.params, self.x[rows], self.y[rows])
+        self.compute_s.append(time.perf_counter() - started)
         self._push_all(step, grad)
         return True
 
@@ -243,22 +248,32 @@ class _Worker:
         stages = self.model.stages
         last = len(stages) - 1
 
+        waited = 0.0
+
         def ready(k: int) -> None:
+            nonlocal waited
             lo, hi = stages[k]
+            started = time.perf_counter()
             if not self._pull_until(step, lambda: self.arrived[lo:hi].all()):
                 raise _Stopped
             if k == 0 and self.missing:
                 self.early_forwards += 1
             if k == last and not self._pull_until(step, lambda: not self.missing):
                 raise _Stopped  # the whole messages (logs, FCT rows) are right behind
+            waited += time.perf_counter() - started
 
         def done(k: int, grad: np.ndarray) -> None:
+            nonlocal waited
+            started = time.perf_counter()
             self._push_stage(step, k, grad)
+            waited += time.perf_counter() - started
 
         rows = next(self.batches)
         try:
+            started = time.perf_counter()
             layerwise.loss_and_grad(self.model, self.params, self.x[rows], self.y[rows],
                                     ready=ready, done=done)
+            self.compute_s.append(time.perf_counter() - started - waited)
         except _Stopped:
             return False
         return True
