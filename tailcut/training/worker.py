@@ -247,8 +247,7 @@ class _Worker:
         self._begin_pull()
         stages = self.model.stages
         last = len(stages) - 1
-
-        waited = 0.0
+        waited = 0.0  # in ready/done: waiting for parameters, handing pushes over
 
         def ready(k: int) -> None:
             nonlocal waited
