@@ -16,7 +16,9 @@ rotating which goes first:
   (tailcut.training.layerwise);
 - ``one-class``: the same per-tensor parts and layer-wise worker, but priorityLevels 1:
   every tensor in one class, so nothing is prioritised. cadentflow against one-class
-  is the priorities' own share; one-class against fair is pipelining's.
+  is the priorities' own share; one-class against fair is pipelining's;
+- ``pull-prio`` (only if asked for in --variants): cadentflow with every push at level
+  0 while pulls keep their layer-order levels (the paper's pushes share one deadline).
 
 Prints per round and as medians: the iteration time (median per run, from flows.json),
 phases of an iteration, and the median completion time of each tensor's pull and push;
@@ -41,8 +43,8 @@ import yaml  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
-VARIANTS = ("fair", "cadentflow", "one-class")
-SHORT = {"fair": "fair", "cadentflow": "cf", "one-class": "one"}  # in job names
+VARIANTS = ("fair", "cadentflow", "one-class", "pull-prio")
+SHORT = {"fair": "fair", "cadentflow": "cf", "one-class": "one", "pull-prio": "pull"}
 
 
 def job_for(base: dict[str, Any], variant: str, args: argparse.Namespace) -> spec.TrainingJob:
@@ -61,6 +63,9 @@ def job_for(base: dict[str, Any], variant: str, args: argparse.Namespace) -> spe
     scheduling["policy"] = "fair" if variant == "fair" else "cadentflow"
     if variant == "one-class":
         scheduling["priorityLevels"] = 1
+    if variant == "pull-prio":  # the paper's pushes share one deadline: one class here
+        scheduling["flows"] = [*scheduling.get("flows", []),
+                               {"layer": "*", "direction": "push", "priority": 0}]
     s["scheduling"] = scheduling
     raw["spec"] = s
     return spec.from_dict(raw)
@@ -95,7 +100,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="per worker; default: the job's")
     parser.add_argument("--model", default=None, help="default: the job's")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(VARIANTS[:3]))
     args = parser.parse_args()
     variants = args.variants.split(",")
     if "fair" not in variants or not set(variants) <= set(VARIANTS):
