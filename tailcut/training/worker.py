@@ -290,7 +290,8 @@ class _Worker:
             first = ("push", who, step) not in self.sent
             sent_ns = time.time_ns()
             try:
-                self.conns[who].send_cuts(msg, cuts, peers.left(self.deadline))  # type: ignore[attr-defined]
+                conn: Any = self.conns[who]  # a TcpConnection: only tcp tags per tensor
+                conn.send_cuts(msg, cuts, peers.left(self.deadline))
             except base.TransportError as err:
                 self._lost(who, err)
                 continue
