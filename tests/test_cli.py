@@ -54,7 +54,7 @@ def test_models_lists_every_registered_model_with_its_size_and_target(capsys):
 
 def test_sweep_refuses_an_unknown_model_and_bad_settings_naming_them(capsys):
     assert cli.main(["sweep", "--model", "mlp,resnet"]) == 2
-    assert "--model 'resnet': unknown; known: cnn, deep-mlp, mf, mlp, rnn, sparse, all" in (
+    assert "--model 'resnet': unknown; known: cnn, deep-mlp, even-mlp, mf, mlp, rnn, sparse, all" in (
         capsys.readouterr().err)
     assert cli.main(["sweep", "--model", "mf", "--runs", "0"]) == 2
     assert "--runs=0: must be >= 1" in capsys.readouterr().err

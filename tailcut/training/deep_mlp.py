@@ -7,12 +7,16 @@ Layout, in forward order, for ``num_features=D``, ``hidden=(H1, ..., Hn)``, ``K`
     fc1.weight (D, H1)  fc1.bias (H1,)  fc2.weight (H1, H2)  fc2.bias (H2,) ...  fc<n+1>.*
 
 The registered ``deep-mlp`` uses hidden=(32, 512, 512): 316,714 parameters, of which
-fc1.weight is 10% and fc3.weight (512 x 512) 83%.
+fc1.weight is 10% and fc3.weight (512 x 512) 83%. ``even-mlp`` uses ``EVEN_HIDDEN``
+(256, 1024, 256): 784,394 parameters in three dense layers of 256-262k each and a small
+head, so each layer takes about as long to send and to compute as the others (what
+a layer-wise pipeline needs to show; the paper's models are that way too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +24,7 @@ from tailcut.training import mlp
 from tailcut.training.models import Layer, check_params, layout
 
 _EVAL_BATCH = 4096
+EVEN_HIDDEN = (256, 1024, 256)
 
 
 class DeepMLP:
@@ -28,7 +33,8 @@ class DeepMLP:
     name = "deep-mlp"
 
     def __init__(self, num_features: int, num_classes: int,
-                 hidden: Sequence[int] = (32, 512, 512)) -> None:
+                 hidden: Sequence[int] = (32, 512, 512), name: str = "deep-mlp") -> None:
+        self.name = name
         widths = [num_features, *hidden, num_classes]
         shapes: list[tuple[str, tuple[int, ...]]] = []
         for i, (a, b) in enumerate(zip(widths, widths[1:]), start=1):
@@ -65,6 +71,21 @@ class DeepMLP:
                 delta = delta @ pairs[i][0].T
                 delta[pres[i - 1] <= 0] = 0
         return loss, grad
+
+    # Layer-wise passes (tailcut.training.layerwise): each dense layer is a stage.
+    @property
+    def stages(self) -> tuple[tuple[int, int], ...]:
+        return mlp.dense_stages(self.layers)
+
+    def forward_stage(self, k: int, params: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, Any]:
+        return mlp.dense_forward(self.layers, k, params, h)
+
+    def loss_head(self, logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        return mlp._softmax_cross_entropy(logits, y)
+
+    def backward_stage(self, k: int, params: np.ndarray, cache: Any, delta: np.ndarray,
+                       grad: np.ndarray) -> np.ndarray | None:
+        return mlp.dense_backward(self.layers, k, params, cache, delta, grad)
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean cross-entropy and accuracy over all rows of ``x``."""

@@ -35,6 +35,9 @@ class Event:
     error: base.TransportError | None = None
     arrived_ns: int = 0  # when it entered the queue
     seq: int = 0  # arrival order, breaks ties
+    # One part of a message still arriving (``parts``=True below): ``msg.values`` is
+    # valid only in ``msg.parts[0]``'s range; the whole message follows as its own event.
+    partial: bool = False
 
     def sort_key(self, ordering: str) -> tuple[int, int]:
         if ordering == "stf" and self.msg is not None:
@@ -45,10 +48,17 @@ class Event:
 class Inbox:
     """One queue for many connections; ``take`` applies the ordering policy."""
 
-    def __init__(self, conns: Sequence[base.Connection], ordering: str = "fifo") -> None:
+    def __init__(self, conns: Sequence[base.Connection], ordering: str = "fifo",
+                 parts: bool = False) -> None:
+        """``parts``: also queue each part of a message sent in parts as it arrives (a
+        ``partial`` event, for layer-wise roles), on connections that can report them."""
         if ordering not in ORDERINGS:
             raise ValueError(f"ordering={ordering!r}: supported: {', '.join(ORDERINGS)}")
         self.conns = list(conns)
+        if parts:
+            for i, conn in enumerate(self.conns):
+                if hasattr(conn, "on_part"):
+                    conn.on_part = self._part_reporter(i)  # type: ignore[attr-defined]
         self.ordering = ordering
         self._queue: queue.Queue[Event] = queue.Queue()
         self._pending: list[Event] = []
@@ -72,6 +82,11 @@ class Inbox:
             self._put(Event(source, msg, None, msg.received_at_ns or time.time_ns()))
             if msg.kind == base.Kind.STOP:
                 return
+
+    def _part_reporter(self, source: int) -> Callable[[Message], None]:
+        def report(msg: Message) -> None:
+            self._put(Event(source, msg, None, msg.received_at_ns, partial=True))
+        return report
 
     def _put(self, event: Event) -> None:
         with self._lock:

@@ -15,6 +15,9 @@ check may pass float64).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from tailcut.training.models import Layer, check_params, layout, views
@@ -73,6 +76,21 @@ class MLP:
         gb1[...] = dhidden.sum(axis=0)
         return loss, grad
 
+    # Layer-wise passes (tailcut.training.layerwise): the dense layers as stages.
+    @property
+    def stages(self) -> tuple[tuple[int, int], ...]:
+        return dense_stages(self.layers)
+
+    def forward_stage(self, k: int, params: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, Any]:
+        return dense_forward(self.layers, k, params, h)
+
+    def loss_head(self, logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        return _softmax_cross_entropy(logits, y)
+
+    def backward_stage(self, k: int, params: np.ndarray, cache: Any, delta: np.ndarray,
+                       grad: np.ndarray) -> np.ndarray | None:
+        return dense_backward(self.layers, k, params, cache, delta, grad)
+
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean cross-entropy and accuracy over all rows of ``x``."""
         check_params(params, self.num_params)
@@ -89,6 +107,43 @@ class MLP:
         n = max(len(x), 1)
         return total_loss / n, correct / n
 
+
+def dense_stages(layers: Sequence[Layer]) -> tuple[tuple[int, int], ...]:
+    """[lo, hi) of each (weight, bias) pair of a stack of dense layers."""
+    return tuple((w.offset, b.offset + b.size) for w, b in zip(layers[0::2], layers[1::2]))
+
+
+def _pair(layers: Sequence[Layer], k: int, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    w, b = layers[2 * k], layers[2 * k + 1]
+    return (flat[w.offset:w.offset + w.size].reshape(w.shape),
+            flat[b.offset:b.offset + b.size].reshape(b.shape))
+
+
+def dense_forward(layers: Sequence[Layer], k: int, params: np.ndarray,
+                  h: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Dense layer k of a ReLU stack (the last one without ReLU); cache (input, pre)."""
+    w, b = _pair(layers, k, params)
+    if k == 0:
+        h = h.astype(params.dtype, copy=False)
+    pre = h @ w + b
+    out = pre if 2 * k + 2 == len(layers) else np.maximum(pre, 0)
+    return out, (h, pre)
+
+
+def dense_backward(layers: Sequence[Layer], k: int, params: np.ndarray,
+                   cache: tuple[np.ndarray, np.ndarray], delta: np.ndarray,
+                   grad: np.ndarray) -> np.ndarray | None:
+    """Write layer k's weight and bias gradient into ``grad`` given the loss's gradient
+    w.r.t. its output; return the gradient w.r.t. its input (None for the first)."""
+    h, pre = cache
+    if 2 * k + 2 != len(layers):
+        delta[pre <= 0] = 0  # through the ReLU (delta is the product made one stage up)
+    gw, gb = _pair(layers, k, grad)
+    gw[...] = h.T @ delta
+    gb[...] = delta.sum(axis=0)
+    if k == 0:
+        return None
+    return delta @ _pair(layers, k, params)[0].T
 
 
 def _softmax_cross_entropy(

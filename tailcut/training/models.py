@@ -10,6 +10,7 @@ and items), and with the settings and target it converges with.
     mlp     text-like classification (data.py)          mf      ratings (ratings.py)
     cnn     small images (images.py)                     rnn     toy translation (sequences.py)
     sparse  Zipf-popular sparse ids, clicks (clicks.py)
+    deep-mlp, even-mlp  deeper perceptrons on the mlp's documents (deep_mlp.py)
 
     dataset = models.dataset("mlp", seed=0)
     model = models.create("mlp", dataset)
@@ -171,6 +172,13 @@ def _build_deep_mlp(dataset: data.Dataset) -> Model:
     return deep_mlp.DeepMLP(dataset.num_features, dataset.num_classes)
 
 
+def _build_even_mlp(dataset: data.Dataset) -> Model:
+    from tailcut.training import deep_mlp
+
+    return deep_mlp.DeepMLP(dataset.num_features, dataset.num_classes,
+                            hidden=deep_mlp.EVEN_HIDDEN, name="even-mlp")
+
+
 # Targets sit a little below each model's plateau, so "converged" is reached in a
 # few epochs with 4 workers and does not hinge on the noise of the last decimal.
 _REGISTRY: dict[str, Entry] = {
@@ -229,6 +237,16 @@ _REGISTRY: dict[str, Entry] = {
         target_accuracy=0.9,
         learning_rate=0.1,
         batch_size=32,
+        max_epochs=20,
+    ),
+    "even-mlp": Entry(
+        make_dataset=lambda seed: data.make_text_dataset(seed),
+        build=_build_even_mlp,
+        data="the mlp's documents; 1000-256-1024-256-10: three dense layers of ~260k "
+             "parameters each, so layers cost alike to send and compute (layer-wise)",
+        target_accuracy=0.9,
+        learning_rate=0.1,
+        batch_size=128,
         max_epochs=20,
     ),
 }

@@ -156,6 +156,7 @@ class _Server:
         self.last_pull: dict[str, int] = {}  # worker -> step it last asked for
         self.updates = np.zeros(self.size, dtype=np.int64)  # per-parameter update counts
         self.arrivals: list[tuple[int, str]] = []  # (arrived_ns, client) of every request
+        self.early_ranges: list[inbox.Event] = []  # shard 0: ranges for an epoch end ahead
         try:  # CadentFlow levels (None: fair, messages go whole and untagged)
             self.pull_levels = flows.levels_for(cfg.flows, "pull", self.model.layers)
             self.push_levels = flows.levels_for(cfg.flows, "push", self.model.layers)
@@ -282,7 +283,12 @@ class _Server:
                 continue
             msg = ev.msg
             assert msg is not None
-            if msg.kind == Kind.PUSH:
+            if msg.kind == Kind.PARAMS and who.startswith("ps-") and not self.follower:
+                # Another shard's range for an epoch end we have not reached: its barrier
+                # passed first (a layer-wise worker pushes the later layers, which the
+                # later shards hold, before the first ones). _assemble takes it.
+                self.early_ranges.append(ev)
+            elif msg.kind == Kind.PUSH:
                 self._push(ev, who)
             elif msg.kind == Kind.PULL:
                 self._pull(ev, who)
@@ -535,6 +541,10 @@ class _Server:
     def _take_from(self, who: str) -> inbox.Event:
         """Wait for the next message from ``who``; others stay queued for the loop."""
         index = self.names.index(who)
+        for ev in self.early_ranges:
+            if ev.source == index:
+                self.early_ranges.remove(ev)
+                return ev
         try:
             ev = self.inbox.take(peers.left(self.deadline), match=lambda e: e.source == index)
         except base.TransportTimeout as err:

@@ -7,6 +7,14 @@ pull for step 0. Then, until a STOP: wait for PARAMS(k) from every shard (shard
 the next ``batch_size`` examples of its shard, PUSH(k) each shard its range (or
 the whole gradient to its aggregator, which sums its group), and PULL(k+1).
 
+Layer-wise (policy cadentflow and a model with stages, tailcut.training.layerwise):
+the PS's PARAMS arrive one part per tensor, and the worker computes each layer's
+forward pass as soon as that layer's parts are in, while later ones are still in
+flight; in the backward pass it pushes each layer's gradient as soon as it is
+computed (last layer first), so the push overlaps the rest of the backward pass. The
+numbers are those of the whole-model path. Under ``fair``, with aggregators or a
+replica, or with a model without stages, the worker computes on the whole model.
+
 Parameter coordinates missing from a PARAMS message keep their previous value;
 before the first PARAMS that is the initial value, which the worker computes from
 the seed exactly as the PS does. Every push and pull leaves a row in
@@ -17,14 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import data, flows, inbox, models, peers, ps, records
+from tailcut.training import data, flows, inbox, layerwise, models, peers, ps, records
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -36,6 +44,10 @@ GRACE_S = 30.0
 
 class PSGone(errors.RunError):
     """The parameter server closed the connection, broke the protocol or fell silent."""
+
+
+class _Stopped(Exception):
+    """The PS said STOP while a layer-wise forward pass waited for parameters."""
 
 
 def apply_params(params: np.ndarray, msg: Message) -> None:
@@ -96,6 +108,16 @@ class _Worker:
             self.push_levels = flows.levels_for(cfg.flows, "push", self.model.layers)
         except ValueError as err:
             raise errors.RunError(str(err)) from None
+        # Per-tensor parts both ways over TCP (the datagram transports deliver a tagged
+        # message whole, and may cut it short), and no aggregator or replica in between.
+        self.layerwise = (self.pull_levels is not None and self.push_levels is not None
+                          and layerwise.supports(self.model) and self.aggregator is None
+                          and cfg.replica is None and cfg.transport.get("type") == "tcp")
+        self.push_cuts: dict[int, tuple[base.Cut, ...]] = {}  # shard -> its PUSH's cuts
+        self.arrived = np.zeros(self.model.num_params if self.layerwise else 0, dtype=bool)
+        self.missing: set[int] = set()
+        self.early_forwards = 0  # iterations whose forward pass began before PARAMS was whole
+        self.compute_s: list[float] = []  # per iteration: time in the model, waits excluded
 
     def _where(self, who: str) -> str:
         conn = self.conns.get(who)
@@ -136,20 +158,19 @@ class _Worker:
                         conn.peer = f"{who} at {host}:{port}" if who != "ps-0" else where
                         self.conns[who] = conn
                         if self.push_levels is not None and who.startswith("ps-"):
-                            lo, hi = self.ranges[int(who.split("-")[1])]
-                            flows.tag(conn, Kind.PUSH,
-                                      flows.cuts(self.model.layers, lo, hi, self.push_levels))
+                            shard = int(who.split("-")[1])
+                            lo, hi = self.ranges[shard]
+                            self.push_cuts[shard] = flows.cuts(self.model.layers, lo, hi,
+                                                               self.push_levels)
+                            flows.tag(conn, Kind.PUSH, self.push_cuts[shard])
                         if who.startswith("ps-"):  # coflow: the push paced at its MADD rate
                             flows.pace(conn, cfg.flows, self.name, who, Kind.PUSH,
                                        self.model.layers, *self.ranges[int(who.split("-")[1])])
                         # HELLO is the pull for step 0: stamp it as one.
                         self._request(who, Message(Kind.HELLO, peers.WORKER, cfg.index), "pull", 0)
-                    self.inbox = inbox.Inbox(list(self.conns.values()))
+                    self.inbox = inbox.Inbox(list(self.conns.values()), parts=self.layerwise)
                     self.names = list(self.conns)
-                    while self._pull_all(step):
-                        rows = next(self.batches)
-                        _, grad = self.model.loss_and_grad(self.params, self.x[rows], self.y[rows])
-                        self._push_all(step, grad)
+                    while self._train_step(step):
                         pushed += 1
                         step += 1
                         for who in self._servers():
@@ -172,6 +193,10 @@ class _Worker:
             "pushes": pushed,
             "last_iteration": step - 1,
         }
+        if self.compute_s:
+            summary["compute_ms_median"] = round(float(np.median(self.compute_s)) * 1e3, 3)
+        if self.layerwise:
+            summary["layerwise"] = {"early_forward_iterations": self.early_forwards}
         if self.failed_over is not None:
             summary["failed_over"] = self.failed_over
         return summary
@@ -207,10 +232,89 @@ class _Worker:
             return
         raise err
 
+    def _train_step(self, step: int) -> bool:
+        """Pull, compute and push iteration ``step``; False when a STOP came instead."""
+        if self.layerwise:
+            return self._layerwise_step(step)
+        if not self._pull_all(step):
+            return False
+        rows = next(self.batches)
+        started = time.perf_counter()
+        _, grad = self.model.loss_and_grad(self.params, self.x[rows], self.y[rows])
+        self.compute_s.append(time.perf_counter() - started)
+        self._push_all(step, grad)
+        return True
+
+    def _layerwise_step(self, step: int) -> bool:
+        """Forward each stage once its parameters are in; push each stage's gradient as
+        soon as the backward pass has it."""
+        self._begin_pull()
+        stages = self.model.stages
+        last = len(stages) - 1
+        waited = 0.0  # in ready/done: waiting for parameters, handing pushes over
+
+        def ready(k: int) -> None:
+            nonlocal waited
+            lo, hi = stages[k]
+            started = time.perf_counter()
+            if not self._pull_until(step, lambda: self.arrived[lo:hi].all()):
+                raise _Stopped
+            if k == 0 and self.missing:
+                self.early_forwards += 1
+            if k == last and not self._pull_until(step, lambda: not self.missing):
+                raise _Stopped  # the whole messages (logs, FCT rows) are right behind
+            waited += time.perf_counter() - started
+
+        def done(k: int, grad: np.ndarray) -> None:
+            nonlocal waited
+            started = time.perf_counter()
+            self._push_stage(step, k, grad)
+            waited += time.perf_counter() - started
+
+        rows = next(self.batches)
+        try:
+            started = time.perf_counter()
+            layerwise.loss_and_grad(self.model, self.params, self.x[rows], self.y[rows],
+                                    ready=ready, done=done)
+            self.compute_s.append(time.perf_counter() - started - waited)
+        except _Stopped:
+            return False
+        return True
+
+    def _push_stage(self, step: int, k: int, grad: np.ndarray) -> None:
+        """Send every shard the parts of its PUSH(step) that lie in stage ``k``."""
+        slo, shi = self.model.stages[k]
+        for who in self._servers():
+            shard = int(who.split("-")[1])
+            lo, hi = self.ranges[shard]
+            cuts = [c for c in self.push_cuts[shard] if slo <= lo + c.offset < shi]
+            if not cuts:
+                continue
+            msg = Message(Kind.PUSH, step, self.cfg.index, grad[lo:hi])
+            first = ("push", who, step) not in self.sent
+            sent_ns = time.time_ns()
+            try:
+                conn: Any = self.conns[who]  # a TcpConnection: only tcp tags per tensor
+                conn.send_cuts(msg, cuts, peers.left(self.deadline))
+            except base.TransportError as err:
+                self._lost(who, err)
+                continue
+            if first:
+                self.sent[("push", who, step)] = (sent_ns, 28 + 4 * (hi - lo))
+
+    def _begin_pull(self) -> None:
+        self.missing = set(range(self.cfg.num_shards))
+        self.arrived[:] = False
+
     def _pull_all(self, step: int) -> bool:
         """Wait for PARAMS(step) from every shard; False when a STOP came instead."""
-        missing = set(range(self.cfg.num_shards))
-        while missing:
+        self._begin_pull()
+        return self._pull_until(step, lambda: not self.missing)
+
+    def _pull_until(self, step: int, enough: Callable[[], bool]) -> bool:
+        """Take PARAMS(step) (whole, or parts of it) until ``enough()``; False on STOP."""
+        missing = self.missing
+        while not enough():
             try:
                 ev = self.inbox.take(peers.left(self.deadline))
             except base.TransportTimeout as err:
@@ -224,6 +328,9 @@ class _Worker:
                 continue
             msg = ev.msg
             assert msg is not None
+            if ev.partial:
+                self._take_part(step, who, msg)
+                continue
             if msg.kind in (Kind.PARAMS, Kind.STOP):
                 self.log.write(records.message_row(msg, self.cfg.index))
             if msg.kind == Kind.STOP:
@@ -245,6 +352,7 @@ class _Worker:
                 continue  # shard 0 from both primary and replica around the take-over
             lo, hi = self.ranges[shard]
             apply_params(self.params[lo:hi], msg)
+            self.arrived[lo:hi] = True
             if self.flows_log is not None:
                 for row in flows.rows(msg, self.name, self.model.layers, lo, hi,
                                       self.pull_levels):
@@ -252,6 +360,18 @@ class _Worker:
             missing.discard(shard)
             self._client_row("pull", who, msg, dequeued, time.time_ns())
         return True
+
+    def _take_part(self, step: int, who: str, msg: Message) -> None:
+        """A part of PARAMS(step) is in: copy its tensor now, for the forward pass."""
+        if msg.kind != Kind.PARAMS or msg.iteration != step or not who.startswith("ps-"):
+            return  # anything wrong with it is reported when the whole message is taken
+        shard = int(who.split("-")[1])
+        if shard not in self.missing:
+            return
+        part = msg.parts[0]  # type: ignore[index]
+        a = self.ranges[shard][0] + part.offset
+        self.params[a:a + part.size] = msg.values[part.offset:part.offset + part.size]
+        self.arrived[a:a + part.size] = True
 
     def _last_acks(self, wait_s: float = 1.0) -> None:
         """After STOP, log the ACKs of our last pushes that other shards still send."""

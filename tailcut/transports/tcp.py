@@ -41,7 +41,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -200,6 +200,11 @@ class TcpConnection(base.Connection):
         self.control_tos: int = 0
         self.tos_of: Callable[[int], int] | None = None
         self._tos = 0
+        # Layer-wise roles (tailcut.training.layerwise): called with each part of a
+        # message in parts as soon as it is in (a Message whose ``values`` is the whole
+        # buffer being filled, valid in ``parts[0]``'s range), before the message is
+        # complete. None: the receiver only returns whole messages.
+        self.on_part: Callable[[Message], None] | None = None
         self._outbox: queue.Queue[list[tuple[int, list[bytes]]] | None] = queue.Queue()
         self._sender: threading.Thread | None = None
         self._send_error: base.TransportError | None = None
@@ -246,6 +251,23 @@ class TcpConnection(base.Connection):
             # before re-tagging (_set_tos) does not hold up the caller's sends to its
             # other peers (a PS answering every worker would otherwise serve them one
             # after another). Errors surface on the next send or on close.
+            self._enqueue(frames)
+            return
+        self._write(sock, frames, timeout_s)
+
+    def send_cuts(self, msg: Message, cuts: Sequence[base.Cut],
+                  timeout_s: float | None = None) -> None:
+        """Send only ``cuts`` of ``msg`` as parts, each stamped now and tagged with its
+        level (a layer-wise worker pushes each tensor as soon as its gradient is
+        ready). The caller sends every cut of the message exactly once, and nothing
+        else on this connection until the last one: the receiver reads the parts of a
+        message back to back."""
+        sock = self._live()
+        sent_at_ns = time.time_ns()
+        tos = self.tos_of or (lambda level: 0)
+        frames = [(0 if c.level is None else tos(c.level), encode_part(msg, c, sent_at_ns))
+                  for c in cuts]
+        if self.cuts:
             self._enqueue(frames)
             return
         self._write(sock, frames, timeout_s)
@@ -348,6 +370,11 @@ class TcpConnection(base.Connection):
                                    sent_at_ns, time.time_ns()))
             filled += count
             wire += HEADER.size + PART.size + 4 * count
+            if self.on_part is not None:
+                self.on_part(Message(kind=kind, iteration=iteration, sender=sender,
+                                     values=values, sent_at_ns=sent_at_ns,
+                                     received_at_ns=parts[-1].received_at_ns,
+                                     parts=[parts[-1]]))
             if filled >= values.size:
                 break
             header = self._read(HEADER.size, deadline, what="header")

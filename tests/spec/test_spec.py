@@ -89,7 +89,7 @@ def test_bandwidth_round_trips_in_tc_spelling():
      "already served by aggregators[0]"),
     ("spec: {replicas: {workers: 2, aggregators: [{workers: [0]}]}, training: {syncMode: async}}",
      "spec", "need bsp"),
-    ("spec: {training: {model: resnet}}", "spec.training.model='resnet'", "known: cnn, deep-mlp, mf, mlp"),
+    ("spec: {training: {model: resnet}}", "spec.training.model='resnet'", "known: cnn, deep-mlp, even-mlp, mf, mlp"),
     ("spec: {training: {learningRate: 0}}", "spec.training.learningRate=0", "greater than 0"),
     ("spec: {training: {targetAccuracy: 1.2}}", "spec.training.targetAccuracy=1.2",
      "less than or equal to 1"),

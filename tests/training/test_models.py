@@ -19,7 +19,7 @@ def test_mlp_is_registered_and_sized_for_its_dataset() -> None:
 
 
 def test_an_unknown_model_name_lists_the_supported_ones() -> None:
-    with pytest.raises(ValueError, match="supported: cnn, deep-mlp, mf, mlp, rnn, sparse"):
+    with pytest.raises(ValueError, match="supported: cnn, deep-mlp, even-mlp, mf, mlp, rnn, sparse"):
         models.create("resnet", models.dataset("mlp", 0))
 
 

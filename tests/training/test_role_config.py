@@ -40,7 +40,7 @@ def test_config_survives_a_json_round_trip(tmp_path: Path) -> None:
         ({"learning_rate": -1.0}, "learning_rate=-1.0"),
         ({"target_accuracy": 1.5}, "target_accuracy=1.5"),
         ({"sync_mode": "hogwild"}, "sync_mode='hogwild'"),
-        ({"model": "resnet"}, "supported models are cnn, deep-mlp, mf, mlp, rnn, sparse"),
+        ({"model": "resnet"}, "supported models are cnn, deep-mlp, even-mlp, mf, mlp, rnn, sparse"),
         (
             {"transport": {"type": "carrier-pigeon"}},
             "transport.type='carrier-pigeon': supported: app-drop, bounded-loss, tcp, udp",

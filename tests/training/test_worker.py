@@ -87,3 +87,42 @@ def test_worker_exits_non_zero_naming_the_ps_when_the_ps_goes_away(tmp_path: Pat
     assert event["event"] == "error" and event["role"] == "worker"
     assert f"parameter server at 127.0.0.1:{port} went away after iteration 0" in event["message"]
     assert "went away" in proc.stderr
+
+
+def _deep_mlp_job(tmp_path: Path, policy: str, shards: int):
+    from tests.training import loopback
+
+    names = [layer.name for layer in models.create(
+        "deep-mlp", models.dataset("deep-mlp", 0)).layers]
+    levels = {name: min(3, k // 2) for k, name in enumerate(names)}
+    flows = ({"policy": "fair"} if policy == "fair"
+             else {"policy": "cadentflow", "pull": levels, "push": levels})
+    return loopback.Job(tmp_path / policy, num_workers=2, shards=shards, options={
+        "model": "deep-mlp", "max_iterations": 12, "target_accuracy": None,
+        "learning_rate": 0.1, "batch_size": 32, "flows": flows})
+
+
+def test_a_layerwise_cadentflow_job_ends_on_the_same_model_as_the_whole_model_fair_job(tmp_path):
+    import csv
+
+    ends = {}
+    for policy in ("fair", "cadentflow"):
+        job = _deep_mlp_job(tmp_path, policy, shards=2)
+        events = job.run()
+        done = events["ps-0"][-1]
+        assert done["iterations"] == 12
+        ends[policy] = done["final_loss"]
+        summary = events["worker-0"][-1]
+        assert ("layerwise" in summary) == (policy == "cadentflow"), summary
+        if policy == "cadentflow":
+            pushes = []
+            for shard in (0, 1):  # shard 0 holds fc1, fc2 and the start of fc3
+                with open(job.results / f"flows-ps-{shard}.csv", newline="") as f:
+                    pushes += [r for r in csv.DictReader(f) if r["sender"] == "0"
+                               and r["iteration"] == "5"]
+            # Each layer's gradient left when the backward pass had it: last layer first.
+            sent = {r["layer"]: int(r["sent_at_ns"]) for r in pushes}
+            assert sent["fc4.weight"] < sent["fc3.bias"] < sent["fc2.weight"] \
+                < sent["fc1.weight"], sent
+    # Same seed, same minibatches, the same float operations: the same final model.
+    assert ends["cadentflow"] == ends["fair"], ends
