@@ -63,12 +63,14 @@ def cuts(layers: Sequence[Layer], lo: int, hi: int,
 
 def tag(conn: base.Connection, kind: Kind, message_cuts: tuple[base.Cut, ...]) -> None:
     """Make ``conn`` send ``kind`` messages in ``message_cuts`` and tag its control
-    messages at level 0. Only the TCP transport can (the runtime refuses the others)."""
+    messages at level 0. The tcp, udp and bounded-loss connections can (the runtime
+    refuses the others)."""
     from tailcut.datapath import classifier  # the DSCP mapping lives with the classifier
 
     if not hasattr(conn, "cuts"):
         raise base.TransportError(f"the connection to {conn.peer} cannot send tagged "
-                                  "per-tensor messages; cadentflow needs transport tcp")
+                                  "per-tensor messages; cadentflow needs transport tcp, "
+                                  "udp or bounded-loss")
     conn.cuts[kind] = message_cuts
     conn.tos_of = classifier.tos_of  # type: ignore[attr-defined]
     conn.control_tos = classifier.tos_of(0)  # type: ignore[attr-defined]

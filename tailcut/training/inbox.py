@@ -58,7 +58,7 @@ class Inbox:
         if parts:
             for i, conn in enumerate(self.conns):
                 if hasattr(conn, "on_part"):
-                    conn.on_part = self._part_reporter(i)  # type: ignore[attr-defined]
+                    conn.on_part = self._part_reporter(i)
         self.ordering = ordering
         self._queue: queue.Queue[Event] = queue.Queue()
         self._pending: list[Event] = []

@@ -143,7 +143,8 @@ def dense_backward(layers: Sequence[Layer], k: int, params: np.ndarray,
     gb[...] = delta.sum(axis=0)
     if k == 0:
         return None
-    return delta @ _pair(layers, k, params)[0].T
+    d_in: np.ndarray = delta @ _pair(layers, k, params)[0].T
+    return d_in
 
 
 def _softmax_cross_entropy(

@@ -113,6 +113,7 @@ class _Worker:
         self.layerwise = (self.pull_levels is not None and self.push_levels is not None
                           and layerwise.supports(self.model) and self.aggregator is None
                           and cfg.replica is None and cfg.transport.get("type") == "tcp")
+        self._staged: Any = self.model  # with layerwise.STAGE_API when self.layerwise
         self.push_cuts: dict[int, tuple[base.Cut, ...]] = {}  # shard -> its PUSH's cuts
         self.arrived = np.zeros(self.model.num_params if self.layerwise else 0, dtype=bool)
         self.missing: set[int] = set()
@@ -249,7 +250,7 @@ class _Worker:
         """Forward each stage once its parameters are in; push each stage's gradient as
         soon as the backward pass has it."""
         self._begin_pull()
-        stages = self.model.stages
+        stages: tuple[tuple[int, int], ...] = self._staged.stages
         last = len(stages) - 1
         waited = 0.0  # in ready/done: waiting for parameters, handing pushes over
 
@@ -257,7 +258,7 @@ class _Worker:
             nonlocal waited
             lo, hi = stages[k]
             started = time.perf_counter()
-            if not self._pull_until(step, lambda: self.arrived[lo:hi].all()):
+            if not self._pull_until(step, lambda: bool(self.arrived[lo:hi].all())):
                 raise _Stopped
             if k == 0 and self.missing:
                 self.early_forwards += 1
@@ -283,7 +284,7 @@ class _Worker:
 
     def _push_stage(self, step: int, k: int, grad: np.ndarray) -> None:
         """Send every shard the parts of its PUSH(step) that lie in stage ``k``."""
-        slo, shi = self.model.stages[k]
+        slo, shi = self._staged.stages[k]
         for who in self._servers():
             shard = int(who.split("-")[1])
             lo, hi = self.ranges[shard]
