@@ -14,7 +14,7 @@ VECTOR = np.random.default_rng(2).standard_normal(10_001).astype(np.float32)
 
 
 def test_the_receiver_gets_exactly_ceil_p_n_coordinates_and_their_true_values() -> None:
-    with pair("app-drop", 47401, p=0.7, seed=1) as (_, s, _client, c):
+    with pair("app-drop", 27401, p=0.7, seed=1) as (_, s, _client, c):
         for i in range(3):
             c.send(Message(Kind.PUSH, i, 0, VECTOR))
             msg = s.recv(10)
@@ -26,14 +26,14 @@ def test_the_receiver_gets_exactly_ceil_p_n_coordinates_and_their_true_values() 
 
 
 def test_p_of_one_delivers_everything_without_a_mask() -> None:
-    with pair("app-drop", 47402, p=1.0) as (_, s, _client, c):
+    with pair("app-drop", 27402, p=1.0) as (_, s, _client, c):
         c.send(Message(Kind.PARAMS, 0, -1, VECTOR))
         msg = s.recv(10)
         assert msg.mask is None and np.array_equal(msg.values, VECTOR)
 
 
 def test_hello_and_stop_are_plain_frames() -> None:
-    with pair("app-drop", 47403, p=0.5) as (_, s, _client, c):
+    with pair("app-drop", 27403, p=0.5) as (_, s, _client, c):
         c.send(Message(Kind.HELLO, 0, 2))
         assert s.recv(10).kind == Kind.HELLO
 
@@ -63,7 +63,7 @@ def test_p_outside_zero_one_is_refused_naming_p(p: object) -> None:
 
 def test_tagging_an_app_drop_connection_for_cadentflow_is_refused_by_name() -> None:
     from tailcut.training import flows
-    with pair("app-drop", 47404, p=0.5) as (_, s, _client, c):
+    with pair("app-drop", 27404, p=0.5) as (_, s, _client, c):
         with pytest.raises(base.TransportError, match="app-drop connection .* cannot send "
                                                       "tagged per-tensor messages"):
             flows.tag(c, Kind.PUSH, (base.Cut(0, VECTOR.size, 0),))

@@ -40,6 +40,12 @@ def pair(name: str, port: int, server_ctx: Callable[[], Any] | None = None,
     try:
         with (client_ctx or _nothing)():
             c = client.connect(host, port, 10)
+    except base.TransportError as err:
+        t.join()
+        client.close()
+        if "error" in got:  # the listen failed first (port taken?): that is the cause
+            raise got["error"] from err
+        raise
     finally:
         t.join()
     if "error" in got:
@@ -65,14 +71,14 @@ def delivered(msg: Message) -> np.ndarray:
 
 
 def test_messages_without_a_vector_travel_on_the_control_channel() -> None:
-    with pair("udp", 47201) as (_, s, _client, c):
+    with pair("udp", 27201) as (_, s, _client, c):
         c.send(Message(Kind.HELLO, 0, 3))
         msg = s.recv(5)
         assert (msg.kind, msg.iteration, msg.sender, msg.values.size) == (Kind.HELLO, 0, 3, 0)
 
 
 def test_udp_delivers_a_vector_and_says_what_arrived() -> None:
-    with pair("udp", 47202, job="bl-udp") as (_, s, _client, c):
+    with pair("udp", 27202, job="bl-udp") as (_, s, _client, c):
         for i in range(3):
             c.send(Message(Kind.PUSH, i, 2, VECTOR), 10)
             msg = s.recv(10)
@@ -83,7 +89,7 @@ def test_udp_delivers_a_vector_and_says_what_arrived() -> None:
 
 
 def test_bounded_loss_delivers_at_least_p_and_stops_sending_there() -> None:
-    with pair("bounded-loss", 47203, p=0.8, xdp=False, job="bl-p") as (_, s, client, c):
+    with pair("bounded-loss", 27203, p=0.8, xdp=False, job="bl-p") as (_, s, client, c):
         for i in range(5):
             c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
             msg = s.recv(10)
@@ -98,7 +104,7 @@ def test_bounded_loss_delivers_at_least_p_and_stops_sending_there() -> None:
 def test_the_receiver_nacks_and_the_sender_retransmits_until_p() -> None:
     """Drop every third packet at the sender's socket: one pass reaches 2/3 < p = 0.9,
     so only retransmissions of NACKed slots can complete the message."""
-    with pair("bounded-loss", 47204, p=0.9, xdp=False, job="bl-nack") as (_, s, client, c):
+    with pair("bounded-loss", 27204, p=0.9, xdp=False, job="bl-nack") as (_, s, client, c):
         real = client._udp.sendto
         calls = {"n": 0}
 
@@ -156,7 +162,7 @@ def hostile_datagrams(job: int, message: int, total: int) -> list[bytes]:
 def test_hostile_datagrams_do_not_crash_the_receiver_or_corrupt_a_message() -> None:
     """Flood a live receiver with bad packets and with forged duplicates of a slot
     while a real message arrives; the message must come out exactly right."""
-    with pair("bounded-loss", 47205, p=1.0, xdp=False, job="bl-hostile") as \
+    with pair("bounded-loss", 27205, p=1.0, xdp=False, job="bl-hostile") as \
             (server, s, client, c):
         attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         target = server._udp.getsockname()
@@ -187,7 +193,7 @@ def test_hostile_datagrams_do_not_crash_the_receiver_or_corrupt_a_message() -> N
 
 def test_forged_packets_from_another_address_are_ignored() -> None:
     """Packets of a live message id from an address that is not the peer's."""
-    with pair("udp", 47206, job="bl-forge") as (server, s, client, c):
+    with pair("udp", 27206, job="bl-forge") as (server, s, client, c):
         forged = wire.build(job=server.job_id, message=(c.peer_id << 16) | 1, seq=0, start=0,
                             total=VECTOR.size, values=np.zeros(360, np.float32))
         attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -205,7 +211,7 @@ def test_forged_packets_from_another_address_are_ignored() -> None:
 
 
 def test_a_vector_beyond_the_slot_limit_is_refused_before_sending() -> None:
-    with pair("udp", 47207, job="bl-big") as (_, _s, _client, c):
+    with pair("udp", 27207, job="bl-big") as (_, _s, _client, c):
         too_big = np.zeros(datagram.MAX_SLOTS * 360 + 1, np.float32)
         with pytest.raises(ValueError, match="at most"):
             c.send(Message(Kind.PUSH, 0, 0, too_big))
@@ -235,7 +241,7 @@ def test_bounded_loss_over_a_lossy_veth_completes_on_the_xdp_event(lossy_link: A
     the XDP counter's event; the control channel survives the loss too."""
     from tailcut.net import netns
     from tests.datapath.udp_link import RECEIVER_IP
-    with pair("bounded-loss", 47210, lambda: netns.entered(lossy_link.receiver),
+    with pair("bounded-loss", 27210, lambda: netns.entered(lossy_link.receiver),
               lambda: netns.entered(lossy_link.sender), host=RECEIVER_IP, p=0.8,
               job="bl-xdp", rate_mbit=500) as (server, s, client, c):
         assert server.counter.mode == "generic" and client.counter.mode == "generic"
@@ -275,7 +281,7 @@ def tag(conn: Any) -> None:
 
 
 def test_a_tagged_message_arrives_exactly_with_one_timed_part_per_cut_in_send_order() -> None:
-    with pair("udp", 47220, job="dg-parts", rate_mbit=300) as (server, s, _client, c):
+    with pair("udp", 27220, job="dg-parts", rate_mbit=300) as (server, s, _client, c):
         tag(c)
         for i in range(3):
             c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
@@ -298,7 +304,7 @@ def test_a_tagged_message_arrives_exactly_with_one_timed_part_per_cut_in_send_or
 def test_bounded_loss_reaches_p_of_the_whole_message_by_cutting_the_least_urgent_short() -> None:
     """DONE comes at p of the whole message and the cuts go most urgent first, so the
     urgent tensor arrives whole and what is left out falls on the last one."""
-    with pair("bounded-loss", 47221, p=0.5, xdp=False, job="dg-short",
+    with pair("bounded-loss", 27221, p=0.5, xdp=False, job="dg-short",
               rate_mbit=200) as (server, s, client, c):
         tag(c)
         last = []
@@ -315,7 +321,7 @@ def test_bounded_loss_reaches_p_of_the_whole_message_by_cutting_the_least_urgent
 
 
 def test_retransmissions_of_a_tagged_message_keep_the_cut_order() -> None:
-    with pair("bounded-loss", 47222, p=0.95, xdp=False, job="dg-retx") as \
+    with pair("bounded-loss", 27222, p=0.95, xdp=False, job="dg-retx") as \
             (_server, s, client, c):
         tag(c)
         real = client._udp.sendto
@@ -345,7 +351,7 @@ def test_retransmissions_of_a_tagged_message_keep_the_cut_order() -> None:
 
 
 def test_a_begin_with_a_bad_cut_table_is_a_protocol_error_naming_the_table() -> None:
-    with pair("udp", 47223, job="dg-badtable") as (_server, s, _client, c):
+    with pair("udp", 27223, job="dg-badtable") as (_server, s, _client, c):
         c.channel.send(control.Frame(control.FrameType.BEGIN, int(Kind.PUSH),
                                      (c.peer_id << 16) | 7, 0, 0, 1000, 0, b"\0" * 10))
         with pytest.raises(base.ProtocolError, match="cut table of 10 bytes"):
@@ -353,7 +359,7 @@ def test_a_begin_with_a_bad_cut_table_is_a_protocol_error_naming_the_table() -> 
 
 
 def test_hostile_datagrams_cannot_corrupt_a_tagged_message() -> None:
-    with pair("bounded-loss", 47224, p=1.0, xdp=False, job="dg-hostile") as \
+    with pair("bounded-loss", 27224, p=1.0, xdp=False, job="dg-hostile") as \
             (server, s, _client, c):
         tag(c)
         wire_total = 28 * 360 + 360 + 39_968  # the layout of CUTS
@@ -407,7 +413,7 @@ def test_each_cut_of_a_tagged_message_lands_in_its_priority_class(classified_lin
     link, counter = classified_link
     layout_slots = {0: 28, 1: 1, 2: 112}  # CUTS on the wire: see test_cutlayout
     messages = 4
-    with pair("udp", 47230, lambda: netns.entered(link.receiver),
+    with pair("udp", 27230, lambda: netns.entered(link.receiver),
               lambda: netns.entered(link.sender), host=RECEIVER_IP, job="dg-cls") as \
             (server, s, client, c):
         assert client._pace_bit == 100e6  # paced at the HTB link's rate
