@@ -31,6 +31,7 @@ from tailcut.training.config import RoleConfig
 
 PS_PORT = 7000
 LOG_TAIL_LINES = 15
+ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,11 @@ def run(job: TrainingJob, results_dir: Path,
             done = _watch(job, roles, results_dir, progress)
             for name, proc in roles.items():
                 if name not in ("ps-0", "replica-0"):
-                    proc.wait(timeout=10)
+                    try:
+                        proc.wait(timeout=ROLE_EXIT_S)
+                    except subprocess.TimeoutExpired:  # the result stands; say who hung
+                        progress(f"warning: {name} was still running {ROLE_EXIT_S} s after "
+                                 f"the PS finished; stopped it (see logs/{name}.log)")
         finally:
             for proc in running:
                 procs.stop(proc)
