@@ -86,8 +86,11 @@ def run(job: TrainingJob, results_dir: Path,
                     try:
                         proc.wait(timeout=ROLE_EXIT_S)
                     except subprocess.TimeoutExpired:  # the result stands; say who hung
+                        proc.send_signal(signal.SIGUSR1)  # its threads' stacks, to its log
+                        time.sleep(0.5)
                         progress(f"warning: {name} was still running {ROLE_EXIT_S} s after "
-                                 f"the PS finished; stopped it (see logs/{name}.log)")
+                                 f"the PS finished; stopped it (its stacks are at the end "
+                                 f"of logs/{name}.log)")
         finally:
             for proc in running:
                 procs.stop(proc)

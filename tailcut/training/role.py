@@ -26,7 +26,9 @@ if "numpy" in sys.modules:  # e.g. a package __init__ imported it: too late to l
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import json  # noqa: E402 - after the thread settings above
+import faulthandler  # noqa: E402 - after the thread settings above
+import json  # noqa: E402
+import signal  # noqa: E402
 import traceback  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -44,6 +46,9 @@ def emit(event: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    # `kill -USR1 <pid>` prints every thread's stack to stderr (the role's log): where
+    # a role that hangs is stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr)
         return exits.USAGE

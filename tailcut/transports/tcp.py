@@ -208,6 +208,10 @@ class TcpConnection(base.Connection):
         self._outbox: queue.Queue[list[tuple[int, list[bytes]]] | None] = queue.Queue()
         self._sender: threading.Thread | None = None
         self._send_error: base.TransportError | None = None
+        # Set by close(): re-tagging stops waiting for the previous part to leave (a
+        # peer that has stopped reading, e.g. a PS shard after STOP, would hold the
+        # close for ASYNC_SEND_TIMEOUT_S; a few mis-tagged bytes at the end are harmless).
+        self._closing = threading.Event()
 
     def _set_tos(self, sock: socket.socket, tos: int, deadline: float | None = None) -> None:
         """Set IP_TOS once every byte written so far has left the socket as segments.
@@ -218,7 +222,7 @@ class TcpConnection(base.Connection):
         at level 3). So wait until the send queue holds no unsent bytes first."""
         if tos == self._tos:
             return
-        while _unsent_bytes(sock) > 0:
+        while _unsent_bytes(sock) > 0 and not self._closing.is_set():
             if deadline is not None and time.monotonic() > deadline:
                 self.close()
                 raise base.TransportTimeout(
@@ -394,6 +398,7 @@ class TcpConnection(base.Connection):
                        received_at_ns=parts[-1].received_at_ns, wire_bytes=wire, parts=parts)
 
     def close(self) -> None:
+        self._closing.set()
         sender, self._sender = self._sender, None
         if sender is not None and sender is not threading.current_thread():
             self._outbox.put(None)  # what is queued (a STOP, say) still goes out

@@ -308,3 +308,25 @@ def test_another_message_between_the_parts_of_one_is_a_protocol_error(
               + np.zeros(2, dtype="<f4").tobytes() + _header(kind=2, count=0))
     with pytest.raises(base.ProtocolError, match="before the last part of PARAMS"):
         conn.recv(timeout_s=5)
+
+
+def test_closing_a_tagged_connection_does_not_wait_for_a_peer_that_stopped_reading() -> None:
+    # A PS shard that got STOP no longer reads: the worker's last part stays unsent, and
+    # re-tagging the next frame used to wait for it to leave, holding close() for
+    # ASYNC_SEND_TIMEOUT_S (30 s) at the end of one cadentflow run in ~8.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a tiny window
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    conn = tcp.TcpConnection(client, "stalled-peer", tcp.DEFAULT_MAX_ELEMENTS)
+    conn.cuts[Kind.PUSH] = (base.Cut(0, 50_000, 1), base.Cut(50_000, 10, 2))
+    conn.tos_of = lambda level: (8 + level) << 2
+    try:
+        conn.send(Message(Kind.PUSH, 0, 0, np.ones(50_010, np.float32)))
+        time.sleep(0.3)  # the first part is written; the second waits for it to leave
+        started = time.monotonic()
+        conn.close()
+        assert time.monotonic() - started < 5.0
+    finally:
+        server.close()
