@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tailcut.training import exits, models, worker
 from tailcut.training.config import RoleConfig
