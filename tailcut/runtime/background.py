@@ -8,16 +8,14 @@ Every process is started by procs.spawn, so it dies with the runner even on
 locust_failures.csv, link-load.csv and background.json.
 """
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 from tailcut import features
 from tailcut.background import launch, linkload
@@ -248,7 +246,7 @@ def run_alone(job: TrainingJob, results_dir: Path,
     p = bgplan.plan(job, topo)
     assert p is not None
     results_dir.mkdir(parents=True, exist_ok=True)
-    with _terminate_as_exit():
+    with procs.terminate_as_exit():
         network = build.build(topo, features.netem().available)
         try:
             bg = Background(p, results_dir)
@@ -264,16 +262,3 @@ def run_alone(job: TrainingJob, results_dir: Path,
                 bg.stop()
             network.destroy()
 
-
-@contextlib.contextmanager
-def _terminate_as_exit() -> Iterator[None]:
-    """SIGTERM/SIGHUP become SystemExit, so the network is torn down."""
-    def handler(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)

@@ -4,7 +4,6 @@ Builds the job's network, starts the parameter server and the workers in their p
 shows progress from the PS's event stream, and always tears the network down again,
 whether the run succeeds, fails, times out or is interrupted."""
 
-import contextlib
 import json
 import os
 import queue
@@ -15,7 +14,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
@@ -67,7 +66,7 @@ def run(job: TrainingJob, results_dir: Path,
     has_netem = features.netem().available
     progress(f"building network for {job.name}: {len(topo.pods)} pods in "
              f"{len(topo.racks)} rack(s) ({'netem' if has_netem else 'no netem'})")
-    with _terminate_as_exit():
+    with procs.terminate_as_exit():
         network = build.build(topo, has_netem)
         first_pod, first_rack = topo.pods[0], topo.racks[0]
         progress(f"access links: {network.applied[f'{first_pod.netns}/eth0']}; uplinks: "
@@ -366,18 +365,5 @@ def _tail(path: Path) -> str:
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
-
-@contextlib.contextmanager
-def _terminate_as_exit() -> Iterator[None]:
-    """Turn SIGTERM (and SIGHUP) into SystemExit so `finally` blocks tear down."""
-    def handler(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 

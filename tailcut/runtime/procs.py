@@ -4,11 +4,13 @@ The child enters the namespace with setns(2) between fork and exec, and asks the
 kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG): a `kill -9` of the
 runner then leaves no training process behind, only namespaces for `tailcut clean`."""
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
-from typing import IO, Optional
+from collections.abc import Iterator
+from typing import IO, Any, Optional
 
 from tailcut.net import netns
 
@@ -41,3 +43,17 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """Turn SIGTERM (and SIGHUP) into SystemExit so `finally` blocks tear down."""
+    def handler(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
