@@ -101,6 +101,7 @@ class _Worker:
         ]
         self.aggregator = cfg.aggregator_of(cfg.index)
         self.failed_over: dict[str, Any] | None = None
+        self.stopped = False  # a STOP was taken while handling a lost server (_stop_follows)
         self.aggregator_gone: base.TransportError = base.PeerClosed("the aggregator went away")
         self.sent: dict[tuple[str, str, int], tuple[int, int]] = {}  # (op, server, step)
         try:  # CadentFlow levels (None: fair, messages go whole and untagged)
@@ -231,7 +232,28 @@ class _Worker:
             self.conns.pop(who).close()
             self.aggregator_gone = err
             return
+        if self._stop_follows():
+            self.conns.pop(who).close()
+            return
         raise err
+
+    def _stop_follows(self) -> bool:
+        """True if a STOP arrives (or came) from any server within ps.STOP_WAIT_S. A
+        shard told to stop by ps-0 closes at once, so our push or pull to it can fail
+        before ps-0's STOP (or its own) is read: that is the end of the job, not a loss."""
+        if self.stopped:
+            return True
+        if not hasattr(self, "inbox"):
+            return False  # still connecting: nobody can have said STOP
+        try:
+            ev = self.inbox.take(ps.STOP_WAIT_S, match=lambda e: e.msg is not None
+                                 and e.msg.kind == Kind.STOP)
+        except base.TransportTimeout:
+            return False
+        assert ev.msg is not None
+        self.log.write(records.message_row(ev.msg, self.cfg.index))
+        self.stopped = True
+        return True
 
     def _train_step(self, step: int) -> bool:
         """Pull, compute and push iteration ``step``; False when a STOP came instead."""
@@ -316,6 +338,9 @@ class _Worker:
         """Take PARAMS(step) (whole, or parts of it) until ``enough()``; False on STOP."""
         missing = self.missing
         while not enough():
+            if self.stopped:
+                self._last_acks()
+                return False
             try:
                 ev = self.inbox.take(peers.left(self.deadline))
             except base.TransportTimeout as err:

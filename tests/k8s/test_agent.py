@@ -188,6 +188,17 @@ def prog_loaded(prog_id):
                           capture_output=True).returncode == 0
 
 
+def prog_unloaded(prog_id, within_s=5.0):
+    """True once program `prog_id` is gone. Deleting the last tc filter that holds a
+    program frees it after an RCU grace period, so its id can outlive the delete."""
+    deadline = time.monotonic() + within_s
+    while prog_loaded(prog_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def send_tagged_udp(link, level, count):
     """`count` datagrams from the pod to the node side with the DSCP of `level`."""
     import socket
@@ -231,7 +242,7 @@ def test_agent_puts_cadentflow_classes_and_classifier_on_the_pod_and_removes_the
     assert not node_agent.shaped and not netns.exists(agent.netns_name(pod_on_link.uid))
     assert tc_state(pod_on_link.pid) == BARE, "no qdisc, class or filter of ours left"
     assert re.search(r"level 1 2\d\d\b", agent.classified(shaped)), agent.classified(shaped)
-    assert not prog_loaded(prog_id), "the classifier program is unloaded"
+    assert prog_unloaded(prog_id), "the classifier program is unloaded"
     assert pod_on_link.proc.poll() is None, "releasing must not end the pod"
 
 
@@ -254,7 +265,7 @@ def test_agent_stopping_releases_every_pod(pod_on_link):
     [(_, prog_id)] = tc_state(pod_on_link.pid)[2]
     node_agent.release_all()
     assert not node_agent.shaped and tc_state(pod_on_link.pid) == BARE
-    assert not prog_loaded(prog_id)
+    assert prog_unloaded(prog_id)
 
 
 @pytest.mark.netns

@@ -18,7 +18,7 @@ from tailcut import spec
 from tailcut.k8s import agent, resources
 from tailcut.scheduling import flowreport
 from tests.datapath import udp_link
-from tests.k8s.test_agent import BARE, CGROUP, FakeCore, pod_event, prog_loaded, tc_state
+from tests.k8s.test_agent import BARE, CGROUP, FakeCore, pod_event, prog_unloaded, tc_state
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.e2e]
 REPO = Path(__file__).resolve().parents[2]
@@ -128,4 +128,4 @@ def test_pods_tag_their_tensors_and_the_agents_classifier_sorts_them(two_pods, t
 
     for pod in pods.values():
         assert tc_state(pod.pid) == BARE, "the agent left a qdisc or filter behind"
-    assert not any(prog_loaded(i) for i in prog_ids)
+    assert all(prog_unloaded(i) for i in prog_ids)

@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,86 @@ def test_worker_exits_non_zero_naming_the_ps_when_the_ps_goes_away(tmp_path: Pat
     assert event["event"] == "error" and event["role"] == "worker"
     assert f"parameter server at 127.0.0.1:{port} went away after iteration 0" in event["message"]
     assert "went away" in proc.stderr
+
+
+def _run_worker(cfg: RoleConfig, tmp_path: Path) -> subprocess.CompletedProcess:
+    cfg.to_json(tmp_path / "worker.json")
+    return subprocess.run(
+        [sys.executable, "-m", "tailcut.training.role", str(tmp_path / "worker.json")],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_a_shard_closing_before_ps_0s_stop_arrives_ends_the_worker_cleanly(tmp_path: Path) -> None:
+    # ps-0's STOP reaches ps-1 before a worker's last push: ps-1 closes while the
+    # worker still sends to it; ps-0's STOP to the worker comes a moment later.
+    ports = [_free_port(), _free_port()]
+    num_params = models.create("mlp", models.dataset("mlp", 0)).num_params
+    half = num_params - num_params // 2
+    seen: dict[int, list[Message]] = {0: [], 1: []}
+
+    def shard(index: int) -> None:
+        transport = tcp.TcpTransport()
+        (conn,) = transport.listen("127.0.0.1", ports[index], 1, timeout_s=30)
+        seen[index].append(conn.recv(timeout_s=30))
+        size = num_params // 2 if index == 0 else half
+        conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(size, np.float32)))
+        if index == 1:
+            conn.close()  # stopped by ps-0: gone before the worker's PUSH(0)
+            return
+        seen[0].append(conn.recv(timeout_s=30))
+        time.sleep(0.5)
+        conn.send(Message(Kind.STOP, 1, base.PS_SENDER))
+        try:
+            seen[0].append(conn.recv(timeout_s=30))  # PULL(1), sent before the STOP came
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=shard, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    cfg = RoleConfig(job="early", role="worker", index=0, ps_host="127.0.0.1",
+                     ps_port=ports[0], num_workers=1, results_dir=str(tmp_path), timeout_s=30,
+                     shard_endpoints=[f"127.0.0.1:{p}" for p in ports])
+    proc = _run_worker(cfg, tmp_path)
+    for t in threads:
+        t.join()
+    assert proc.returncode == exits.OK, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["event"] == "worker_done" and summary["last_iteration"] == 0
+    assert [m.kind for m in seen[0]] == [Kind.HELLO, Kind.PUSH, Kind.PULL]
+
+
+def test_a_shard_closing_without_any_stop_is_still_a_peer_gone_failure(tmp_path: Path) -> None:
+    ports = [_free_port(), _free_port()]
+    num_params = models.create("mlp", models.dataset("mlp", 0)).num_params
+
+    def shard(index: int) -> None:
+        transport = tcp.TcpTransport()
+        (conn,) = transport.listen("127.0.0.1", ports[index], 1, timeout_s=30)
+        conn.recv(timeout_s=30)
+        size = num_params // 2 if index == 0 else num_params - num_params // 2
+        conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(size, np.float32)))
+        if index == 1:
+            conn.close()  # crashed
+            return
+        try:
+            while True:
+                conn.recv(timeout_s=15)  # ps-0 lives on, silent, until the worker leaves
+        except base.TransportError:
+            conn.close()
+
+    threads = [threading.Thread(target=shard, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    cfg = RoleConfig(job="crash", role="worker", index=0, ps_host="127.0.0.1",
+                     ps_port=ports[0], num_workers=1, results_dir=str(tmp_path), timeout_s=30,
+                     shard_endpoints=[f"127.0.0.1:{p}" for p in ports])
+    proc = _run_worker(cfg, tmp_path)
+    for t in threads:
+        t.join()
+    assert proc.returncode == exits.PEER_GONE, proc.stderr
+    assert f"ps-1 at 127.0.0.1:{ports[1]}" in proc.stderr
 
 
 def _deep_mlp_job(tmp_path: Path, policy: str, shards: int):
