@@ -24,8 +24,9 @@ from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 
-# Members close their connections as soon as the PS says STOP, possibly before the
-# PS's STOP reaches us: wait this long for it before calling a member's exit a failure.
+# Members, and shards other than ps-0, close their connections as soon as they are
+# told STOP, possibly before ps-0's STOP reaches us: wait this long for it before
+# calling such a close a failure.
 STOP_WAIT_S = 5.0
 
 
@@ -90,14 +91,14 @@ class _Aggregator:
         delivered = np.zeros(self.num_params, dtype=bool)
         got: set[str] = set()
         stop_by: float | None = None
-        member_gone: base.TransportError | None = None
+        peer_gone: base.TransportError | None = None
         while len(got) < len(self.group):
             try:
                 timeout = peers.left(self.deadline if stop_by is None else stop_by)
                 ev = self.inbox.take(timeout)
             except base.TransportTimeout as err:
-                if member_gone is not None:  # no STOP followed: a member really failed
-                    raise errors.RunError(f"{self.name}: round {k}: {member_gone}") from member_gone
+                if peer_gone is not None:  # no STOP followed: the peer really failed
+                    raise errors.RunError(f"{self.name}: round {k}: {peer_gone}") from peer_gone
                 raise errors.RunError(f"{self.name}: round {k}: nothing arrived in time") from err
             who = self.names[ev.source]
             dequeued = time.time_ns()
@@ -110,9 +111,9 @@ class _Aggregator:
                 if who == "replica-0":
                     self.conns.pop(who, None)
                     continue
-                if who.startswith("worker-"):
-                    if member_gone is None:  # probably the end of the job: wait for STOP
-                        member_gone = ev.error
+                if who.startswith("worker-") or who.startswith("ps-") and who != "ps-0":
+                    if peer_gone is None:  # probably the end of the job: wait for STOP
+                        peer_gone = ev.error
                         stop_by = time.monotonic() + STOP_WAIT_S
                     continue
                 raise errors.RunError(f"{self.name}: round {k}: {ev.error}") from ev.error
@@ -157,6 +158,17 @@ class _Aggregator:
                 if who in ("ps-0", "replica-0") and "replica-0" in self.conns:
                     self.conns.pop(who).close()
                     continue
+                if who != "ps-0" and self._stop_arrives():
+                    return False  # that shard had been told STOP before us
                 raise errors.RunError(f"{self.name}: round {k}: {err}") from err
             self.sent[(who, k)] = (out.sent_at_ns, 28 + 4 * (hi - lo))
+        return True
+
+    def _stop_arrives(self) -> bool:
+        """Whether ps-0's (or the primary's) STOP arrives within STOP_WAIT_S."""
+        try:
+            self.inbox.take(STOP_WAIT_S, match=lambda e: e.msg is not None
+                            and e.msg.kind == Kind.STOP)
+        except base.TransportTimeout:
+            return False
         return True

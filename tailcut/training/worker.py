@@ -401,6 +401,14 @@ class _Worker:
 
     def _last_acks(self, wait_s: float = 1.0) -> None:
         """After STOP, log the ACKs of our last pushes that other shards still send."""
+        while True:  # those already in, also from a shard dropped since (_stop_follows)
+            try:
+                ev = self.inbox.take(0, match=lambda e: e.msg is not None
+                                     and e.msg.kind == Kind.ACK)
+            except base.TransportTimeout:
+                break
+            assert ev.msg is not None
+            self._client_row("push", self.names[ev.source], ev.msg, time.time_ns(), time.time_ns())
         deadline = time.monotonic() + wait_s
         while any(op == "push" and who in self.conns for op, who, _ in self.sent):
             try:

@@ -519,8 +519,15 @@ class TcpTransport(base.Transport):
                     raise base.TransportError(f"cannot connect to {host}:{port}: {err}") from err
                 last = err
             else:
-                sock.settimeout(None)
-                return TcpConnection(sock, f"{host}:{port}", self.max_elements)
+                if sock.getsockname() != sock.getpeername():
+                    sock.settimeout(None)
+                    return TcpConnection(sock, f"{host}:{port}", self.max_elements)
+                # Nobody listens yet and the kernel gave us `port` as our own source
+                # port: TCP's simultaneous open connected the socket to itself. Reset it
+                # (linger 0) so no TIME_WAIT holds the port the server is about to use.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+                last = OSError(f"connected to itself on port {port}")
             if (base.remaining(deadline) or 0.0) <= _CONNECT_RETRY_S:
                 raise base.TransportTimeout(
                     f"could not connect to {host}:{port} within {timeout_s} s "

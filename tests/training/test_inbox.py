@@ -32,6 +32,14 @@ def _pair_of_connections() -> tuple[list[base.Connection], list[base.Connection]
     return clients, servers
 
 
+def _until_queued(box: inbox.Inbox, count: int, within_s: float = 10.0) -> None:
+    """Wait until the reader threads have queued `count` events (none taken yet)."""
+    deadline = time.monotonic() + within_s
+    while box._queue.qsize() < count:
+        assert time.monotonic() < deadline, f"{box._queue.qsize()} of {count} events queued"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize(("ordering", "first_kind"), [("fifo", Kind.PUSH), ("stf", Kind.PULL)])
 def test_the_ordering_policy_picks_which_waiting_message_is_taken_first(
     ordering: str, first_kind: Kind
@@ -41,9 +49,9 @@ def test_the_ordering_policy_picks_which_waiting_message_is_taken_first(
         box = inbox.Inbox(servers, ordering)
         big = Message(Kind.PUSH, 0, 0, np.ones(200_000, dtype=np.float32))
         clients[0].send(big)
-        time.sleep(0.3)  # the big one is complete in the queue before the small one starts
+        _until_queued(box, 1)  # the big one is complete in the queue before the small one starts
         clients[1].send(Message(Kind.PULL, 1, 1))
-        time.sleep(0.3)
+        _until_queued(box, 2)
         first, second = box.take(5), box.take(5)
         assert first.msg is not None and second.msg is not None
         assert first.msg.kind == first_kind and second.msg.kind != first_kind

@@ -244,6 +244,28 @@ def test_connect_gives_up_after_its_timeout_when_nobody_listens() -> None:
     assert time.monotonic() - start < 3
 
 
+@pytest.mark.netns
+def test_connect_does_not_take_a_socket_connected_to_itself_for_a_peer() -> None:
+    """With nobody listening, a connect whose source port happens to be the target
+    port meets itself (TCP simultaneous open). A namespace whose only source port is
+    the target forces it: connect must refuse that socket and time out."""
+    import os
+    import subprocess
+
+    from tailcut.net import netns
+
+    name, port = f"tailcut-tcpself-{os.getpid()}", 40001
+    netns.create(name)
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw",
+                        f"net.ipv4.ip_local_port_range={port} {port}"], check=True)
+        with netns.entered(name), pytest.raises(base.TransportTimeout,
+                                                match="connected to itself"):
+            tcp.TcpTransport().connect("127.0.0.1", port, timeout_s=0.5)
+    finally:
+        netns.remove(name)
+
+
 def test_listening_on_a_port_in_use_names_the_address() -> None:
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
