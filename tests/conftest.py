@@ -7,11 +7,11 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
 from tailcut.net import naming, netns
+from tests import waiting
 
 PRIVILEGED = ("netns", "bpf", "e2e")
 
@@ -45,9 +45,7 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     # A BPF program is freed an RCU grace period after its last holder lets go.
-    deadline = time.monotonic() + 5
-    while tailcut_objects() - session.config.tailcut_before and time.monotonic() < deadline:
-        time.sleep(0.1)
+    waiting.until(lambda: not tailcut_objects() - session.config.tailcut_before, every_s=0.1)
     left = sorted(tailcut_objects() - session.config.tailcut_before)
     if left:
         print(f"\nthe tests left tailcut objects behind: {left}")

@@ -18,7 +18,6 @@ and the per-tensor tags it hands the PS and worker pods.
 import json
 from typing import Any
 
-from tailcut.errors import SpecError
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import TrainingJob
 

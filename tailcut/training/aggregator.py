@@ -26,8 +26,8 @@ from tailcut.transports.base import Kind, Message
 
 # Members, and shards other than ps-0, close their connections as soon as they are
 # told STOP, possibly before ps-0's STOP reaches us: wait this long for it before
-# calling such a close a failure.
-STOP_WAIT_S = 5.0
+# calling such a close a failure (as a PS shard does for its workers).
+STOP_WAIT_S = ps.STOP_WAIT_S
 
 
 def run(cfg: RoleConfig, emit: Any = None) -> dict[str, Any]:
@@ -158,17 +158,8 @@ class _Aggregator:
                 if who in ("ps-0", "replica-0") and "replica-0" in self.conns:
                     self.conns.pop(who).close()
                     continue
-                if who != "ps-0" and self._stop_arrives():
+                if who != "ps-0" and self.inbox.stop_within(STOP_WAIT_S) is not None:
                     return False  # that shard had been told STOP before us
                 raise errors.RunError(f"{self.name}: round {k}: {err}") from err
             self.sent[(who, k)] = (out.sent_at_ns, 28 + 4 * (hi - lo))
-        return True
-
-    def _stop_arrives(self) -> bool:
-        """Whether ps-0's (or the primary's) STOP arrives within STOP_WAIT_S."""
-        try:
-            self.inbox.take(STOP_WAIT_S, match=lambda e: e.msg is not None
-                            and e.msg.kind == Kind.STOP)
-        except base.TransportTimeout:
-            return False
         return True

@@ -123,3 +123,13 @@ class Inbox:
                 self._pending.append(self._queue.get(timeout=left))
             except queue.Empty:
                 raise base.TransportTimeout("nothing arrived in time") from None
+
+    def stop_within(self, timeout_s: float) -> Event | None:
+        """The next STOP from any connection if one arrives within ``timeout_s``, else
+        None; other events stay queued. A peer told STOP closes at once, so its close
+        can reach a role before the STOP meant for that role does."""
+        try:
+            return self.take(timeout_s, match=lambda e: e.msg is not None
+                             and e.msg.kind == base.Kind.STOP)
+        except base.TransportTimeout:
+            return None

@@ -245,10 +245,8 @@ class _Worker:
             return True
         if not hasattr(self, "inbox"):
             return False  # still connecting: nobody can have said STOP
-        try:
-            ev = self.inbox.take(ps.STOP_WAIT_S, match=lambda e: e.msg is not None
-                                 and e.msg.kind == Kind.STOP)
-        except base.TransportTimeout:
+        ev = self.inbox.stop_within(ps.STOP_WAIT_S)
+        if ev is None:
             return False
         assert ev.msg is not None
         self.log.write(records.message_row(ev.msg, self.cfg.index))
@@ -400,19 +398,13 @@ class _Worker:
         self.arrived[a:a + part.size] = True
 
     def _last_acks(self, wait_s: float = 1.0) -> None:
-        """After STOP, log the ACKs of our last pushes that other shards still send."""
-        while True:  # those already in, also from a shard dropped since (_stop_follows)
-            try:
-                ev = self.inbox.take(0, match=lambda e: e.msg is not None
-                                     and e.msg.kind == Kind.ACK)
-            except base.TransportTimeout:
-                break
-            assert ev.msg is not None
-            self._client_row("push", self.names[ev.source], ev.msg, time.time_ns(), time.time_ns())
+        """After STOP, log the ACKs of our last pushes: those already in (also from a
+        shard dropped since, see _stop_follows) and those other shards still send."""
         deadline = time.monotonic() + wait_s
-        while any(op == "push" and who in self.conns for op, who, _ in self.sent):
+        while True:
+            owed = any(op == "push" and who in self.conns for op, who, _ in self.sent)
             try:
-                ev = self.inbox.take(peers.left(deadline))
+                ev = self.inbox.take(peers.left(deadline) if owed else 0)
             except base.TransportTimeout:
                 return
             if ev.msg is not None and ev.msg.kind == Kind.ACK:

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import abc
 import enum
+import errno
+import socket
+import struct
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +37,12 @@ from tailcut import errors
 
 # Sender id the parameter server uses; workers use their index 0..N-1.
 PS_SENDER = -1
+# connect_tcp retries only these: the server may not be listening yet, or its netns
+# link may not be up yet. Anything else (a bad host name) fails at once.
+TRANSIENT_CONNECT_ERRNOS = frozenset(
+    {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
+)
+CONNECT_RETRY_S = 0.1
 
 
 class TransportError(errors.TailcutError):
@@ -215,3 +224,38 @@ def deadline_after(timeout_s: float | None) -> float | None:
 def remaining(deadline: float | None) -> float | None:
     """Seconds left until ``deadline`` (never negative), or None for no deadline."""
     return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+def connect_tcp(host: str, port: int, timeout_s: float,
+                retry_any_error: bool = False) -> socket.socket:
+    """A TCP socket connected to ``host:port``, retrying every CONNECT_RETRY_S until
+    ``timeout_s`` (the server may start later) on a transient error, or on any
+    OSError with ``retry_any_error``. Others raise TransportError, running out of
+    time TransportTimeout."""
+    deadline = deadline_after(timeout_s)
+    last: OSError | None = None
+    while True:
+        left = remaining(deadline) or 0.0
+        try:
+            sock = socket.create_connection((host, port), timeout=max(min(left, 1.0), 0.01))
+        except TimeoutError as err:
+            last = err
+        except OSError as err:
+            if not retry_any_error and err.errno not in TRANSIENT_CONNECT_ERRNOS:
+                raise TransportError(f"cannot connect to {host}:{port}: {err}") from err
+            last = err
+        else:
+            if sock.getsockname() != sock.getpeername():
+                return sock
+            # Nobody listens yet and the kernel gave us `port` as our own source
+            # port: TCP's simultaneous open connected the socket to itself. Reset it
+            # (linger 0) so no TIME_WAIT holds the port the server is about to use.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+            last = OSError(f"connected to itself on port {port}")
+        if (remaining(deadline) or 0.0) <= CONNECT_RETRY_S:
+            raise TransportTimeout(
+                f"could not connect to {host}:{port} within {timeout_s} s (last error: "
+                f"{last}); is the parameter server running and reachable?"
+            )
+        time.sleep(CONNECT_RETRY_S)

@@ -78,7 +78,6 @@ IDLE_WAIT_MS = 2  # the receive loop's wait for data when the socket is empty
 COALESCE_PACKETS = 16
 COALESCE_S = 0.0002
 STALE_CHECK_S = 0.1  # how often finished messages' XDP entries are freed again
-_CONNECT_RETRY_S = 0.1
 
 # Kept here for callers that knew them in this module.
 threshold_elements = receiver.threshold_elements
@@ -274,7 +273,7 @@ class DatagramTransport(base.Transport):
 
     def connect(self, host: str, port: int, timeout_s: float) -> base.Connection:
         deadline = base.deadline_after(timeout_s)
-        sock = _connect_tcp(host, port, deadline, timeout_s)
+        sock = base.connect_tcp(host, port, timeout_s, retry_any_error=True)
         local_ip = sock.getsockname()[0]
         try:
             self._open_udp(local_ip, 0)
@@ -657,21 +656,6 @@ def _in_order(values: np.ndarray) -> list[int]:
     """The distinct ``values`` in order of first appearance."""
     _, first = np.unique(values, return_index=True)
     return [int(values[i]) for i in sorted(first.tolist())]
-
-
-def _connect_tcp(host: str, port: int, deadline: float | None, timeout_s: float) -> socket.socket:
-    last: OSError | None = None
-    while True:
-        left = base.remaining(deadline) or 0.0
-        try:
-            sock = socket.create_connection((host, port), timeout=max(min(left, 1.0), 0.01))
-            return sock
-        except OSError as err:
-            last = err
-        if (base.remaining(deadline) or 0.0) <= _CONNECT_RETRY_S:
-            raise base.TransportTimeout(f"could not connect to {host}:{port} within {timeout_s} s "
-                                        f"(last error: {last})")
-        time.sleep(_CONNECT_RETRY_S)
 
 
 def _ifname_of(ip: str) -> str:

@@ -58,12 +58,6 @@ UNTAGGED = 255
 # Refuse frames that claim more than this many values, before allocating: 2**26
 # floats is 256 MiB, far above any model here (the MLP has ~65k).
 DEFAULT_MAX_ELEMENTS = 1 << 26
-# connect() retries only these: the PS may not be listening yet, or its netns
-# link may not be up yet. Anything else (a bad host name) fails at once.
-_TRANSIENT_CONNECT_ERRNOS = frozenset(
-    {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
-)
-_CONNECT_RETRY_S = 0.1
 _VALUE_DTYPE = np.dtype("<f4")
 SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in the send queue not yet sent
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # asm-generic/socket.h
@@ -506,32 +500,6 @@ class TcpTransport(base.Transport):
         return conns
 
     def connect(self, host: str, port: int, timeout_s: float) -> base.Connection:
-        deadline = base.deadline_after(timeout_s)
-        last: OSError | None = None
-        while True:
-            left = base.remaining(deadline) or 0.0
-            try:
-                sock = socket.create_connection((host, port), timeout=max(min(left, 1.0), 0.01))
-            except TimeoutError as err:
-                last = err
-            except OSError as err:
-                if err.errno not in _TRANSIENT_CONNECT_ERRNOS:
-                    raise base.TransportError(f"cannot connect to {host}:{port}: {err}") from err
-                last = err
-            else:
-                if sock.getsockname() != sock.getpeername():
-                    sock.settimeout(None)
-                    return TcpConnection(sock, f"{host}:{port}", self.max_elements)
-                # Nobody listens yet and the kernel gave us `port` as our own source
-                # port: TCP's simultaneous open connected the socket to itself. Reset it
-                # (linger 0) so no TIME_WAIT holds the port the server is about to use.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                sock.close()
-                last = OSError(f"connected to itself on port {port}")
-            if (base.remaining(deadline) or 0.0) <= _CONNECT_RETRY_S:
-                raise base.TransportTimeout(
-                    f"could not connect to {host}:{port} within {timeout_s} s "
-                    f"(last error: {last}); "
-                    "is the parameter server running and reachable?"
-                )
-            time.sleep(_CONNECT_RETRY_S)
+        sock = base.connect_tcp(host, port, timeout_s)
+        sock.settimeout(None)
+        return TcpConnection(sock, f"{host}:{port}", self.max_elements)

@@ -18,6 +18,7 @@ from pyroute2 import IPRoute
 from tailcut import spec
 from tailcut.k8s import agent, resources
 from tailcut.net import netns
+from tests import waiting
 
 CGROUP = Path("/sys/fs/cgroup/pids")
 
@@ -188,15 +189,10 @@ def prog_loaded(prog_id):
                           capture_output=True).returncode == 0
 
 
-def prog_unloaded(prog_id, within_s=5.0):
+def prog_unloaded(prog_id):
     """True once program `prog_id` is gone. Deleting the last tc filter that holds a
     program frees it after an RCU grace period, so its id can outlive the delete."""
-    deadline = time.monotonic() + within_s
-    while prog_loaded(prog_id):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    return waiting.until(lambda: not prog_loaded(prog_id))
 
 
 def send_tagged_udp(link, level, count):

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from tailcut.net import clean, naming, netns
+from tests import waiting
 
 _programs_before: set[int] = set()
 
@@ -23,10 +24,8 @@ def nothing_of(job: str) -> None:
     assert clean.leftovers(job) == []
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert naming.alias(job) not in links
-    deadline = time.monotonic() + 5  # BPF programs are freed after an RCU grace period
-    while _tailcut_programs() - _programs_before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _tailcut_programs() - _programs_before
+    # BPF programs are freed after an RCU grace period
+    assert waiting.until(lambda: not _tailcut_programs() - _programs_before, every_s=0.1)
 
 
 def _tailcut_programs() -> set[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from tailcut.training import inbox
 from tailcut.transports import base, tcp
 from tailcut.transports.base import Kind, Message
+from tests import waiting
 from tests.training import loopback
 
 
@@ -32,12 +32,10 @@ def _pair_of_connections() -> tuple[list[base.Connection], list[base.Connection]
     return clients, servers
 
 
-def _until_queued(box: inbox.Inbox, count: int, within_s: float = 10.0) -> None:
+def _until_queued(box: inbox.Inbox, count: int) -> None:
     """Wait until the reader threads have queued `count` events (none taken yet)."""
-    deadline = time.monotonic() + within_s
-    while box._queue.qsize() < count:
-        assert time.monotonic() < deadline, f"{box._queue.qsize()} of {count} events queued"
-        time.sleep(0.01)
+    assert waiting.until(lambda: box._queue.qsize() >= count, within_s=10, every_s=0.01), \
+        f"{box._queue.qsize()} of {count} events queued"
 
 
 @pytest.mark.parametrize(("ordering", "first_kind"), [("fifo", Kind.PUSH), ("stf", Kind.PULL)])

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailcut.training import exits, models, worker
+from tailcut.training import exits, models, ps, worker
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, tcp
 from tailcut.transports.base import Kind, Message
@@ -91,82 +91,65 @@ def test_worker_exits_non_zero_naming_the_ps_when_the_ps_goes_away(tmp_path: Pat
     assert "went away" in proc.stderr
 
 
-def _run_worker(cfg: RoleConfig, tmp_path: Path) -> subprocess.CompletedProcess:
-    cfg.to_json(tmp_path / "worker.json")
-    return subprocess.run(
-        [sys.executable, "-m", "tailcut.training.role", str(tmp_path / "worker.json")],
-        capture_output=True, text=True, timeout=60,
-    )
-
-
-def test_a_shard_closing_before_ps_0s_stop_arrives_ends_the_worker_cleanly(tmp_path: Path) -> None:
-    # ps-0's STOP reaches ps-1 before a worker's last push: ps-1 closes while the
-    # worker still sends to it; ps-0's STOP to the worker comes a moment later.
+def _worker_against_two_shards(tmp_path: Path, job: str, stop_after_s: float | None) -> tuple[
+        subprocess.CompletedProcess, list[Message], list[int]]:
+    """A worker process against scripted shards. Both answer its HELLO with PARAMS(0);
+    ps-1 then closes at once (as when ps-0's STOP reached it first, or it crashed);
+    ps-0 takes PUSH(0) and says STOP `stop_after_s` later (None: never; it stays silent
+    until the worker leaves). Returns the run, what ps-0 received, and the ports."""
     ports = [_free_port(), _free_port()]
     num_params = models.create("mlp", models.dataset("mlp", 0)).num_params
-    half = num_params - num_params // 2
-    seen: dict[int, list[Message]] = {0: [], 1: []}
+    seen: list[Message] = []
 
     def shard(index: int) -> None:
         transport = tcp.TcpTransport()
         (conn,) = transport.listen("127.0.0.1", ports[index], 1, timeout_s=30)
-        seen[index].append(conn.recv(timeout_s=30))
-        size = num_params // 2 if index == 0 else half
-        conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(size, np.float32)))
-        if index == 1:
-            conn.close()  # stopped by ps-0: gone before the worker's PUSH(0)
-            return
-        seen[0].append(conn.recv(timeout_s=30))
-        time.sleep(0.5)
-        conn.send(Message(Kind.STOP, 1, base.PS_SENDER))
         try:
-            seen[0].append(conn.recv(timeout_s=30))  # PULL(1), sent before the STOP came
+            seen_here = seen if index == 0 else []
+            seen_here.append(conn.recv(timeout_s=30))
+            lo, hi = ps.shard_range(num_params, 2, index)
+            conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(hi - lo, np.float32)))
+            if index == 1:
+                return
+            seen.append(conn.recv(timeout_s=30))
+            if stop_after_s is not None:
+                time.sleep(stop_after_s)
+                conn.send(Message(Kind.STOP, 1, base.PS_SENDER))
+            while True:  # PULL(1), sent before the STOP came, then the worker's close
+                seen.append(conn.recv(timeout_s=30))
+        except base.TransportError:
+            pass
         finally:
             conn.close()
 
     threads = [threading.Thread(target=shard, args=(i,)) for i in (0, 1)]
     for t in threads:
         t.start()
-    cfg = RoleConfig(job="early", role="worker", index=0, ps_host="127.0.0.1",
+    cfg = RoleConfig(job=job, role="worker", index=0, ps_host="127.0.0.1",
                      ps_port=ports[0], num_workers=1, results_dir=str(tmp_path), timeout_s=30,
                      shard_endpoints=[f"127.0.0.1:{p}" for p in ports])
-    proc = _run_worker(cfg, tmp_path)
+    cfg.to_json(tmp_path / "worker.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tailcut.training.role", str(tmp_path / "worker.json")],
+        capture_output=True, text=True, timeout=60,
+    )
     for t in threads:
         t.join()
+    return proc, seen, ports
+
+
+def test_a_shard_closing_before_ps_0s_stop_arrives_ends_the_worker_cleanly(tmp_path: Path) -> None:
+    # ps-0's STOP reaches ps-1 before a worker's last push: ps-1 closes while the
+    # worker still sends to it; ps-0's STOP to the worker comes a moment later.
+    proc, seen, _ = _worker_against_two_shards(tmp_path, "early", stop_after_s=0.5)
     assert proc.returncode == exits.OK, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["event"] == "worker_done" and summary["last_iteration"] == 0
-    assert [m.kind for m in seen[0]] == [Kind.HELLO, Kind.PUSH, Kind.PULL]
+    assert [m.kind for m in seen] == [Kind.HELLO, Kind.PUSH, Kind.PULL]
 
 
 def test_a_shard_closing_without_any_stop_is_still_a_peer_gone_failure(tmp_path: Path) -> None:
-    ports = [_free_port(), _free_port()]
-    num_params = models.create("mlp", models.dataset("mlp", 0)).num_params
-
-    def shard(index: int) -> None:
-        transport = tcp.TcpTransport()
-        (conn,) = transport.listen("127.0.0.1", ports[index], 1, timeout_s=30)
-        conn.recv(timeout_s=30)
-        size = num_params // 2 if index == 0 else num_params - num_params // 2
-        conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(size, np.float32)))
-        if index == 1:
-            conn.close()  # crashed
-            return
-        try:
-            while True:
-                conn.recv(timeout_s=15)  # ps-0 lives on, silent, until the worker leaves
-        except base.TransportError:
-            conn.close()
-
-    threads = [threading.Thread(target=shard, args=(i,)) for i in (0, 1)]
-    for t in threads:
-        t.start()
-    cfg = RoleConfig(job="crash", role="worker", index=0, ps_host="127.0.0.1",
-                     ps_port=ports[0], num_workers=1, results_dir=str(tmp_path), timeout_s=30,
-                     shard_endpoints=[f"127.0.0.1:{p}" for p in ports])
-    proc = _run_worker(cfg, tmp_path)
-    for t in threads:
-        t.join()
+    proc, _, ports = _worker_against_two_shards(tmp_path, "crash", stop_after_s=None)
     assert proc.returncode == exits.PEER_GONE, proc.stderr
     assert f"ps-1 at 127.0.0.1:{ports[1]}" in proc.stderr
 
