@@ -93,13 +93,15 @@ def test_worker_exits_non_zero_naming_the_ps_when_the_ps_goes_away(tmp_path: Pat
 
 def _worker_against_two_shards(tmp_path: Path, job: str, stop_after_s: float | None) -> tuple[
         subprocess.CompletedProcess, list[Message], list[int]]:
-    """A worker process against scripted shards. Both answer its HELLO with PARAMS(0);
-    ps-1 then closes at once (as when ps-0's STOP reached it first, or it crashed);
-    ps-0 takes PUSH(0) and says STOP `stop_after_s` later (None: never; it stays silent
-    until the worker leaves). Returns the run, what ps-0 received, and the ports."""
+    """A worker process against scripted shards. Both answer its HELLO with PARAMS(0).
+    Once ps-0 has PUSH(0), ps-1 closes without reading its own (as when ps-0's STOP
+    reached it first, or it crashed) and ps-0 says STOP `stop_after_s` later (None:
+    never; it stays silent until the worker leaves). Returns the run, what ps-0
+    received, and the ports."""
     ports = [_free_port(), _free_port()]
     num_params = models.create("mlp", models.dataset("mlp", 0)).num_params
     seen: list[Message] = []
+    pushed = threading.Event()   # ps-0 has PUSH(0): the worker is past its first pull
 
     def shard(index: int) -> None:
         transport = tcp.TcpTransport()
@@ -110,8 +112,10 @@ def _worker_against_two_shards(tmp_path: Path, job: str, stop_after_s: float | N
             lo, hi = ps.shard_range(num_params, 2, index)
             conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(hi - lo, np.float32)))
             if index == 1:
+                pushed.wait(30)
                 return
             seen.append(conn.recv(timeout_s=30))
+            pushed.set()
             if stop_after_s is not None:
                 time.sleep(stop_after_s)
                 conn.send(Message(Kind.STOP, 1, base.PS_SENDER))
