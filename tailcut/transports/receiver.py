@@ -171,12 +171,12 @@ class Receiver:
                 self.stats["bad_packet"] += count
                 self.stats[f"bad_packet: {wire.REASONS[code]}"] += count
         good = np.flatnonzero(~bad)
-        if not good.size:
-            return
         ours = hdr["job"][good] == self.job_id
         if not ours.all():
             self.stats["unknown_job"] += int(good.size - np.count_nonzero(ours))
             good = good[ours]
+        if not good.size:  # nothing well-formed of this job in the batch
+            return
         messages = hdr["message"][good].astype(np.int64)
         # Usually one message: a batch holds a run of one sender's packets.
         one = messages.min() == messages.max()

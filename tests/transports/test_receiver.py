@@ -116,6 +116,22 @@ def test_hostile_packets_are_counted_by_reason_and_write_nothing() -> None:
     assert done[0].reason == "full" and np.array_equal(done[0].rx.values, VECTOR)
 
 
+def test_a_batch_whose_only_well_formed_packets_are_of_another_job_is_counted_and_dropped() -> None:
+    # The datagram transport reads whatever recvmmsg returns; a batch can hold just
+    # these. It once raised on the empty remainder and ended the receiving thread.
+    r, peer = new()
+    begin(r, peer)
+    h = wire.header_type()
+    other = h.from_buffer_copy(datagram(0)[:wire.HEADER_BYTES])
+    other.job = JOB + 1
+    other_job = bytes(other) + datagram(0)[wire.HEADER_BYTES:]
+    for batch in ([other_job], [b"", datagram(0)[:20], other_job]):
+        assert send(r, batch) == []
+    assert r.stats["unknown_job"] == 2 and r.stats["bad_packet"] == 2
+    done = send(r, [datagram(s) for s in range(SLOTS)])
+    assert done[0].reason == "full" and np.array_equal(done[0].rx.values, VECTOR)
+
+
 def test_packets_before_begin_wait_for_it_and_then_count() -> None:
     r, peer = new()
     assert send(r, [datagram(s) for s in range(0, SLOTS, 2)]) == []
