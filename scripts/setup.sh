@@ -12,7 +12,12 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-apt_packages=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2 tcpdump)
+apt_packages=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2 tcpdump
+  # the single-node Kubernetes cluster of the `cluster` tests (tailcut cluster up):
+  # container runtime, CNI plugins, kube-proxy's and the kubelet's packet filters,
+  # and what builds the images without Docker (a Debian base, the Dockerfiles)
+  containerd runc containernetworking-plugins iptables nftables conntrack
+  mmdebstrap buildah)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
