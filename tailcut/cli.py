@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     decode.add_argument("--port", type=int, help="only datagrams to this UDP port")
     decode.set_defaults(handler=_decode)
     _add_model_commands(sub)
+    from tailcut.k8s import cli as k8s_cli
+    k8s_cli.add_parsers(sub)
     return parser
 
 

@@ -20,7 +20,8 @@ from typing import Any, Literal
 from tailcut.errors import DatapathError
 
 # ebpf/ sits next to the tailcut package; found from this file, not the cwd.
-EBPF_DIR = Path(__file__).resolve().parent.parent.parent / "ebpf"
+# Package data (pyproject.toml), so a wheel or an image has the programs too.
+EBPF_DIR = Path(__file__).resolve().parent.parent / "ebpf"
 
 ProgType = Literal["sched_cls", "xdp"]
 
@@ -84,8 +85,8 @@ def load(stem: str, functions: Mapping[str, ProgType],
     function in `functions` as the given program type."""
     path = source(stem)
     if not path.is_file():
-        raise DatapathError(f"BPF source {path} is missing (is tailcut installed from a "
-                            "checkout? ebpf/ must sit next to the tailcut package)")
+        raise DatapathError(f"BPF source {path} is missing: tailcut/ebpf/ is package "
+                            "data of tailcut (reinstall tailcut)")
     try:
         from bcc import BPF  # imported here so that importing tailcut never needs BCC
     except ImportError as err:

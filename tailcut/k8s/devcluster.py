@@ -151,7 +151,7 @@ class ControlPlane:
     def user_kubeconfig(self, name: str, token: str) -> Path:
         """A kubeconfig that authenticates with `token` (e.g. a service account's)."""
         path = self.workdir / f"kubeconfig-{name}"
-        path.write_text(yaml.safe_dump(_kubeconfig(self.server, name, token, self._ca())))
+        path.write_text(yaml.safe_dump(kubeconfig_dict(self.server, name, token, self._ca())))
         return path
 
     def stop(self) -> None:
@@ -188,7 +188,7 @@ class ControlPlane:
         return path
 
     def _write_kubeconfig(self) -> None:
-        self.kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.server, ADMIN_USER,
+        self.kubeconfig.write_text(yaml.safe_dump(kubeconfig_dict(self.server, ADMIN_USER,
                                                               self.token, self._ca())))
 
     def _ca(self) -> Optional[Path]:
@@ -221,7 +221,8 @@ class ControlPlane:
                                 f"({last}):\n" + _tail(self.workdir / "kube-apiserver.log"))
 
 
-def _kubeconfig(server: str, user: str, token: str, ca: Optional[Path]) -> dict[str, object]:
+def kubeconfig_dict(server: str, user: str, token: str, ca: Optional[Path]) -> dict[str, object]:
+    """A kubeconfig for `server` that authenticates with a bearer token."""
     cluster: dict[str, object] = {"server": server}
     if ca is not None:
         cluster["certificate-authority"] = str(ca)

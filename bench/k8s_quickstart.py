@@ -1,0 +1,114 @@
+"""The quickstart under `tailcut run` and under `kubectl apply` on a real cluster, side by side.
+
+    tailcut cluster up && tailcut images build && (load + helm install, see docs/kubernetes.md)
+    .venv/bin/python bench/k8s_quickstart.py --kubeconfig KUBECONFIG [--runs 3]
+
+Each run, interleaved: examples/quickstart.yaml through the local runtime (namespaces
+on this host), then the same file applied with kubectl to the cluster the kubeconfig
+names, where the operator and agent installed by the chart run it as pods. Prints per
+run the two JCTs (the PS's own clock in both cases), the time from `kubectl apply` to
+every pod Running, and at the end the medians and the ratio JCT(kubernetes) /
+JCT(tailcut run). Root (the local runtime builds namespaces)."""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tailcut import spec  # noqa: E402
+from tailcut.runtime import local  # noqa: E402
+
+TIMEOUT_S = 600.0
+
+
+def kubectl(kubeconfig: str, *args: str, input: str | None = None) -> str:
+    out = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], input=input,
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {out.stderr.strip()}")
+    return out.stdout
+
+
+def quickstart(name: str) -> dict[str, Any]:
+    raw = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
+    raw["metadata"]["name"] = name
+    return dict(raw)
+
+
+def run_local(name: str) -> float:
+    with tempfile.TemporaryDirectory(prefix="k8s-bench-local-") as out:
+        result = local.run(spec.from_dict(quickstart(name)), Path(out),
+                           progress=lambda line: None)
+    if not result.converged:
+        print(f"  local run {name} did not reach the target accuracy", flush=True)
+    return float(result.jct_s)
+
+
+def run_cluster(kubeconfig: str, namespace: str, name: str) -> tuple[float, float]:
+    """(JCT from the job's status, seconds from apply to every pod Running)."""
+    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-",
+            input=yaml.safe_dump(quickstart(name)))
+    start = time.monotonic()
+    expected = 5   # 1 PS + 4 workers
+    to_running = None
+    seen_running: set[str] = set()
+    try:
+        while time.monotonic() - start < TIMEOUT_S:
+            pods = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "pods", "-l",
+                                      f"tailcut.dev/job={name}", "-o", "json"))["items"]
+            for pod in pods:
+                if pod["status"].get("phase") in ("Running", "Succeeded"):
+                    seen_running.add(pod["metadata"]["name"])
+            if to_running is None and len(seen_running) >= expected:
+                to_running = time.monotonic() - start
+            job = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "trainingjob", name,
+                                     "-o", "json"))
+            status = job.get("status") or {}
+            if status.get("phase") == "Failed":
+                raise RuntimeError(f"{name} failed: {status.get('conditions')}")
+            if status.get("phase") == "Succeeded" and "jctSeconds" in status:
+                return float(status["jctSeconds"]), float(to_running or float("nan"))
+            time.sleep(0.5)
+        raise RuntimeError(f"{name}: not Succeeded after {TIMEOUT_S:.0f} s")
+    finally:
+        kubectl(kubeconfig, "-n", namespace, "delete", "trainingjob", name, "--wait=false")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--namespace", default="tailcut-bench")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "create", "namespace",
+                    args.namespace], capture_output=True)
+    local_jct: list[float] = []
+    k8s_jct: list[float] = []
+    to_running: list[float] = []
+    for run in range(args.runs):
+        local_jct.append(run_local(f"k8s-bench-{run}"))
+        jct, running = run_cluster(args.kubeconfig, args.namespace, f"k8s-bench-{run}")
+        k8s_jct.append(jct)
+        to_running.append(running)
+        print(f"run {run + 1}/{args.runs}: tailcut run JCT {local_jct[-1]:.2f} s, "
+              f"kubectl apply JCT {jct:.2f} s, apply -> all pods Running {running:.1f} s",
+              flush=True)
+    med_local, med_k8s = statistics.median(local_jct), statistics.median(k8s_jct)
+    print(f"\nquickstart, median of {args.runs} runs: tailcut run {med_local:.2f} s, "
+          f"kubernetes {med_k8s:.2f} s, apply -> all Running "
+          f"{statistics.median(to_running):.1f} s")
+    print(f"JCT(kubernetes) / JCT(tailcut run) = {med_k8s / med_local:.2f}")
+
+
+if __name__ == "__main__":
+    main()

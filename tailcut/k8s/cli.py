@@ -1,0 +1,72 @@
+"""The Kubernetes commands of `tailcut`: a local cluster, its images, a job's results.
+
+    tailcut cluster up | down | status        a real single-node cluster on this host
+    tailcut images build [--load]             the three images, from their Dockerfiles
+    tailcut collect JOB [-n NS]               a finished job's results from its pods' logs
+"""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from tailcut.k8s import images
+from tailcut.k8s.node import cluster as node_cluster
+from tailcut.k8s.node import procs
+
+
+def add_parsers(sub: Any) -> None:
+    cluster = sub.add_parser("cluster", help="a real single-node Kubernetes cluster on this "
+                             "host (containerd, kubelet, control plane; root)")
+    cluster.add_argument("action", choices=["up", "down", "status"])
+    cluster.add_argument("--workdir", type=Path, default=node_cluster.DEFAULT_WORKDIR,
+                         help="where the cluster keeps its state, logs and files "
+                         "(default: %(default)s)")
+    cluster.add_argument("--no-images", action="store_true",
+                         help="with up: do not build and load tailcut's images")
+    cluster.set_defaults(handler=_cluster)
+
+    build = sub.add_parser("images", help="build the operator, agent and worker images "
+                           "from their Dockerfiles with buildah (no Docker needed)")
+    build.add_argument("action", choices=["build"])
+    build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build.add_argument("--load", action="store_true",
+                       help="also load them into the cluster of `tailcut cluster up`")
+    build.set_defaults(handler=_images)
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    if args.action == "down":
+        node_cluster.Cluster.down(args.workdir)
+        return 0
+    if args.action == "status":
+        found = node_cluster.Cluster.load(args.workdir)
+        if found is None:
+            print(f"no cluster in {args.workdir}")
+            return 1
+        for name, pid in found.pids.items():
+            state = "running" if procs.alive(pid) else "NOT RUNNING"
+            print(f"{name:<24} pid {pid:<8} {state}")
+        print(f"export KUBECONFIG={found.kubeconfig}")
+        return 0
+    up = node_cluster.Cluster.up(args.workdir)
+    if not args.no_images:
+        for name, archive in images.build_all().items():
+            print(f"loading {images.ref(name)}")
+            up.load_image(archive)
+    print(f"kubeconfig: {up.kubeconfig}\n\nexport KUBECONFIG={up.kubeconfig}")
+    return 0
+
+
+def _images(args: argparse.Namespace) -> int:
+    archives = images.build_all(force=args.force)
+    if args.load:
+        up = node_cluster.Cluster.load()
+        if up is None:
+            print("tailcut: no cluster is up (tailcut cluster up)")
+            return 1
+        for name, archive in archives.items():
+            print(f"loading {images.ref(name)}")
+            up.load_image(archive)
+    print(json.dumps({name: str(path) for name, path in archives.items()}, indent=1))
+    return 0

@@ -1,0 +1,166 @@
+"""Build tailcut's three images from their Dockerfiles without Docker or a registry.
+
+    archives = images.build_all()        # name -> docker-archive tarball, cached
+    cluster.load_image(archives["worker"])
+
+`buildah bud` builds operator/Dockerfile, operator/agent.Dockerfile and
+workers/Dockerfile exactly as `docker build` would, with `--build-arg BASE=` a Debian 12
+base made here by mmdebstrap (no registry holds python:3.11-slim for these machines).
+The base carries this machine's own package-client settings (apt sources, /etc/pip.conf,
+extra CA certificates), so `apt-get` and `pip` inside the Dockerfiles reach the package
+registries as they do on the host. Each image is saved as a docker-archive (what
+`docker save` writes and `kind load docker-image` loads), named by a hash of its
+Dockerfile and build context, so it is rebuilt only when those change. Buildah's
+storage lives under the cache directory; nothing global is touched.
+"""
+
+import hashlib
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from tailcut.errors import TailcutError
+from tailcut.k8s import devcluster
+
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY = "ghcr.io/tailcut"
+TAG = "0.1.0"
+BASE_REF = "localhost/tailcut/debian-base:bookworm"
+BASE_PACKAGES = ["python3", "python3-venv", "ca-certificates"]
+# name -> (Dockerfile, what it copies from the repository)
+IMAGES = {
+    "worker": ("workers/Dockerfile", ["pyproject.toml", "README.md", "tailcut", "workers"]),
+    "operator": ("operator/Dockerfile", ["pyproject.toml", "README.md", "tailcut", "operator"]),
+    "agent": ("operator/agent.Dockerfile", ["pyproject.toml", "README.md", "tailcut",
+                                            "operator"]),
+}
+Progress = Callable[[str], None]
+
+
+class ImageError(TailcutError):
+    """An image could not be built; the message names the image and the step."""
+
+
+def ref(name: str) -> str:
+    return f"{REGISTRY}/{name}:{TAG}"
+
+
+def cache_dir() -> Path:
+    return devcluster.tools_dir().parent / "images"
+
+
+def _buildah(*args: str, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
+    if shutil.which("buildah") is None:
+        raise ImageError("buildah is missing: apt-get install buildah (scripts/setup.sh "
+                         "installs it)")
+    storage = cache_dir() / "storage"
+    return subprocess.run(["buildah", "--root", str(storage), "--runroot",
+                           str(cache_dir() / "run"), "--storage-driver", "overlay", *args],
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def context_hash(dockerfile: str, paths: list[str], extra: str = "") -> str:
+    """A hash of the Dockerfile, the files it copies and `extra` (the base's id)."""
+    digest = hashlib.sha256(extra.encode())
+    files: list[Path] = [REPO / dockerfile]
+    for rel in paths:
+        path = REPO / rel
+        files += sorted(p for p in path.rglob("*") if p.is_file()
+                        and "__pycache__" not in p.parts) if path.is_dir() else [path]
+    for path in files:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _apt_mirror() -> str:
+    """The Debian mirror apt uses here (deb822 sources or sources.list)."""
+    for source in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        match = re.search(r"^URIs:\s*(\S+)", source.read_text(), re.MULTILINE)
+        if match and "security" not in match.group(1):
+            return match.group(1)
+    listing = Path("/etc/apt/sources.list")
+    if listing.exists():
+        match = re.search(r"^deb\s+(\S+)\s+bookworm\s", listing.read_text(), re.MULTILINE)
+        if match:
+            return match.group(1)
+    raise ImageError("base: no Debian mirror found in /etc/apt/sources.list{,.d}")
+
+
+def build_base(progress: Progress = print) -> str:
+    """The Debian 12 base in buildah's storage (made once); its image id."""
+    existing = _buildah("images", "--quiet", "--no-trunc", BASE_REF)
+    if existing.returncode == 0 and existing.stdout.strip():
+        return existing.stdout.split()[0]
+    if shutil.which("mmdebstrap") is None:
+        raise ImageError("mmdebstrap is missing: apt-get install mmdebstrap")
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    rootfs = cache_dir() / "debian-base.tar"
+    progress(f"base: mmdebstrap bookworm ({', '.join(BASE_PACKAGES)})")
+    hooks = [
+        # The host's extra CAs (an egress proxy's) and pip settings, so pip inside the
+        # image reaches PyPI as it does here.
+        'mkdir -p "$1/usr/local/share/ca-certificates"',
+        'cp -a /usr/local/share/ca-certificates/. "$1/usr/local/share/ca-certificates/" '
+        '2>/dev/null || true',
+        'chroot "$1" update-ca-certificates >/dev/null',
+        '[ -f /etc/pip.conf ] && cp /etc/pip.conf "$1/etc/pip.conf" || true',
+    ]
+    argv = ["mmdebstrap", "--quiet", "--variant=minbase",
+            "--include=" + ",".join(BASE_PACKAGES)]
+    for hook in hooks:
+        argv += ["--customize-hook", hook]
+    out = subprocess.run([*argv, "bookworm", str(rootfs), f"deb {_apt_mirror()} bookworm main"],
+                         capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        raise ImageError(f"base: mmdebstrap failed: {out.stderr.strip()[-2000:]}")
+    container = _checked(_buildah("from", "scratch"), "base: buildah from").strip()
+    try:
+        _checked(_buildah("add", container, str(rootfs), "/"), "base: buildah add")
+        _checked(_buildah("config", "--env",
+                          "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                          "--cmd", "/bin/bash", container), "base: buildah config")
+        _checked(_buildah("commit", "--quiet", container, BASE_REF), "base: buildah commit")
+    finally:
+        _buildah("rm", container)
+        rootfs.unlink(missing_ok=True)
+    return build_base(progress)
+
+
+def build(name: str, base_id: str, force: bool = False, progress: Progress = print) -> Path:
+    """Build image `name` from its Dockerfile (if its inputs changed); the archive."""
+    dockerfile, paths = IMAGES[name]
+    archive = cache_dir() / f"{name}-{context_hash(dockerfile, paths, base_id)}.tar"
+    if archive.exists() and not force:
+        progress(f"{name}: cached ({archive.name})")
+        return archive
+    progress(f"{name}: buildah bud -f {dockerfile}")
+    started = time.monotonic()
+    out = _buildah("bud", "--isolation", "chroot", "--layers=false", "-f", str(REPO / dockerfile),
+                   "--build-arg", f"BASE={BASE_REF}", "-t", ref(name), str(REPO))
+    if out.returncode != 0:
+        raise ImageError(f"{name}: building {dockerfile} failed:\n"
+                         + "\n".join((out.stdout + out.stderr).splitlines()[-30:]))
+    for old in cache_dir().glob(f"{name}-*.tar"):
+        old.unlink()
+    tmp = archive.with_suffix(".part")
+    tmp.unlink(missing_ok=True)
+    _checked(_buildah("push", "--quiet", ref(name), f"docker-archive:{tmp}:{ref(name)}"),
+             f"{name}: saving the archive")
+    tmp.replace(archive)
+    progress(f"{name}: built in {time.monotonic() - started:.0f} s ({archive})")
+    return archive
+
+
+def build_all(force: bool = False, progress: Progress = print,
+              names: Optional[list[str]] = None) -> dict[str, Path]:
+    base_id = build_base(progress)
+    return {name: build(name, base_id, force, progress) for name in (names or list(IMAGES))}
+
+
+def _checked(out: subprocess.CompletedProcess[str], what: str) -> str:
+    if out.returncode != 0:
+        raise ImageError(f"{what}: {out.stderr.strip()[-2000:]}")
+    return out.stdout

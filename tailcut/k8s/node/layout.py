@@ -1,0 +1,75 @@
+"""Names, addresses and paths of one node of the local cluster, in one place.
+
+A node is a network namespace joined to the host by a veth pair, as kind's node
+containers are: the control plane and every node daemon run on the host with only
+their network namespace switched, so every packet-filter rule and bridge the kubelet,
+kube-proxy and the CNI add lives in that namespace and goes with it. For node i:
+
+    netns       tcnode-i                (also the Kubernetes node name; not tailcut-*,
+                                         which `tailcut clean` removes as a job's)
+    host veth   tcnode-i-h 10.240.i.1/24 (the host's end; kubectl reaches the API here)
+    node veth   eth0      10.240.i.2/24 (the node's InternalIP; API server :6443, DNS :53)
+    pods        cni0      10.244.i.1/24 (the CNI bridge; pods get 10.244.i.2-254)
+    services    10.96.0.0/16            (10.96.0.1 is the `kubernetes` Service)
+    cgroups     /sys/fs/cgroup/<controller>/tcnode-i  (the kubelet's cgroupRoot)
+    files       <workdir>/node-i/       (containerd's root and state, kubelet, CNI, logs)
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVICE_CIDR = "10.96.0.0/16"
+API_SERVICE_IP = "10.96.0.1"
+POD_SUPERNET = "10.244.0.0/16"
+API_PORT = 6443
+CLUSTER_DOMAIN = "cluster.local"
+
+
+@dataclass(frozen=True)
+class Node:
+    index: int
+    workdir: Path   # the cluster's work dir; this node's files are in workdir/node-<i>
+
+    @property
+    def name(self) -> str:
+        return f"tcnode-{self.index}"
+
+    @property
+    def host_veth(self) -> str:
+        return f"tcnode-{self.index}-h"
+
+    @property
+    def host_ip(self) -> str:
+        return f"10.240.{self.index}.1"
+
+    @property
+    def ip(self) -> str:
+        return f"10.240.{self.index}.2"
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"10.244.{self.index}.0/24"
+
+    @property
+    def pod_gateway(self) -> str:
+        return f"10.244.{self.index}.1"
+
+    @property
+    def dir(self) -> Path:
+        return self.workdir / f"node-{self.index}"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.dir / "containerd" / "containerd.sock"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/{self.name}"
+
+    @property
+    def netns_path(self) -> Path:
+        return Path("/var/run/netns") / self.name
+
+    @property
+    def api_server(self) -> str:
+        return f"https://{self.ip}:{API_PORT}"

@@ -1,0 +1,67 @@
+"""What the cluster tests do to the chart's release and to TrainingJobs: helm, and
+waiting for a pod, a phase or the garbage collector, with messages that say what was
+last seen when the wait runs out."""
+
+import json
+import subprocess
+import time
+from typing import Any
+
+from tailcut.k8s import devcluster
+
+RELEASE = "tailcut"
+RELEASE_NS = "tailcut-system"
+
+
+def helm(cluster: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([str(devcluster.helm_binary()), "--kubeconfig",
+                          str(cluster.kubeconfig), *args],
+                         capture_output=True, text=True, timeout=600)
+    if check and out.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)}: exit {out.returncode}\n"
+                             f"{out.stdout}\n{out.stderr}")
+    return out
+
+
+def get(cluster: Any, namespace: str, *what: str) -> Any:
+    out = cluster.kubectl("-n", namespace, "get", *what, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def wait_pod_running(cluster: Any, namespace: str, name: str,
+                     within_s: float = 180.0) -> dict[str, Any]:
+    deadline = time.monotonic() + within_s
+    pod = None
+    while time.monotonic() < deadline:
+        pod = get(cluster, namespace, "pod", name)
+        if pod and pod["status"].get("phase") == "Running":
+            return dict(pod)
+        time.sleep(0.5)
+    raise AssertionError(f"pod {namespace}/{name} not Running after {within_s:.0f} s: "
+                         f"{json.dumps((pod or {}).get('status'), indent=1)[:3000]}")
+
+
+def wait_phase(cluster: Any, namespace: str, job: str, phase: str,
+               within_s: float = 300.0) -> dict[str, Any]:
+    """The job's status once its phase is `phase` (and the figures of a finished job
+    are in); fails at once on the other terminal phase."""
+    deadline = time.monotonic() + within_s
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        body = get(cluster, namespace, "trainingjob", job) or {}
+        status = body.get("status") or {}
+        if status.get("phase") == phase and (phase != "Succeeded" or "jctSeconds" in status):
+            return status
+        if status.get("phase") in ("Succeeded", "Failed") and status.get("phase") != phase:
+            break
+        time.sleep(1.0)
+    pods = cluster.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout
+    raise AssertionError(f"trainingjob {namespace}/{job}: wanted {phase}, status is "
+                         f"{json.dumps(status, indent=1)[:3000]}\npods:\n{pods}")
+
+
+def owned_objects(cluster: Any, namespace: str, job: str) -> list[str]:
+    """The pods, services and config maps of `job` still stored."""
+    out = cluster.kubectl("-n", namespace, "get", "pods,services,configmaps", "-l",
+                          f"tailcut.dev/job={job}", "-o", "name", check=False)
+    return out.stdout.split()
