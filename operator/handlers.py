@@ -38,6 +38,7 @@ BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
 RESULTS_DIR = Path(os.environ.get("TAILCUT_RESULTS_DIR", "results"))
 TERMINAL = ("Succeeded", "Failed")
+PROGRESS_EVERY_S = 5.0   # how often a running job's progress is read from its PS's log
 Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
 _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
 _local_runs: dict[tuple[str, str], subprocess.Popen[str]] = {}
@@ -97,6 +98,8 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
         _create(core.create_namespaced_pod, namespace, pod)
     pods = core.list_namespaced_pod(namespace, label_selector=f"{resources.LABEL_JOB}={name}")
     _record_pods(job, pods.items, old, patch, generation)
+    if not old.get("phase"):
+        kopf.info(body, reason="Created", message="pods, service and config map created")
 
 
 @kopf.on.update(crd.GROUP, crd.VERSION, crd.PLURAL, field="spec")
@@ -125,7 +128,7 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
             return  # the job is gone; its pods go with it (ownerReferences)
         raise
     old = dict(tj.get("status") or {})
-    if old.get("phase") in TERMINAL:
+    if old.get("phase") in TERMINAL and "jctSeconds" in old:
         return
     try:
         job = spec.from_dict({"apiVersion": tj["apiVersion"], "kind": tj["kind"],
@@ -134,18 +137,62 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
         return  # reconcile() already failed the job with the reason
     pods = kubernetes.client.CoreV1Api().list_namespaced_pod(
         namespace, label_selector=f"{resources.LABEL_JOB}={name}")
+    api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p) for p in pods.items]
+    figures = resources.figures_from_pods(job, api_pods)
+    if old.get("phase") in TERMINAL:
+        # The workers finished first; ps-0's final figures came after: add only them.
+        if figures:
+            api.patch_namespaced_custom_object_status(
+                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": figures})
+        return
     new: dict[str, Any] = {}
     _record_pods(job, pods.items, old, new,
                  tj["metadata"].get("generation"))
+    new.update(figures)
     if any(old.get(k) != v for k, v in new.items() if k != "conditions") or \
             _conditions_changed(old, new):
         api.patch_namespaced_custom_object_status(
             crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": new})
-        logger.info(f"{namespace}/{name}: {new['phase']}")
-        if new["phase"] == "Failed":
-            kopf.warn(tj, reason="PodFailed", message=new["message"])  # type: ignore[arg-type]
+        if new["phase"] != old.get("phase"):
+            logger.info(f"{namespace}/{name}: {new['phase']}")
+            _phase_event(tj, new)
         if new["phase"] in TERMINAL:
             _stop_background(namespace, pods.items, logger)
+
+
+@kopf.timer(crd.GROUP, crd.VERSION, crd.PLURAL, interval=PROGRESS_EVERY_S,
+            initial_delay=PROGRESS_EVERY_S)
+def follow_progress(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """Kubernetes backend, while the job runs: the epoch the PS reached, from the end of
+    its log (the pods have no API access to report it themselves)."""
+    old = dict(body.get("status") or {})
+    if BACKEND != "kubernetes" or old.get("phase") != "Running":
+        return
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    try:
+        job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
+                              "metadata": {"name": name}, "spec": dict(body["spec"])})
+        log = kubernetes.client.CoreV1Api().read_namespaced_pod_log(
+            resources.pod_name(job, "ps-0"), namespace, tail_lines=40)
+    except (SpecError, kubernetes.client.ApiException):
+        return   # not started yet, or already gone: the next tick or pod event says
+    fields = resources.progress_from_log(job, log)
+    if fields and fields.get("epoch") != old.get("epoch"):
+        patch.status.update(fields)
+
+
+def _phase_event(tj: dict[str, Any], status_now: dict[str, Any]) -> None:
+    """A Kubernetes Event on the TrainingJob for each phase it enters (`kubectl
+    describe tj` lists them): Warning for Failed, Normal otherwise."""
+    phase = status_now["phase"]
+    message = status_now.get("message") or phase
+    if "jctSeconds" in status_now:
+        message += (f"; JCT {status_now['jctSeconds']} s, accuracy "
+                    f"{status_now.get('accuracy')}")
+    if phase == "Failed":
+        kopf.warn(tj, reason="PodFailed", message=message)  # type: ignore[arg-type]
+    else:
+        kopf.info(tj, reason=phase, message=message)  # type: ignore[arg-type]
 
 
 @kopf.on.event("pods", annotations={background.ANNOTATION: kopf.PRESENT})

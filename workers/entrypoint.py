@@ -65,7 +65,23 @@ def main(argv: list[str] | None = None) -> int:
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"
     role_config(job, args.replica, results, read_flows(args.spec)).to_json(config_path)
-    return int(role.main([str(config_path)]) or 0)
+    return int(role.main([str(config_path)], emit=_emit_and_report) or 0)
+
+
+def _emit_and_report(event: dict[str, Any]) -> None:
+    """Print the event as the role would; the PS's "done" event also becomes the
+    container's termination message, which the operator reads into the job's status
+    (tailcut.k8s.resources.figures_from_pods)."""
+    role.emit(event)
+    if event.get("event") != "done":
+        return
+    path = Path(os.environ.get("TAILCUT_TERMINATION_LOG", "/dev/termination-log"))
+    keys = ("jct_s", "epochs", "iterations", "final_accuracy", "final_loss", "converged")
+    try:   # at most 4096 bytes are kept: these few numbers only
+        path.write_text(json.dumps({k: event[k] for k in keys if k in event}))
+    except OSError as err:   # not on Kubernetes, or no such file: the log has it all
+        print(f"entrypoint: termination message not written to {path}: {err}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

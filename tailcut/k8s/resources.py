@@ -16,6 +16,7 @@ Every object carries the labels below and an ownerReference to the TrainingJob
 own config map, pods and sidecars (tailcut.k8s.background).
 """
 
+import json
 from typing import Any, Mapping, Optional
 
 import yaml
@@ -110,6 +111,9 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                 "enableServiceLinks": False,
                 "containers": [{
                     "name": role, "image": image, "imagePullPolicy": pull_policy,
+                    # ps-0 writes its final figures there (figures_from_pods); a role
+                    # that fails without writing leaves the end of its log instead.
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
                     "args": ["--spec", f"{SPEC_MOUNT}/{SPEC_KEY}", "--replica", replica],
                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"},
                             {"name": "POD_NAMESPACE", "valueFrom": {
@@ -192,3 +196,44 @@ def _why_failed(pod: dict[str, Any]) -> str:
             return f"container {cs.get('name')} exited with code {term.get('exitCode')}" + (
                 f" ({detail.strip()})" if detail else "")
     return status.get("message") or status.get("reason") or "failed"
+
+
+def figures_from_done(job: TrainingJob, done: dict[str, Any]) -> dict[str, Any]:
+    """The status fields of a finished job from the PS's "done" event (the termination
+    message of ps-0, written by workers/entrypoint.py), as the local backend fills them."""
+    return {"jctSeconds": round(float(done["jct_s"]), 2),
+            "accuracy": round(float(done["final_accuracy"]), 4),
+            "loss": round(float(done["final_loss"]), 4),
+            "converged": bool(done["converged"]), "epoch": int(done["epochs"]),
+            "progress": f"{int(done['epochs'])}/{job.spec.training.epochs} epochs"}
+
+
+def figures_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """figures_from_done of ps-0's termination message once ps-0 has ended, else {}.
+    A message that is not the PS's JSON (e.g. a crash's last words) gives {}."""
+    for pod in pod_list:
+        if (pod.get("metadata") or {}).get("labels", {}).get(LABEL_REPLICA) != "ps-0":
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            try:
+                return figures_from_done(job, json.loads(term.get("message") or ""))
+            except (ValueError, KeyError, TypeError):
+                return {}
+    return {}
+
+
+def progress_from_log(job: TrainingJob, log: str) -> dict[str, Any]:
+    """The progress fields from the last epoch event in a PS's log (its JSON lines,
+    tailcut.training.role), or {} when no epoch has ended yet."""
+    for line in reversed(log.splitlines()):
+        if not line.startswith("{") or '"epoch"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == "epoch":
+            epoch = int(event["epoch"])
+            return {"epoch": epoch, "progress": f"{epoch}/{job.spec.training.epochs} epochs"}
+    return {}

@@ -30,7 +30,7 @@ import faulthandler  # noqa: E402 - after the thread settings above
 import json  # noqa: E402
 import signal  # noqa: E402
 import traceback  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
 from tailcut import errors  # noqa: E402
 from tailcut.training import aggregator, config, exits, ps, worker  # noqa: E402
@@ -44,7 +44,9 @@ def emit(event: dict[str, Any]) -> None:
     print(json.dumps(event), flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None,
+         emit: Callable[[dict[str, Any]], None] = emit) -> int:
+    """Run the role of the config file in `argv`; each event goes to `emit`."""
     args = sys.argv[1:] if argv is None else argv
     # `kill -USR1 <pid>` prints every thread's stack to stderr (the role's log): where
     # a role that hangs is stuck.

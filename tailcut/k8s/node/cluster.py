@@ -181,6 +181,9 @@ class Cluster:
             "--service-account-key-file", str(node.dir / "sa.key"),
             "--service-account-signing-key-file", str(node.dir / "sa.key"),
             "--service-cluster-ip-range", SERVICE_CIDR,
+            # Reach kubelets (logs, exec) by their address: resolving the node's name
+            # would ask the host's DNS, outside the node.
+            "--kubelet-preferred-address-types", "InternalIP",
             "--allow-privileged", "--enable-priority-and-fairness=false", "--v", "1"])
         self._wait("kube-apiserver", lambda: _http_ok(f"{self.server}/readyz", self.token))
         self._write_kubeconfig()
