@@ -43,6 +43,7 @@ Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
 _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
 _local_runs: dict[tuple[str, str], subprocess.Popen[str]] = {}
 _lock = threading.Lock()
+_phases_posted: dict[tuple[str, str, Optional[str]], str] = {}   # the last phase evented
 
 
 @kopf.on.startup()
@@ -183,8 +184,14 @@ def follow_progress(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 
 def _phase_event(tj: dict[str, Any], status_now: dict[str, Any]) -> None:
     """A Kubernetes Event on the TrainingJob for each phase it enters (`kubectl
-    describe tj` lists them): Warning for Failed, Normal otherwise."""
+    describe tj` lists them): Warning for Failed, Normal otherwise. Once per phase:
+    the events of several pods can report the same change at the same time."""
     phase = status_now["phase"]
+    key = (tj["metadata"]["namespace"], tj["metadata"]["name"], tj["metadata"].get("uid"))
+    with _lock:
+        if _phases_posted.get(key) == phase:
+            return
+        _phases_posted[key] = phase
     message = status_now.get("message") or phase
     if "jctSeconds" in status_now:
         message += (f"; JCT {status_now['jctSeconds']} s, accuracy "
@@ -225,6 +232,7 @@ def deleted(body: kopf.Body, **_: Any) -> None:
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
     with _lock:
         proc = _local_runs.pop(key, None)
+        _phases_posted.pop((*key, body["metadata"].get("uid")), None)
     if proc is not None and proc.poll() is None:
         proc.terminate()
 

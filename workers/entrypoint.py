@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tailcut import spec
-from tailcut.k8s import policy, resources
+from tailcut.k8s import podresults, policy, resources
 from tailcut.net import topology
 from tailcut.runtime import local
 from tailcut.training import role
@@ -65,7 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"
     role_config(job, args.replica, results, read_flows(args.spec)).to_json(config_path)
-    return int(role.main([str(config_path)], emit=_emit_and_report) or 0)
+    try:
+        return int(role.main([str(config_path)], emit=_emit_and_report) or 0)
+    finally:
+        # The pod's files go with it; its log stays: `tailcut collect` reads them there.
+        block, left_out = podresults.pack(args.replica, Path(results))
+        if left_out:
+            print(f"entrypoint: results too large for the log; left out: "
+                  f"{', '.join(left_out)}", file=sys.stderr)
+        print(block, flush=True)
 
 
 def _emit_and_report(event: dict[str, Any]) -> None:

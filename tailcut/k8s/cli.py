@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tailcut.k8s import images
+from tailcut.k8s import collect, images
 from tailcut.k8s.node import cluster as node_cluster
 from tailcut.k8s.node import procs
 
@@ -33,6 +33,15 @@ def add_parsers(sub: Any) -> None:
     build.add_argument("--load", action="store_true",
                        help="also load them into the cluster of `tailcut cluster up`")
     build.set_defaults(handler=_images)
+
+    fetch = sub.add_parser("collect", help="a finished TrainingJob's results from its pods' "
+                           "logs: the results directory `tailcut run` leaves")
+    fetch.add_argument("job", help="the TrainingJob's name")
+    fetch.add_argument("-n", "--namespace", default="default")
+    fetch.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
+    fetch.add_argument("--results-dir", type=Path,
+                       help="where to write them (default: results/<job>-k8s-<time>)")
+    fetch.set_defaults(handler=_collect)
 
 
 def _cluster(args: argparse.Namespace) -> int:
@@ -69,4 +78,11 @@ def _images(args: argparse.Namespace) -> int:
             print(f"loading {images.ref(name)}")
             up.load_image(archive)
     print(json.dumps({name: str(path) for name, path in archives.items()}, indent=1))
+    return 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    out = collect.collect(args.job, args.namespace, args.kubeconfig,
+                          args.results_dir or collect.default_dir(args.job))
+    print(f"results: {out}")
     return 0
