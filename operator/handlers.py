@@ -32,12 +32,13 @@ import yaml
 
 from tailcut import spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, crd, policy, resources, status, support
+from tailcut.k8s import background, crd, metrics, policy, resources, status, support
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
 RESULTS_DIR = Path(os.environ.get("TAILCUT_RESULTS_DIR", "results"))
 TERMINAL = ("Succeeded", "Failed")
+METRICS_PORT = int(os.environ.get("TAILCUT_METRICS_PORT", metrics.METRICS_PORT))  # 0: none
 PROGRESS_EVERY_S = 5.0   # how often a running job's progress is read from its PS's log
 Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
 _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
@@ -61,12 +62,26 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
+    if METRICS_PORT:
+        metrics.serve(METRICS_PORT)   # /metrics for Prometheus (the chart's Service)
 
 
 @kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL)
 @kopf.on.create(crd.GROUP, crd.VERSION, crd.PLURAL)
 def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> None:
-    """Make the job's objects exist, then record its phase."""
+    """Make the job's objects exist, then record its phase (timed, errors counted)."""
+    with metrics.reconcile_seconds.time():
+        try:
+            _reconcile(body, patch, logger)
+        except Exception:
+            metrics.reconcile_errors.inc()
+            raise
+    if "phase" in patch.status:
+        metrics.job_phases.set(body["metadata"]["namespace"], body["metadata"]["name"],
+                               patch.status["phase"])
+
+
+def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     generation = body["metadata"].get("generation")
     old = dict(body.get("status") or {})
@@ -154,6 +169,7 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
             _conditions_changed(old, new):
         api.patch_namespaced_custom_object_status(
             crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": new})
+        metrics.job_phases.set(namespace, name, new["phase"])
         if new["phase"] != old.get("phase"):
             logger.info(f"{namespace}/{name}: {new['phase']}")
             _phase_event(tj, new)
@@ -233,6 +249,7 @@ def deleted(body: kopf.Body, **_: Any) -> None:
     with _lock:
         proc = _local_runs.pop(key, None)
         _phases_posted.pop((*key, body["metadata"].get("uid")), None)
+    metrics.job_phases.forget(*key)
     if proc is not None and proc.poll() is None:
         proc.terminate()
 

@@ -40,7 +40,7 @@ import yaml
 
 from tailcut import features, spec
 from tailcut.errors import TailcutError
-from tailcut.k8s import policy, resources
+from tailcut.k8s import metrics, policy, resources
 from tailcut.net import netns, shaping
 from tailcut.scheduling import enforce
 from tailcut.spec.model import Link, Scheduling, TrainingJob
@@ -176,6 +176,18 @@ def classified(shaped: Shaped) -> str:
     return "; packets classified: " + (", ".join(parts) or "none")
 
 
+def count_classified(shaped: Shaped) -> None:
+    """Add the classifier's per-level packet counts to the agent's metrics."""
+    if shaped.enforcement is None:
+        return
+    for by_level in shaped.enforcement.counts().values():
+        for level, (packets, _) in by_level.items():
+            if packets:
+                metrics.classified_packets.labels(
+                    level="untagged" if level is None else str(level)).inc(packets)
+
+
+WATCH_S = 300   # the API server ends each watch after this long; the agent re-lists
 TC_EGRESS = 0xFFFFFFF3
 OUR_PROGRAMS = ("tailcut_",)   # names of the BPF programs tailcut attaches (ebpf/)
 
@@ -231,7 +243,9 @@ class Agent:
         if event_type == "DELETED" or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
             done = self.shaped.pop(uid, None)
             if done is not None:
+                count_classified(done)
                 unshape(done)
+                metrics.pods_shaped.set(len(self.shaped))
                 log.info(f"{pod.metadata.namespace}/{pod.metadata.name}: released "
                          f"{done.name}{classified(done)}")
             return
@@ -252,13 +266,19 @@ class Agent:
             log.warning(f"{where}: running but no process found in /proc; retrying later")
             return
         name = netns_name(uid)
-        attach(name, pid)
         try:
-            self.shaped[uid] = shape(name, job.spec.network.access_link, self.has_netem,
-                                     job.spec.scheduling)
-        except BaseException:
-            detach(name)
+            attach(name, pid)
+            try:
+                self.shaped[uid] = shape(name, job.spec.network.access_link, self.has_netem,
+                                         job.spec.scheduling)
+            except BaseException:
+                detach(name)
+                raise
+        except Exception:
+            metrics.shaping_failures.inc()
             raise
+        metrics.pods_shaped_total.inc()
+        metrics.pods_shaped.set(len(self.shaped))
         log.info(f"{where}: {self.shaped[uid].description}")
 
     def _job(self, pod: Any) -> TrainingJob:
@@ -293,7 +313,7 @@ class Agent:
         watch = kubernetes.watch.Watch()
         for event in watch.stream(self.core.list_pod_for_all_namespaces,
                                   resource_version=listed.metadata.resource_version,
-                                  allow_watch_bookmarks=True, timeout_seconds=300,
+                                  allow_watch_bookmarks=True, timeout_seconds=WATCH_S,
                                   **selectors):
             if event["type"] != "BOOKMARK":
                 yield event["type"], event["object"]
@@ -314,10 +334,17 @@ def main() -> int:
     agent = Agent(kubernetes.client.CoreV1Api(), node,
                   os.environ.get("TAILCUT_SHAPE_HOST_NETWORK", "false") == "true")
     signal.signal(signal.SIGTERM, _stop)   # the DaemonSet's pod is deleted or rolled
+    last_seen = [time.monotonic()]
+    # Healthy while the watch delivers: a list, events, or its bookmarks and reconnects
+    # at least every WATCH_S.
+    metrics.serve(int(os.environ.get("TAILCUT_METRICS_PORT", metrics.METRICS_PORT)),
+                  healthy=lambda: time.monotonic() - last_seen[0] < 3 * WATCH_S)
     try:
         while True:
+            last_seen[0] = time.monotonic()
             try:
                 for event_type, pod in agent.events():
+                    last_seen[0] = time.monotonic()
                     try:
                         agent.handle(event_type, pod)
                     except TailcutError as err:

@@ -92,7 +92,7 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
                  progress: Progress) -> None:
     """metrics.json, loss.png and the dissection plots, as `tailcut run` writes them."""
     from tailcut.reports import dissection, plots   # matplotlib is slow to import
-    metrics = {"job": job.name, "results_dir": str(results_dir),
+    metrics: dict[str, Any] = {"job": job.name, "results_dir": str(results_dir),
                "converged": bool(done["converged"]), "jct_s": float(done["jct_s"]),
                "epochs": int(done["epochs"]), "iterations": int(done["iterations"]),
                "final_accuracy": float(done["final_accuracy"]),
@@ -101,7 +101,7 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
                "target_accuracy": job.spec.training.target_accuracy,
                "backend": "kubernetes"}
     (results_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    if (results_dir / "epochs.csv").exists() and metrics["epochs"] > 0:
+    if (results_dir / "epochs.csv").exists() and int(done["epochs"]) > 0:
         plots.plot_loss_vs_epoch(
             results_dir / "epochs.csv", results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")

@@ -21,7 +21,7 @@ import hashlib
 import io
 import tarfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from tailcut.errors import TailcutError
 
@@ -63,7 +63,9 @@ def _archive(files: list[Path]) -> bytes:
 def unpack(pod: str, log_lines: Iterable[str], target: Path) -> list[str]:
     """Write the files of the last results block in `log_lines` into `target`; their
     names. Raises ResultsError (naming `pod`) when there is no sound block."""
-    header, body, closed = None, [], False
+    header: Optional[list[str]] = None
+    body: list[str] = []
+    closed = False
     for line in log_lines:
         line = line.rstrip("\r\n")
         if line.startswith(BEGIN + " "):

@@ -98,7 +98,10 @@ class Cluster:
     # --- bring-up -------------------------------------------------------------------
 
     @classmethod
-    def up(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print) -> "Cluster":
+    def up(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print,
+           index: int = 0) -> "Cluster":
+        """Start a cluster whose node is number `index` (its names and addresses,
+        tailcut.k8s.node.layout): clusters of different indexes can run side by side."""
         existing = cls.load(workdir)
         if existing is not None:
             if all(alive(pid) for pid in existing.pids.values()):
@@ -106,7 +109,7 @@ class Cluster:
                                    "(tailcut cluster down removes it)")
             progress("a cluster from an earlier run is half gone: removing it first")
             cls.down(workdir, progress)
-        node = Node(0, workdir)
+        node = Node(index, workdir)
         cluster = cls(workdir=workdir, node=node, token=secrets.token_hex(16), pids={})
         started = time.monotonic()
         try:

@@ -1,0 +1,94 @@
+"""Prometheus metrics of the operator and the node agent, and the HTTP endpoint
+that serves them with a health check (the chart's probes and Services point at it).
+
+    GET /metrics   Prometheus text format
+    GET /healthz   200 while the component's `healthy()` says so, else 503
+
+Operator: tailcut_operator_jobs{phase} (TrainingJobs it last saw in each phase),
+tailcut_operator_reconcile_errors_total, tailcut_operator_reconcile_seconds.
+Agent: tailcut_agent_pods_shaped (now), tailcut_agent_pods_shaped_total,
+tailcut_agent_shaping_failures_total, tailcut_agent_classified_packets_total{level}
+(CadentFlow classifier, counted when a pod is released).
+"""
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+METRICS_PORT = 9100   # the chart's Services name it `metrics`
+
+registry = CollectorRegistry()
+reconcile_errors = Counter("tailcut_operator_reconcile_errors_total",
+                           "reconciles of a TrainingJob that raised", registry=registry)
+reconcile_seconds = Histogram("tailcut_operator_reconcile_seconds",
+                              "time to reconcile a TrainingJob (create its objects)",
+                              registry=registry)
+pods_shaped_total = Counter("tailcut_agent_pods_shaped_total",
+                            "pods whose links the agent shaped", registry=registry)
+pods_shaped = Gauge("tailcut_agent_pods_shaped", "pods the agent keeps shaped now",
+                    registry=registry)
+shaping_failures = Counter("tailcut_agent_shaping_failures_total",
+                           "pods the agent failed to shape or release", registry=registry)
+classified_packets = Counter("tailcut_agent_classified_packets_total",
+                             "packets the CadentFlow classifier put in each priority level",
+                             ["level"], registry=registry)
+
+
+class JobPhases:
+    """tailcut_operator_jobs{phase}: the phase the operator last wrote for each job."""
+
+    def __init__(self) -> None:
+        self._phases: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def set(self, namespace: str, name: str, phase: str) -> None:
+        with self._lock:
+            self._phases[(namespace, name)] = phase
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._phases.pop((namespace, name), None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("tailcut_operator_jobs", "TrainingJobs by phase",
+                                   labels=["phase"])
+        with self._lock:
+            phases = list(self._phases.values())
+        for phase in ("Pending", "Running", "Succeeded", "Failed"):
+            family.add_metric([phase], phases.count(phase))
+        yield family
+
+
+job_phases = JobPhases()
+registry.register(job_phases)
+
+
+def serve(port: int = METRICS_PORT,
+          healthy: Callable[[], bool] = lambda: True) -> ThreadingHTTPServer:
+    """Serve /metrics and /healthz on `port` from a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:   # noqa: N802 - the name http.server calls
+            if self.path.startswith("/metrics"):
+                code, body, kind = 200, generate_latest(registry), "text/plain; version=0.0.4"
+            elif self.path.startswith("/healthz"):
+                ok = healthy()
+                code, body, kind = (200 if ok else 503), (b"ok\n" if ok else b"unhealthy\n"), \
+                    "text/plain"
+            else:
+                code, body, kind = 404, b"not found\n", "text/plain"
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass   # scrapes every few seconds would drown the component's own log
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
+    return server

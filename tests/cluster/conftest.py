@@ -1,0 +1,55 @@
+"""The tests marked `cluster` run on a real single-node Kubernetes cluster
+(tailcut.k8s.node.cluster: etcd, the control plane, containerd + runc, the kubelet,
+kube-proxy and CoreDNS), brought up once per session and taken down at its end, with
+tailcut's images built from their Dockerfiles and the chart installed with helm."""
+
+import itertools
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tailcut.k8s import images
+from tailcut.k8s.node.cluster import Cluster
+from tests.cluster import chart
+
+_counter = itertools.count()
+CHART = Path(__file__).resolve().parents[2] / "helm" / "tailcut"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/cluster/" in str(item.fspath):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the cluster tests need root (namespaces, containerd, the kubelet)")
+    workdir = tmp_path_factory.mktemp("cluster")
+    up = Cluster.up(workdir, progress=lambda line: None)
+    try:
+        yield up
+    finally:
+        Cluster.down(workdir, progress=lambda line: None)
+
+
+@pytest.fixture(scope="session")
+def release(cluster):
+    """tailcut's images (cached until their sources change) loaded into the node, as
+    `kind load docker-image` would, and the chart installed with helm."""
+    for archive in images.build_all(progress=lambda line: None).values():
+        cluster.load_image(archive)
+    chart.helm(cluster, "install", chart.RELEASE, str(CHART), "--namespace",
+               chart.RELEASE_NS, "--create-namespace", "--wait", "--timeout", "3m")
+    return chart.RELEASE_NS
+
+
+@pytest.fixture
+def namespace(cluster):
+    name = f"cl-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
