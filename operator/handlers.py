@@ -38,7 +38,9 @@ BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
 RESULTS_DIR = Path(os.environ.get("TAILCUT_RESULTS_DIR", "results"))
 TERMINAL = ("Succeeded", "Failed")
-METRICS_PORT = int(os.environ.get("TAILCUT_METRICS_PORT", metrics.METRICS_PORT))  # 0: none
+# /metrics and /healthz (tailcut.k8s.metrics): the chart sets the port; 0, the default
+# out of a cluster, serves none (tests run several operators on one host).
+METRICS_PORT = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))
 PROGRESS_EVERY_S = 5.0   # how often a running job's progress is read from its PS's log
 Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
 _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")

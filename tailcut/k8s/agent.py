@@ -337,8 +337,9 @@ def main() -> int:
     last_seen = [time.monotonic()]
     # Healthy while the watch delivers: a list, events, or its bookmarks and reconnects
     # at least every WATCH_S.
-    metrics.serve(int(os.environ.get("TAILCUT_METRICS_PORT", metrics.METRICS_PORT)),
-                  healthy=lambda: time.monotonic() - last_seen[0] < 3 * WATCH_S)
+    port = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))   # the chart sets it
+    if port:
+        metrics.serve(port, healthy=lambda: time.monotonic() - last_seen[0] < 3 * WATCH_S)
     try:
         while True:
             last_seen[0] = time.monotonic()

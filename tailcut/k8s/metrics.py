@@ -6,7 +6,7 @@ that serves them with a health check (the chart's probes and Services point at i
 
 Operator: tailcut_operator_jobs{phase} (TrainingJobs it last saw in each phase),
 tailcut_operator_reconcile_errors_total, tailcut_operator_reconcile_seconds.
-Agent: tailcut_agent_pods_shaped (now), tailcut_agent_pods_shaped_total,
+Agent: tailcut_agent_shaped_pods (now), tailcut_agent_pods_shaped_total,
 tailcut_agent_shaping_failures_total, tailcut_agent_classified_packets_total{level}
 (CadentFlow classifier, counted when a pod is released).
 """
@@ -28,7 +28,7 @@ reconcile_seconds = Histogram("tailcut_operator_reconcile_seconds",
                               registry=registry)
 pods_shaped_total = Counter("tailcut_agent_pods_shaped_total",
                             "pods whose links the agent shaped", registry=registry)
-pods_shaped = Gauge("tailcut_agent_pods_shaped", "pods the agent keeps shaped now",
+pods_shaped = Gauge("tailcut_agent_shaped_pods", "pods the agent keeps shaped now",
                     registry=registry)
 shaping_failures = Counter("tailcut_agent_shaping_failures_total",
                            "pods the agent failed to shape or release", registry=registry)

@@ -284,6 +284,24 @@ def test_background_pods_are_stopped_when_the_job_ends(control_plane, namespace,
                      "k8sbg-end-bg-server-0": 1, "k8sbg-end-bg-client-0": 1}
 
 
+def test_a_running_job_has_its_progress_read_from_the_ps_log(control_plane, namespace,
+                                                             operator):
+    """Kept before the RBAC test: the progress timer's log read is the operator's one
+    pods/log request. With no kubelet here the API server cannot serve the log; the
+    request is made all the same (the real-node test, tests/cluster, sees the epochs)."""
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        "k8-progress", {"replicas": {"workers": 1}}))
+    _wait_job(control_plane, namespace, "k8-progress", "Pending", operator)
+    for replica in ("ps-0", "worker-0"):   # play the kubelet
+        _set_pod_phase(control_plane, namespace, f"k8-progress-{replica}", "Running")
+    _wait_job(control_plane, namespace, "k8-progress", "Running", operator)
+    operator_proc.wait_for(lambda: [
+        e for e in audit.requests_by(control_plane, OPERATOR_USER)
+        if e["objectRef"].get("subresource") == "log"
+        and e["objectRef"].get("name") == "k8-progress-ps-0"], 30,
+        "the operator to read ps-0's log", operator)
+
+
 def test_operator_rbac_lacks_nothing_and_grants_nothing_unused(control_plane, operator):
     """Runs after the reconcile tests above (same module, file order): every request
     the operator made is in its audit trail."""
