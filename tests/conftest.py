@@ -13,7 +13,7 @@ import pytest
 from tailcut.net import naming, netns
 from tests import waiting
 
-PRIVILEGED = ("netns", "bpf", "e2e")
+PRIVILEGED = ("netns", "bpf", "e2e", "cluster")
 
 
 def pytest_collection_modifyitems(config, items):

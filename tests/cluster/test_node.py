@@ -89,8 +89,7 @@ def leftovers(node: Node) -> list[str]:
     found += [f"mount {line.split()[4]}" for line in mounts.splitlines()
               if str(node.workdir) in line.split()[4]]
     found += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob(f"*/{node.name}")]
-    if node.workdir.exists():
-        found.append(f"directory {node.workdir}")
+    found += [f"directory {d}" for d in (node.workdir, node.run_dir) if d.exists()]
     return found
 
 

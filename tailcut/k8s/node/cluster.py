@@ -151,6 +151,7 @@ class Cluster:
             raise ClusterError("CNI plugins are missing: apt-get install "
                                "containernetworking-plugins")
         node.dir.mkdir(parents=True, exist_ok=True)
+        node.run_dir.mkdir(parents=True, exist_ok=True)
         self._save()
         progress(f"node {node.name}: network namespace, {node.host_veth} "
                  f"{node.host_ip} <-> {node.ip}, cgroups {node.cgroup_root}")

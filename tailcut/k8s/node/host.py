@@ -11,6 +11,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Callable
@@ -82,6 +83,7 @@ def remove_node(node: Node, progress: Callable[[str], None]) -> None:
         for index in ipr.link_lookup(ifname=node.host_veth):
             ipr.link("del", index=index)
     _remove_cgroups(node)
+    shutil.rmtree(node.run_dir, ignore_errors=True)
 
 
 def _stop_shims(node: Node, progress: Callable[[str], None]) -> None:

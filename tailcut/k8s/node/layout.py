@@ -13,6 +13,7 @@ kube-proxy and the CNI add lives in that namespace and goes with it. For node i:
     services    10.96.0.0/16            (10.96.0.1 is the `kubernetes` Service)
     cgroups     /sys/fs/cgroup/<controller>/tcnode-i  (the kubelet's cgroupRoot)
     files       <workdir>/node-i/       (containerd's root and state, kubelet, CNI, logs)
+    sockets     /run/tailcut/tcnode-i/  (containerd's)
 """
 
 from dataclasses import dataclass
@@ -59,8 +60,13 @@ class Node:
         return self.workdir / f"node-{self.index}"
 
     @property
+    def run_dir(self) -> Path:
+        """Sockets: a unix socket path must stay under 108 bytes, work dirs need not."""
+        return Path("/run/tailcut") / self.name
+
+    @property
     def containerd_socket(self) -> Path:
-        return self.dir / "containerd" / "containerd.sock"
+        return self.run_dir / "containerd.sock"
 
     @property
     def cgroup_root(self) -> str:

@@ -1,0 +1,38 @@
+"""The local cluster's node layout and daemon configs (pure; no root): nodes side by
+side never share a name, address, cgroup or socket, and sockets fit the kernel's limit."""
+
+import tomllib
+from pathlib import Path
+
+from tailcut.k8s.node import configs
+from tailcut.k8s.node.layout import Node
+
+
+def test_two_nodes_share_no_name_address_cgroup_or_socket(tmp_path):
+    a, b = Node(0, tmp_path / "a"), Node(1, tmp_path / "b")
+    for attribute in ("name", "host_veth", "host_ip", "ip", "pod_cidr", "cgroup_root",
+                      "containerd_socket", "dir"):
+        assert getattr(a, attribute) != getattr(b, attribute), attribute
+    assert len(a.host_veth) <= 15   # IFNAMSIZ
+
+
+def test_sockets_stay_short_whatever_the_work_dir():
+    deep = Node(3, Path("/tmp") / ("x" * 200))
+    assert len(str(deep.containerd_socket) + ".ttrpc") < 108
+
+
+def test_containerd_restricts_oom_score_adj_and_uses_the_node_paths(tmp_path):
+    node = Node(0, tmp_path)
+    config = tomllib.loads(configs.containerd_toml(node))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["cni"]["bin_dir"] == "/usr/lib/cni"
+    assert config["grpc"]["address"] == str(node.containerd_socket)
+    assert config["root"].startswith(str(node.dir))
+
+
+def test_the_kubelet_runs_its_pods_under_the_nodes_own_cgroup(tmp_path):
+    config = configs.kubelet_config(Node(2, tmp_path))
+    assert config["cgroupRoot"] == "/tcnode-2"
+    assert config["clusterDNS"] == ["10.240.2.2"]
+    assert config["failSwapOn"] is False and config["cgroupDriver"] == "cgroupfs"
