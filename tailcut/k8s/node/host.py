@@ -84,6 +84,10 @@ def remove_node(node: Node, progress: Callable[[str], None]) -> None:
             ipr.link("del", index=index)
     _remove_cgroups(node)
     shutil.rmtree(node.run_dir, ignore_errors=True)
+    try:
+        node.run_dir.parent.rmdir()   # /run/tailcut, once no node is left
+    except OSError:
+        pass
 
 
 def _stop_shims(node: Node, progress: Callable[[str], None]) -> None:
