@@ -30,9 +30,9 @@ import kopf
 import kubernetes
 import yaml
 
-from tailcut import spec
+from tailcut import plan, spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, crd, metrics, policy, resources, status, support
+from tailcut.k8s import background, crd, metrics, policy, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -65,7 +65,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
     if METRICS_PORT:
-        metrics.serve(METRICS_PORT)   # /metrics for Prometheus (the chart's Service)
+        metrics.serve(metrics.operator_registry, METRICS_PORT)   # /metrics for Prometheus (the chart's Service)
 
 
 @kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL)
@@ -94,7 +94,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
                               "metadata": {"name": name}, "spec": dict(body["spec"])},
                              source=f"{namespace}/{name}")
         if BACKEND == "kubernetes":   # what pods and the node agent cannot honour
-            support.check(job)
+            plan.check(job, "kubernetes")
             policy.check(job)
         background.check(job)   # a background rate Locust cannot drive: nothing created
     except SpecError as err:
@@ -191,13 +191,19 @@ def follow_progress(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     try:
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])})
-        log = kubernetes.client.CoreV1Api().read_namespaced_pod_log(
-            resources.pod_name(job, "ps-0"), namespace, tail_lines=40)
-    except (SpecError, kubernetes.client.ApiException):
-        return   # not started yet, or already gone: the next tick or pod event says
-    fields = resources.progress_from_log(job, log)
-    if fields and fields.get("epoch") != old.get("epoch"):
-        patch.status.update(fields)
+    except SpecError:
+        return
+    # ps-0 reports epochs; once it is lost, the replica that took over does.
+    for replica in ("ps-0", "replica-0") if job.spec.replicas.ps_replica else ("ps-0",):
+        try:
+            log = kubernetes.client.CoreV1Api().read_namespaced_pod_log(
+                resources.pod_name(job, replica), namespace, tail_lines=40)
+        except kubernetes.client.ApiException:
+            continue   # not started yet, or gone: the next tick or pod event says
+        fields = resources.progress_from_log(job, log)
+        if fields and fields.get("epoch", 0) > old.get("epoch", -1):
+            patch.status.update(fields)
+            return
 
 
 def _phase_event(tj: dict[str, Any], status_now: dict[str, Any]) -> None:

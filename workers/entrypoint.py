@@ -3,8 +3,9 @@ operator's config map) and this pod's replica name into a RoleConfig, then run t
 
     python workers/entrypoint.py --spec /etc/tailcut/spec.yaml --replica worker-2
 
-The PS listens on every address of its pod; workers reach it as ps-0.<job> through the
-job's headless service (the pod's hostname and subdomain give it that DNS name). With
+Every listening role (PS shards, aggregators) binds every address of its pod; the
+others reach it as <replica>.<job> through the job's headless service (the pod's
+hostname and subdomain give it that DNS name). With
 spec.scheduling.policy cadentflow the role sends one DSCP-tagged frame per tensor, at
 the levels of the config map's flows.json (tailcut.k8s.policy), as under `tailcut run`.
 """
@@ -17,28 +18,19 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from tailcut import spec
+from tailcut import plan, spec
 from tailcut.k8s import podresults, policy, resources
-from tailcut.net import topology
-from tailcut.runtime import local
 from tailcut.training import role
 from tailcut.training.config import RoleConfig
+
+TRAINING_ROLES = ("ps", "worker", "aggregator", "replica")
 
 
 def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
                 flows: Optional[dict[str, Any]] = None) -> RoleConfig:
-    kind, _, index = replica.rpartition("-")
-    t = job.spec.training
-    ps_host = "0.0.0.0" if kind == "ps" else f"ps-0.{job.name}"
-    return RoleConfig(
-        job=job.name, role=kind, index=int(index), ps_host=ps_host,
-        ps_port=resources.PS_PORT, num_workers=job.spec.replicas.workers, model=t.model,
-        batch_size=t.batch_size, learning_rate=t.learning_rate, max_epochs=t.epochs,
-        max_iterations=t.iterations, target_accuracy=t.target_accuracy, seed=t.seed,
-        sync_mode=t.sync_mode,
-        transport=local.transport_options(job, topology.plan(job).pod(replica)),
-        results_dir=results_dir, timeout_s=t.timeout_s,
-        flows=flows if flows is not None else policy.role_flows(job))
+    """The role's configuration from the job's plan (tailcut.plan), its peers named
+    by DNS under the job's headless service."""
+    return plan.role_config(job, replica, results_dir, plan.cluster_hosts(job), flows)
 
 
 def read_flows(spec_path: Path) -> Optional[dict[str, Any]]:
@@ -58,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"entrypoint: --replica {args.replica}: not a pod of job {job.name} "
               f"({', '.join(job.spec.pod_names())})", file=sys.stderr)
         return 2
-    if resources.role_of(args.replica) not in ("ps", "worker"):
-        print(f"entrypoint: --replica {args.replica}: this image runs parameter servers and "
-              "workers only", file=sys.stderr)
+    if resources.role_of(args.replica) not in TRAINING_ROLES:
+        print(f"entrypoint: --replica {args.replica}: this image runs "
+              f"{', '.join(TRAINING_ROLES)} (background pods run tailcut.background.pod)",
+              file=sys.stderr)
         return 2
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"
@@ -84,10 +77,12 @@ def _emit_and_report(event: dict[str, Any]) -> None:
     if event.get("event") != "done":
         return
     path = Path(os.environ.get("TAILCUT_TERMINATION_LOG", "/dev/termination-log"))
+    if not path.exists():   # the kubelet mounts it; elsewhere (a test as root) never
+        return              # create a file in /dev
     keys = ("jct_s", "epochs", "iterations", "final_accuracy", "final_loss", "converged")
     try:   # at most 4096 bytes are kept: these few numbers only
         path.write_text(json.dumps({k: event[k] for k in keys if k in event}))
-    except OSError as err:   # not on Kubernetes, or no such file: the log has it all
+    except OSError as err:   # read-only or full: the log has it all
         print(f"entrypoint: termination message not written to {path}: {err}",
               file=sys.stderr)
 

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from tailcut.k8s import status as status_model
-from tailcut.spec import model
+from tailcut.spec import flowsizes, model
 
 GROUP = "tailcut.dev"
 VERSION = "v1alpha1"
@@ -45,10 +45,12 @@ def _choices() -> dict[tuple[str, ...], tuple[str, ...]]:
     """Fields whose allowed values a validator checks, not their type: (path under
     spec) -> the values, read from tailcut.spec.model when the CRD is generated.
     (Model names come from the training registry where the spec asks it for them.)"""
-    out = {("training", "model"): model.known_models()}
+    out: dict[tuple[str, ...], tuple[str, ...]] = {("training", "model"): model.known_models()}
     for path, constant in ((("transport", "type"), "TRANSPORTS"),
-                           (("training", "syncMode"), "SYNC_MODES")):
+                           (("training", "syncMode"), "SYNC_MODES"),
+                           (("scheduling", "policy"), "SCHEDULING_POLICIES")):
         out[path] = tuple(getattr(model, constant, ()))
+    out[("backgroundLoad", "flowSizes", "distribution")] = flowsizes.DISTRIBUTIONS
     return {path: values for path, values in out.items() if values}
 
 

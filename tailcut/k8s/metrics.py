@@ -20,21 +20,26 @@ from prometheus_client.core import GaugeMetricFamily
 
 METRICS_PORT = 9100   # the chart's Services name it `metrics`
 
-registry = CollectorRegistry()
+# One registry per component: the operator's /metrics has no agent series and the
+# agent's none of the operator's (a zero from the wrong component would mislead).
+operator_registry = CollectorRegistry()
+agent_registry = CollectorRegistry()
 reconcile_errors = Counter("tailcut_operator_reconcile_errors_total",
-                           "reconciles of a TrainingJob that raised", registry=registry)
+                           "reconciles of a TrainingJob that raised",
+                           registry=operator_registry)
 reconcile_seconds = Histogram("tailcut_operator_reconcile_seconds",
                               "time to reconcile a TrainingJob (create its objects)",
-                              registry=registry)
+                              registry=operator_registry)
 pods_shaped_total = Counter("tailcut_agent_pods_shaped_total",
-                            "pods whose links the agent shaped", registry=registry)
+                            "pods whose links the agent shaped", registry=agent_registry)
 pods_shaped = Gauge("tailcut_agent_shaped_pods", "pods the agent keeps shaped now",
-                    registry=registry)
+                    registry=agent_registry)
 shaping_failures = Counter("tailcut_agent_shaping_failures_total",
-                           "pods the agent failed to shape or release", registry=registry)
+                           "pods the agent failed to shape or release",
+                           registry=agent_registry)
 classified_packets = Counter("tailcut_agent_classified_packets_total",
                              "packets the CadentFlow classifier put in each priority level",
-                             ["level"], registry=registry)
+                             ["level"], registry=agent_registry)
 
 
 class JobPhases:
@@ -63,12 +68,12 @@ class JobPhases:
 
 
 job_phases = JobPhases()
-registry.register(job_phases)
+operator_registry.register(job_phases)
 
 
-def serve(port: int = METRICS_PORT,
+def serve(registry: CollectorRegistry, port: int = METRICS_PORT,
           healthy: Callable[[], bool] = lambda: True) -> ThreadingHTTPServer:
-    """Serve /metrics and /healthz on `port` from a daemon thread."""
+    """Serve `registry` at /metrics and /healthz on `port` from a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:   # noqa: N802 - the name http.server calls

@@ -18,13 +18,11 @@ and the per-tensor tags it hands the PS and worker pods.
 import json
 from typing import Any
 
-from tailcut.scheduling import enforce, flowreport
+from tailcut import plan
+from tailcut.scheduling import enforce
 from tailcut.spec.model import TrainingJob
 
 FLOWS_KEY = "flows.json"            # config map key; the pods see SPEC_MOUNT/flows.json
-
-_flows_cache: dict[str, dict[str, Any]] = {}
-
 
 def check(job: TrainingJob) -> None:
     """Refuse a scheduling section the Kubernetes path cannot honour, naming the
@@ -32,7 +30,7 @@ def check(job: TrainingJob) -> None:
     model lacks (resolving the tags builds the model: the operator's job, not the
     agent's)."""
     check_enforceable(job)
-    role_flows(job)
+    plan.role_flows(job)
 
 
 def check_enforceable(job: TrainingJob) -> None:
@@ -42,18 +40,6 @@ def check_enforceable(job: TrainingJob) -> None:
     enforce.check_runnable(job.spec.scheduling, job)
 
 
-def role_flows(job: TrainingJob) -> dict[str, Any]:
-    """The roles' `flows` section (levels per tensor and direction for cadentflow).
-    Cached per scheduling section and model: resolving builds the model once."""
-    key = (f"{job.spec.scheduling.model_dump_json()}/{job.spec.training.model}/"
-           f"{job.spec.training.seed}")
-    if key not in _flows_cache:
-        if len(_flows_cache) > 64:   # an operator lives long; jobs come and go
-            _flows_cache.clear()
-        _flows_cache[key] = flowreport.role_flows(job)
-    return _flows_cache[key]
-
-
 def config_data(job: TrainingJob) -> dict[str, str]:
     """What the job's config map carries for the pods besides the spec."""
-    return {FLOWS_KEY: json.dumps(role_flows(job), sort_keys=True)}
+    return {FLOWS_KEY: json.dumps(plan.role_flows(job), sort_keys=True)}

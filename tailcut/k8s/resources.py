@@ -21,17 +21,19 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
+from tailcut import plan
 from tailcut.k8s import crd, policy
 from tailcut.spec.model import TrainingJob
 
 LABEL_JOB = "tailcut.dev/job"
-LABEL_ROLE = "tailcut.dev/role"         # ps | worker
+LABEL_ROLE = "tailcut.dev/role"         # ps | worker | aggregator | replica | bg-*
 LABEL_REPLICA = "tailcut.dev/replica"   # ps-0, worker-3: the pod's name inside the job
 LABEL_RACK = "tailcut.dev/rack"
 ANNOTATION_SPEC_MAP = "tailcut.dev/spec-configmap"
 SPEC_KEY = "spec.yaml"
 SPEC_MOUNT = "/etc/tailcut"
-PS_PORT = 7000
+PS_PORT = plan.PS_PORT
+LISTENING_ROLES = ("ps", "replica", "aggregator")   # on PS_PORT
 ROLE_NAMES = {"ps": "PS", "worker": "Worker"}   # replicaStatuses keys, as Kubeflow's
 
 
@@ -118,7 +120,8 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"},
                             {"name": "POD_NAMESPACE", "valueFrom": {
                                 "fieldRef": {"fieldPath": "metadata.namespace"}}}],
-                    "ports": [{"containerPort": PS_PORT, "name": "ps"}] if role == "ps" else [],
+                    "ports": ([{"containerPort": PS_PORT, "name": "ps"}]
+                              if role in LISTENING_ROLES else []),
                     "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT,
                                       "readOnly": True}],
                     "securityContext": {"allowPrivilegeEscalation": False,
@@ -135,11 +138,14 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
                      ) -> tuple[str, dict[str, dict[str, int]], str, str]:
     """(phase, replicaStatuses, reason, message) from the job's pods as the API server
     returns them. Any failed pod fails the job and is named in the message; the job
-    succeeds when every worker has succeeded; it runs once every pod runs."""
+    succeeds when every worker has succeeded; it runs once every pod runs. With a PS
+    replica, ps-0 may be lost (failed or deleted): replica-0 takes over, as under
+    `tailcut run`, and the job goes on without it."""
     counts = {role_key(role_of(r)): {"active": 0, "succeeded": 0, "failed": 0}
               for r in job.spec.pod_names()}
     failed: list[str] = []
     expected = set(job.spec.pod_names())
+    may_be_lost = {"ps-0"} if job.spec.replicas.ps_replica else set()
     seen: dict[str, str] = {}
     for pod in pod_list:
         meta = pod.get("metadata", {})
@@ -153,17 +159,24 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
             counts[key]["succeeded"] += 1
         elif phase == "Failed":
             counts[key]["failed"] += 1
-            failed.append(f"{meta.get('name')}: {_why_failed(pod)}")
+            if replica not in may_be_lost:
+                failed.append(f"{meta.get('name')}: {_why_failed(pod)}")
         else:
             counts[key]["active"] += 1
     if failed:
         return "Failed", counts, "PodFailed", "; ".join(sorted(failed))
+    lost = sorted(r for r in may_be_lost if seen.get(r, "Failed") == "Failed")
+    if lost and seen.get("replica-0") == "Failed":
+        return "Failed", counts, "PodFailed", "ps-0 and its replica replica-0 both failed"
     workers = [r for r in expected if r.startswith("worker-")]
     if workers and all(seen.get(w) == "Succeeded" for w in workers):
         return "Succeeded", counts, "AllWorkersSucceeded", f"{len(workers)} workers succeeded"
-    if len(seen) == len(expected) and all(p in ("Running", "Succeeded") for p in seen.values()):
-        return "Running", counts, "AllPodsRunning", f"{len(expected)} pods running"
-    waiting = len(expected) - sum(1 for p in seen.values() if p in ("Running", "Succeeded"))
+    needed = expected - set(lost)
+    running = [r for r in needed if seen.get(r) in ("Running", "Succeeded")]
+    if len(running) == len(needed):
+        note = f" ({', '.join(lost)} lost; replica-0 serves)" if lost else ""
+        return "Running", counts, "AllPodsRunning", f"{len(running)} pods running{note}"
+    waiting = len(needed) - len(running)
     return "Pending", counts, "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
 
 
@@ -209,17 +222,19 @@ def figures_from_done(job: TrainingJob, done: dict[str, Any]) -> dict[str, Any]:
 
 
 def figures_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]) -> dict[str, Any]:
-    """figures_from_done of ps-0's termination message once ps-0 has ended, else {}.
-    A message that is not the PS's JSON (e.g. a crash's last words) gives {}."""
-    for pod in pod_list:
-        if (pod.get("metadata") or {}).get("labels", {}).get(LABEL_REPLICA) != "ps-0":
-            continue
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+    """figures_from_done of the termination message of ps-0 once it has ended, or of
+    replica-0 if ps-0 left none (it was lost and the replica finished the job); else
+    {}. A message that is not the PS's JSON (e.g. a crash's last words) counts as none."""
+    by_replica = {(p.get("metadata") or {}).get("labels", {}).get(LABEL_REPLICA): p
+                  for p in pod_list}
+    for replica in ("ps-0", "replica-0"):
+        statuses = (by_replica.get(replica) or {}).get("status") or {}
+        for cs in statuses.get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}
             try:
                 return figures_from_done(job, json.loads(term.get("message") or ""))
             except (ValueError, KeyError, TypeError):
-                return {}
+                pass
     return {}
 
 

@@ -18,17 +18,15 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from tailcut import features
+from tailcut import features, plan
 from tailcut.errors import RunError
 from tailcut.net import build, topology
-from tailcut.net.topology import Pod, Topology
+from tailcut.net.topology import Topology
 from tailcut.reports import plots
 from tailcut.runtime import background, procs
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits
-from tailcut.training.config import RoleConfig
 
-PS_PORT = 7000
 LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
 
@@ -51,8 +49,8 @@ def run(job: TrainingJob, results_dir: Path,
     if os.geteuid() != 0:
         raise RunError("the local runtime needs root (it creates network namespaces); "
                        "run as root or through sudo")
-    from tailcut.scheduling import enforce  # CadentFlow (issue 6)
-    enforce.check_runnable(job.spec.scheduling, job)
+    plan.check(job, "local")
+    from tailcut.scheduling import enforce  # CadentFlow's classes and classifier
     topo = topology.plan(job)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "logs").mkdir(exist_ok=True)
@@ -139,7 +137,8 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
         if pod.role in topology.BACKGROUND_ROLES:
             continue  # started by tailcut.runtime.background
         config_path = results_dir / "logs" / f"{pod.name}.json"
-        _role_config(job, pod, topo, results_dir).to_json(config_path)
+        plan.role_config(job, pod.name, str(results_dir),
+                         plan.local_hosts(topo)).to_json(config_path)
         argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
         log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
         with log:
@@ -148,50 +147,6 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
         running.append(proc)
         roles[pod.name] = proc
     return roles
-
-
-def _role_config(job: TrainingJob, pod: Pod, topo: Topology, results_dir: Path) -> RoleConfig:
-    t = job.spec.training
-    r = job.spec.replicas
-    ps_pod = topo.pod("ps-0")
-
-    def endpoint(name: str) -> str:
-        return f"{topo.pod(name).ip}:{PS_PORT}"
-
-    return RoleConfig(
-        job=job.name, role=pod.role, index=pod.index, ps_host=ps_pod.ip, ps_port=PS_PORT,
-        num_workers=r.workers, model=t.model, batch_size=t.batch_size,
-        learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
-        target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
-        transport=transport_options(job, pod), results_dir=str(results_dir),
-        timeout_s=t.timeout_s,
-        shard_endpoints=[endpoint(f"ps-{i}") for i in range(r.parameter_servers)],
-        replica_endpoint=endpoint("replica-0") if r.ps_replica else None,
-        aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
-                     for a, agg in enumerate(r.aggregators)],
-        staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
-        flows=_role_flows(job))
-
-
-def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
-    """The role's transport options from the spec (transports.get takes them).
-
-    Datagram transports pace their senders: unless the spec sets rateMbit, the PS
-    sends at its access link's rate (to one worker at a time) and each worker at an
-    equal share of it, since under BSP all workers push to the PS's link at once."""
-    t = job.spec.transport
-    options: dict[str, Any] = {"type": t.type}
-    if t.type in ("udp", "bounded-loss"):
-        link_mbit = job.spec.network.access_link.bandwidth / 1e6
-        share = link_mbit if pod.role == "ps" else link_mbit / job.spec.replicas.workers
-        options.update(job=job.name, rate_mbit=t.rate_mbit or share, seed=job.spec.training.seed
-                       + pod.index + (0 if pod.role == "ps" else 1))
-    if t.type == "bounded-loss":
-        options.update(p=t.p, xdp_mode=t.xdp_mode)
-    if t.type == "app-drop":
-        options.update(p=t.p, seed=job.spec.training.seed + pod.index
-                       + (0 if pod.role == "ps" else 1))
-    return options
 
 
 def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
@@ -328,20 +283,6 @@ def _record_scheduling(handle: Any, results_dir: Path) -> None:
                                for lvl, pb in by_level.items()}
                        for where, by_level in counts.items()}}
     _write_json(path, data)
-
-
-_flows_cache: dict[str, dict[str, Any]] = {}
-
-
-def _role_flows(job: TrainingJob) -> dict[str, Any]:
-    from tailcut.scheduling import flowreport
-
-    key = (f"{job.spec.scheduling.model_dump_json()}/{job.spec.training.model}/"
-           f"{job.spec.training.seed}")
-    if key not in _flows_cache:  # the model is built once per run, not once per pod
-        _flows_cache.clear()
-        _flows_cache[key] = flowreport.role_flows(job)
-    return _flows_cache[key]
 
 
 def _flows_summary(job: TrainingJob, results_dir: Path,

@@ -5,6 +5,8 @@ tailcut's images built from their Dockerfiles and the chart installed with helm.
 
 import itertools
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -53,3 +55,12 @@ def namespace(cluster):
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def short_workdir():
+    """A work dir for a second cluster: pytest's tmp_path for a long test name would
+    push the kubelet's sockets past the kernel's 107-byte limit."""
+    path = Path(tempfile.mkdtemp(prefix="tc-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailcut.k8s import agent, collect
+from tailcut.k8s import agent, collect, images
 from tests.cluster import chart
 from tests.waiting import until
 
@@ -79,7 +79,11 @@ def test_cadentflow_gets_its_priority_classes_and_succeeds(cluster, release, nam
     # HTB priority classes under the link class, and the DSCP classifier at egress.
     assert until(lambda: "prio 0" in tc_in_pod(ps, "class", "show", "dev", "eth0"),
                  within_s=60, every_s=0.2), tc_in_pod(ps, "class", "show", "dev", "eth0")
-    assert "tailcut_classif" in tc_in_pod(ps, "filter", "show", "dev", "eth0", "egress")
+    # (the classifier is attached after the classes: wait for it too)
+    assert until(lambda: "tailcut_classif" in tc_in_pod(ps, "filter", "show", "dev", "eth0",
+                                                         "egress"),
+                 within_s=30, every_s=0.2), tc_in_pod(ps, "filter", "show", "dev", "eth0",
+                                                      "egress")
     status = chart.wait_phase(cluster, namespace, "cf", "Succeeded", within_s=420)
     assert status["jctSeconds"] > 0
 
@@ -97,3 +101,96 @@ def test_background_load_runs_beside_the_training_and_ends_with_it(cluster, rele
         p["status"].get("phase") in ("Succeeded", "Failed")
         for p in chart.get(cluster, namespace, "pods", "-l", "tailcut.dev/job=bg")["items"]),
         within_s=120, every_s=1)
+
+
+SCRAPE = """
+import urllib.request
+for component in ("operator", "agent"):
+    url = f"http://tailcut-{{component}}-metrics.{ns}.svc.cluster.local:9100/metrics"
+    print(f"=== {{component}}")
+    print(urllib.request.urlopen(url, timeout=10).read().decode())
+"""
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line `name value` (labels included in `name`)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no sample {name} in:\n{text[:3000]}")
+
+
+def test_the_operator_and_agent_metrics_are_scraped_through_the_charts_services(
+        cluster, release, namespace):
+    """After a job, a pod in the cluster reads both /metrics through the chart's
+    Services, as Prometheus would: the job counted Succeeded, its five pods shaped."""
+    cluster.kubectl("-n", namespace, "apply", "-f", "-",
+                    input=example("quickstart.yaml", "qm"))
+    chart.wait_phase(cluster, namespace, "qm", "Succeeded")
+    scraper = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scrape"},
+               "spec": {"restartPolicy": "Never", "containers": [{
+                   "name": "scrape", "image": images.ref("worker"),
+                   "imagePullPolicy": "Never", "command": ["python", "-c"],
+                   "args": [SCRAPE.format(ns=release)]}]}}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(scraper))
+    assert until(lambda: (chart.get(cluster, namespace, "pod", "scrape") or {}).get(
+        "status", {}).get("phase") in ("Succeeded", "Failed"), within_s=120, every_s=1)
+    text = cluster.kubectl("-n", namespace, "logs", "scrape").stdout
+    assert chart.get(cluster, namespace, "pod", "scrape")["status"]["phase"] == "Succeeded", text
+    operator_text, agent_text = text.split("=== operator\n")[1].split("=== agent\n")
+    assert metric(operator_text, 'tailcut_operator_jobs{phase="Succeeded"}') >= 1
+    assert metric(operator_text, "tailcut_operator_reconcile_seconds_count") >= 1
+    assert metric(agent_text, "tailcut_agent_pods_shaped_total") >= 5
+    assert metric(agent_text, "tailcut_agent_shaping_failures_total") == 0
+
+
+def test_sharded_parameter_servers_and_an_aggregator_run_as_pods(cluster, release,
+                                                                  namespace):
+    """Every role of the plan as a pod (two PS shards, an aggregator in rack-1), each
+    reaching its peers by DNS under the job's headless service, as `tailcut run`
+    wires them by address: mlfabric.yaml without its replica (refused here)."""
+    raw = yaml.safe_load((REPO / "examples" / "mlfabric.yaml").read_text())
+    raw["metadata"]["name"] = "sh"
+    raw["spec"]["replicas"].update(parameterServers=2, psReplica=False)
+    placement = raw["spec"]["network"]["placement"]
+    del placement["replica-0"]
+    placement["ps-1"] = "rack-1"
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(raw))
+    status = chart.wait_phase(cluster, namespace, "sh", "Succeeded", within_s=420)
+    assert status["accuracy"] >= 0.93
+    def phases():
+        return {p["metadata"]["labels"]["tailcut.dev/replica"]: p["status"]["phase"]
+                for p in chart.get(cluster, namespace, "pods", "-l",
+                                   "tailcut.dev/job=sh")["items"]}
+    # Every role ends cleanly once the PS says STOP, not only the workers.
+    assert until(lambda: set(phases().values()) == {"Succeeded"}, within_s=60,
+                 every_s=1), phases()
+    assert {"ps-0", "ps-1", "aggregator-0"} <= set(phases())
+    # The aggregator summed workers 2 and 3 for the PS shards, round after round.
+    log = cluster.kubectl("-n", namespace, "logs", "sh-aggregator-0").stdout
+    done = [json.loads(line) for line in log.splitlines() if "aggregator_done" in line]
+    assert done and done[0]["rounds"] > 0, log[-2000:]
+
+
+def test_ps_0s_pod_deleted_mid_job_its_replica_takes_over_and_the_job_completes(
+        cluster, release, namespace):
+    """mlfabric.yaml as it is (a PS replica, an aggregator): once ps-0 has logged its
+    first epoch its pod is deleted; replica-0 takes over, as under `tailcut run`, and
+    the job succeeds with the replica's figures in its status."""
+    cluster.kubectl("-n", namespace, "apply", "-f", "-",
+                    input=example("mlfabric.yaml", "rp"))
+    chart.wait_pod_running(cluster, namespace, "rp-ps-0")
+    assert until(lambda: '"event": "epoch"' in cluster.kubectl(
+        "-n", namespace, "logs", "rp-ps-0", check=False).stdout, within_s=180, every_s=0.2)
+    cluster.kubectl("-n", namespace, "delete", "pod", "rp-ps-0", "--wait=false")
+    status = chart.wait_phase(cluster, namespace, "rp", "Succeeded", within_s=420)
+    assert status["accuracy"] >= 0.93 and status["jctSeconds"] > 0
+    log = cluster.kubectl("-n", namespace, "logs", "rp-replica-0").stdout
+    assert '"event": "takeover"' in log, log[-3000:]
+    # ps-0 is not created again; every other role ends cleanly.
+    def phases():
+        return {p["metadata"]["name"]: p["status"]["phase"]
+                for p in chart.get(cluster, namespace, "pods", "-l",
+                                   "tailcut.dev/job=rp")["items"]}
+    assert until(lambda: "rp-ps-0" not in phases()
+                 and set(phases().values()) == {"Succeeded"}, within_s=90, every_s=1), phases()

@@ -93,11 +93,11 @@ def leftovers(node: Node) -> list[str]:
     return found
 
 
-def test_up_then_down_leaves_nothing_behind(tmp_path):
+def test_up_then_down_leaves_nothing_behind(short_workdir):
     """A second cluster beside the session's (node 1: its own names and addresses)
     runs a pod; `down` then removes every process, mount, namespace, link, cgroup and
     file it had."""
-    workdir = tmp_path / "second"
+    workdir = short_workdir / "second"
     second = Cluster.up(workdir, progress=lambda line: None, index=1)
     try:
         second.kubectl("run", "paused", f"--image={configs.PAUSE_IMAGE}",
@@ -110,9 +110,9 @@ def test_up_then_down_leaves_nothing_behind(tmp_path):
     assert leftovers(second.node) == []
 
 
-def test_a_component_that_fails_is_named_with_the_end_of_its_log(tmp_path, monkeypatch):
+def test_a_component_that_fails_is_named_with_the_end_of_its_log(short_workdir, monkeypatch):
     monkeypatch.setattr(configs, "corefile", lambda node, kubeconfig: "this is not a Corefile {\n")
-    workdir = tmp_path / "broken"
+    workdir = short_workdir / "broken"
     with pytest.raises(ClusterError) as err:
         Cluster.up(workdir, progress=lambda line: None, index=2)
     message = str(err.value)

@@ -34,6 +34,10 @@ def test_validator_checked_choices_become_enums():
         "tcp", "udp", "bounded-loss", "app-drop"]
     assert schema["properties"]["training"]["properties"]["syncMode"]["enum"] == [
         "bsp", "async", "ssp"]
+    assert schema["properties"]["scheduling"]["properties"]["policy"]["enum"] == [
+        "fair", "coflow", "cadentflow"]
+    sizes = schema["properties"]["backgroundLoad"]["properties"]["flowSizes"]["properties"]
+    assert sizes["distribution"]["enum"] == ["web-search", "data-mining", "fixed"]
 
 
 def test_optional_fields_become_nullable_and_bounds_carry_over():

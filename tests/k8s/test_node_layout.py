@@ -21,6 +21,17 @@ def test_sockets_stay_short_whatever_the_work_dir():
     assert len(str(deep.containerd_socket) + ".ttrpc") < 108
 
 
+def test_a_work_dir_too_long_for_the_kubelets_sockets_is_refused_before_anything_starts():
+    """The kubelet's own sockets sit under its root dir, which is in the work dir: a
+    work dir that would push one past the kernel's limit is named, with the excess."""
+    assert Node(0, Path("/var/lib/tailcut/cluster")).path_problem() is None
+    fits = Node(0, Path("/" + "x" * (107 - len("/node-0/kubelet/pod-resources/4294967295") - 1)))
+    assert fits.path_problem() is None
+    too_long = Node(0, Path(str(fits.workdir) + "y"))
+    assert "too long by 1 bytes" in too_long.path_problem()
+    assert str(too_long.workdir) in too_long.path_problem()
+
+
 def test_containerd_restricts_oom_score_adj_and_uses_the_node_paths(tmp_path):
     node = Node(0, tmp_path)
     config = tomllib.loads(configs.containerd_toml(node))

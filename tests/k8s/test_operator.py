@@ -98,6 +98,9 @@ def test_crd_is_served(control_plane):
     ({"network": {"accessLink": {"loss": 1.5}}}, "spec.network.accessLink.loss",
      "less than or equal to 1"),
     ({"training": {"model": "resnet"}}, "spec.training.model", "Unsupported value"),
+    ({"scheduling": {"policy": "fastest"}}, "spec.scheduling.policy", "Unsupported value"),
+    ({"backgroundLoad": {"flowSizes": {"distribution": "zipf"}}},
+     "spec.backgroundLoad.flowSizes.distribution", "Unsupported value"),
     ({"network": {"accessLink": {"bandwidth": "10Gbps"}}}, "spec.network.accessLink.bandwidth",
      "should match"),
 ])

@@ -87,13 +87,13 @@ def test_a_cadentflow_jobs_pods_get_the_scheduling_section_and_their_tags(
 @pytest.mark.parametrize("name,scheduling,extra,words", [
     ("ks-coflow", {"policy": "coflow"}, {"transport": {"type": "app-drop", "p": 0.9}},
      "spec.scheduling.policy='coflow' with spec.transport.type='app-drop'"),
-    ("ks-edf", {"policy": "edf"}, {}, "spec.scheduling.policy"),
     ("ks-udp", {"policy": "cadentflow"}, {"transport": {"type": "udp"}},
      "spec.transport.type='udp': the Kubernetes path runs tcp and app-drop only"),
     ("ks-appdrop", {"policy": "cadentflow"}, {"transport": {"type": "app-drop", "p": 0.9}},
      "spec.scheduling.policy='cadentflow' with spec.transport.type='app-drop'"),
-    ("ks-shards", {"policy": "fair"}, {"replicas": {"workers": 1, "parameterServers": 2}},
-     "spec.replicas.parameterServers=2: the Kubernetes path runs one parameter server"),
+    ("ks-replica", {"policy": "cadentflow"}, {"replicas": {"workers": 1, "psReplica": True}},
+     "spec.scheduling.policy='cadentflow' with spec.replicas.aggregators or "
+     "spec.replicas.psReplica"),
     ("ks-tensor", {"policy": "cadentflow", "flows": [{"layer": "conv9", "priority": 0}]},
      {}, "spec.scheduling.flows[0].layer='conv9'"),
 ])
@@ -101,7 +101,7 @@ def test_a_scheduling_section_the_cluster_cannot_honour_creates_nothing(
         control_plane, namespace, operator, name, scheduling, extra, words):
     apply(control_plane, namespace, name, {"replicas": {"workers": 1},
                                            "scheduling": scheduling, **extra})
-    # (extra may replace replicas: a sharded job)
+    # (extra may replace replicas)
     tj = wait_phase(control_plane, namespace, name, "Failed", operator)
     failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
     assert failed["reason"] == "InvalidSpec" and words in failed["message"], failed

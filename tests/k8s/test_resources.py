@@ -104,3 +104,55 @@ def test_config_map_carries_the_per_tensor_tags_of_a_cadentflow_job():
     assert flows["policy"] == "cadentflow" and flows["pull"]["fc1.weight"] == 0
     assert json.loads(resources.config_map(job(), OWNER)["data"][policy.FLOWS_KEY]) == {
         "policy": "fair"}
+
+
+def replicated():
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "k8-demo"},
+                           "spec": {"replicas": {"workers": 1, "psReplica": True}}})
+
+
+def test_with_a_replica_losing_ps_0_neither_fails_nor_stalls_the_job():
+    """ps-0 deleted (its pod gone) or failed: the replica takes over, as under
+    `tailcut run`; the job still runs, and succeeds with its workers."""
+    for ps in ([], [pod("ps-0", "Failed", exit_code=137)]):
+        phase, counts, reason, message = resources.status_from_pods(
+            replicated(), ps + [pod("replica-0", "Running"), pod("worker-0", "Running")])
+        assert (phase, reason) == ("Running", "AllPodsRunning"), message
+        assert "ps-0 lost; replica-0 serves" in message
+        done = ps + [pod("replica-0", "Succeeded"), pod("worker-0", "Succeeded")]
+        assert resources.status_from_pods(replicated(), done)[0] == "Succeeded"
+
+
+def test_without_a_replica_a_failed_ps_fails_the_job_and_both_lost_fail_it_too():
+    failed = [pod("ps-0", "Failed", exit_code=137), pod("worker-0", "Running"),
+              pod("worker-1", "Running")]
+    assert resources.status_from_pods(job(), failed)[0] == "Failed"
+    both = [pod("ps-0", "Failed", exit_code=137), pod("replica-0", "Failed", exit_code=1),
+            pod("worker-0", "Running")]
+    phase, _, _, message = resources.status_from_pods(replicated(), both)
+    assert phase == "Failed" and "replica-0" in message
+
+
+def terminated(replica, message):
+    p = pod(replica, "Succeeded")
+    p["status"]["containerStatuses"] = [{"name": "ps", "state": {"terminated": {
+        "exitCode": 0, "message": message}}}]
+    return p
+
+
+DONE = ('{"jct_s": 4.2, "epochs": 7, "iterations": 700, "final_accuracy": 0.931, '
+        '"final_loss": 0.2, "converged": true}')
+
+
+def test_the_figures_come_from_ps_0_or_else_from_the_replica_that_finished():
+    from_ps = resources.figures_from_pods(replicated(), [terminated("ps-0", DONE)])
+    assert from_ps["jctSeconds"] == 4.2 and from_ps["accuracy"] == 0.931
+    taken_over = DONE.replace("4.2", "5.5")
+    assert resources.figures_from_pods(
+        replicated(), [terminated("replica-0", taken_over)])["jctSeconds"] == 5.5
+    # ps-0 killed: its message is the end of its log, not the PS's JSON.
+    assert resources.figures_from_pods(
+        replicated(), [terminated("ps-0", "Killed"),
+                       terminated("replica-0", taken_over)])["jctSeconds"] == 5.5
+    assert resources.figures_from_pods(replicated(), [pod("ps-0", "Running")]) == {}

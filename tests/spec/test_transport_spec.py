@@ -3,7 +3,7 @@
 import pytest
 
 from tailcut import spec
-from tailcut.runtime import local
+from tailcut import plan
 from tailcut.net import topology
 from tests.spec.test_spec import error_of, load
 
@@ -35,10 +35,10 @@ def test_bad_transport_settings_name_the_field(line: str, words: str) -> None:
 def test_the_runtime_gives_workers_a_share_of_the_link_and_the_ps_all_of_it() -> None:
     job = spec.load_file("examples/bounded-loss.yaml")
     topo = topology.plan(job)
-    ps = local.transport_options(job, topo.pod("ps-0"))
-    w = local.transport_options(job, topo.pod("worker-2"))
+    ps = plan.transport_options(job, topo.pod("ps-0"))
+    w = plan.transport_options(job, topo.pod("worker-2"))
     assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "rate_mbit": 1000.0,
                   "seed": 0, "p": 0.9, "xdp_mode": "generic"}
     assert w["rate_mbit"] == 250.0 and w["seed"] == 3
     tcp = load("spec: {transport: {type: tcp}}")
-    assert local.transport_options(tcp, topology.plan(tcp).pod("ps-0")) == {"type": "tcp"}
+    assert plan.transport_options(tcp, topology.plan(tcp).pod("ps-0")) == {"type": "tcp"}

@@ -2,6 +2,7 @@
 RoleConfig the role runs with."""
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -30,8 +31,8 @@ def test_workers_connect_to_the_ps_through_the_headless_service(tmp_path):
 
 
 def test_a_pod_gets_the_transport_options_tailcut_run_gives_the_same_role(tmp_path):
+    from tailcut import plan
     from tailcut.net import topology
-    from tailcut.runtime import local
 
     entry = load_entrypoint()
     job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
@@ -39,7 +40,7 @@ def test_a_pod_gets_the_transport_options_tailcut_run_gives_the_same_role(tmp_pa
                           "spec": {"transport": {"type": "app-drop", "p": 0.8}}})
     for replica in ("ps-0", "worker-1"):
         config = entry.role_config(job, replica, str(tmp_path))
-        expected = local.transport_options(job, topology.plan(job).pod(replica))
+        expected = plan.transport_options(job, topology.plan(job).pod(replica))
         assert config.transport == expected and config.transport["p"] == 0.8
 
 
@@ -89,3 +90,30 @@ def test_a_pod_takes_its_per_tensor_tags_from_the_config_maps_flows_json(tmp_pat
     assert worker.flows == levels
     worker.to_json(tmp_path / "worker-1.json")   # what the role starts from: valid
     assert config.RoleConfig.from_json(tmp_path / "worker-1.json").flows == levels
+
+
+DONE = {"event": "done", "role": "ps", "jct_s": 4.2, "epochs": 7, "iterations": 700,
+        "final_accuracy": 0.931, "final_loss": 0.21, "converged": True, "per_epoch": [1] * 999}
+
+
+def test_the_ps_done_event_becomes_the_termination_message(tmp_path, monkeypatch, capsys):
+    """The kubelet keeps at most 4096 bytes of it: the figures the operator puts in the
+    status, not the whole event."""
+    entry = load_entrypoint()
+    message = tmp_path / "termination-log"
+    message.write_text("")   # the kubelet's mount exists before the container starts
+    monkeypatch.setenv("TAILCUT_TERMINATION_LOG", str(message))
+    entry._emit_and_report({"event": "epoch", "epoch": 1})
+    assert message.read_text() == ""
+    entry._emit_and_report(DONE)
+    written = json.loads(message.read_text())
+    assert written == {k: v for k, v in DONE.items() if k not in ("event", "role", "per_epoch")}
+    assert '"per_epoch"' in capsys.readouterr().out   # the log still has all of it
+
+
+def test_outside_a_pod_no_termination_message_file_is_created(tmp_path, monkeypatch):
+    entry = load_entrypoint()
+    absent = tmp_path / "dev" / "termination-log"
+    monkeypatch.setenv("TAILCUT_TERMINATION_LOG", str(absent))
+    entry._emit_and_report(DONE)
+    assert not absent.exists() and not absent.parent.exists()

@@ -110,6 +110,9 @@ class Cluster:
             progress("a cluster from an earlier run is half gone: removing it first")
             cls.down(workdir, progress)
         node = Node(index, workdir)
+        problem = node.path_problem()
+        if problem:
+            raise ClusterError(problem)
         cluster = cls(workdir=workdir, node=node, token=secrets.token_hex(16), pids={})
         started = time.monotonic()
         try:
@@ -207,8 +210,8 @@ class Cluster:
         start("kubelet", [
             binaries["kubelet"], "--config", str(node.dir / "kubelet.yaml"),
             "--kubeconfig", str(self.kubeconfig), "--node-ip", node.ip,
-            "--hostname-override", node.name, "--root-dir", str(node.dir / "kubelet"),
-            "--cert-dir", str(node.dir / "kubelet" / "pki"), "--v", "1"])
+            "--hostname-override", node.name, "--root-dir", str(node.kubelet_dir),
+            "--cert-dir", str(node.kubelet_dir / "pki"), "--v", "1"])
         start("kube-proxy", [binaries["kube-proxy"], "--config",
                              str(node.dir / "kube-proxy.yaml")])
         start("coredns", [binaries["coredns"], "-conf", str(node.dir / "Corefile")])

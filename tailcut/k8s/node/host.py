@@ -8,6 +8,7 @@ namespaces whose address is in its pod range). Nothing else is touched.
 """
 
 import ctypes
+import errno
 import ipaddress
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from tailcut.k8s.node.layout import Node
 from tailcut.k8s.node.procs import cmdline, pids_in_cgroup, stop
@@ -81,7 +83,11 @@ def remove_node(node: Node, progress: Callable[[str], None]) -> None:
         netns.remove(node.name)
     with IPRoute() as ipr:
         for index in ipr.link_lookup(ifname=node.host_veth):
-            ipr.link("del", index=index)
+            try:
+                ipr.link("del", index=index)
+            except NetlinkError as err:
+                if err.code != errno.ENODEV:   # gone with the namespace's end of it
+                    raise
     _remove_cgroups(node)
     shutil.rmtree(node.run_dir, ignore_errors=True)
     try:

@@ -24,6 +24,8 @@ API_SERVICE_IP = "10.96.0.1"
 POD_SUPERNET = "10.244.0.0/16"
 API_PORT = 6443
 CLUSTER_DOMAIN = "cluster.local"
+UNIX_PATH_MAX = 107                                  # bytes, without the final NUL
+KUBELET_LONGEST_SOCKET = "/pod-resources/4294967295"  # under the kubelet's root dir
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,21 @@ class Node:
     def run_dir(self) -> Path:
         """Sockets: a unix socket path must stay under 108 bytes, work dirs need not."""
         return Path("/run/tailcut") / self.name
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.dir / "kubelet"
+
+    def path_problem(self) -> str | None:
+        """Why this node's files cannot live under its work dir, if they cannot: the
+        kubelet makes unix sockets under its root dir (pod-resources/<10 digits>), and
+        a socket path longer than 107 bytes is refused with a bare EINVAL."""
+        longest = len(str(self.kubelet_dir)) + len(KUBELET_LONGEST_SOCKET)
+        if longest > UNIX_PATH_MAX:
+            return (f"work dir {self.workdir} is too long by {longest - UNIX_PATH_MAX} "
+                    f"bytes: the kubelet's sockets under {self.kubelet_dir} must stay "
+                    f"within {UNIX_PATH_MAX} bytes; choose a shorter work dir")
+        return None
 
     @property
     def containerd_socket(self) -> Path:

@@ -1,0 +1,150 @@
+"""One plan, two executors: what a validated TrainingJob asks of whoever runs it.
+
+`tailcut run` (tailcut.runtime.local) and the Kubernetes path (the operator and the pod
+entrypoint, workers/entrypoint.py) read a job through this module; nothing else turns
+the spec into role configurations. It gives
+
+- the topology (tailcut.net.topology.plan, the same for both),
+- every role's configuration: transport options, CadentFlow tags, and where each of
+  its peers (PS shards, the replica, aggregators) listens,
+- what an executor cannot build, each refusal naming its field (`refusals`).
+
+The executors differ only in how a role names its peers (`Hosts`): the local runtime
+by each pod's address in the topology, Kubernetes by the pod's DNS name under the
+job's headless service (a role binds every address of its own pod there).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from tailcut.errors import SpecError
+from tailcut.net import topology
+from tailcut.net.topology import Pod
+from tailcut.scheduling import enforce, flowreport
+from tailcut.spec.model import TrainingJob
+from tailcut.training.config import RoleConfig
+
+PS_PORT = 7000   # every listening role (PS shards, replica, aggregators) uses it
+Executor = Literal["local", "kubernetes"]
+EXECUTORS: tuple[Executor, ...] = ("local", "kubernetes")
+
+# (pod it is seen from, pod named) -> the host the first uses to reach the second.
+Hosts = Callable[[str, str], str]
+
+
+def local_hosts(topo: topology.Topology) -> Hosts:
+    """Every pod by its address on the job's links (the PS binds its own)."""
+    return lambda me, pod: topo.pod(pod).ip
+
+
+def cluster_hosts(job: TrainingJob) -> Hosts:
+    """Other pods by their DNS name under the job's headless service (the pod's
+    hostname and subdomain); a pod's own listeners bind all of its addresses."""
+    return lambda me, pod: "0.0.0.0" if pod == me else f"{pod}.{job.name}"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    field: str     # spec path, e.g. spec.transport.type
+    message: str   # the whole sentence, starting with the field and its value
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
+    """What `executor` cannot build of `job`, each naming its field; [] if it runs."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; one of {', '.join(EXECUTORS)}")
+    found: list[Refusal] = []
+    try:   # cadentflow or coflow over what cannot carry them: the same everywhere
+        enforce.check_runnable(job.spec.scheduling, job)
+    except SpecError as err:
+        found.append(Refusal("spec.scheduling.policy", str(err)))
+    if executor == "kubernetes":
+        found += _kubernetes_refusals(job)
+    return found
+
+
+def check(job: TrainingJob, executor: Executor) -> None:
+    """Raise SpecError with the first refusal, before anything is built."""
+    found = refusals(job, executor)
+    if found:
+        raise SpecError(found[0].message)
+
+
+KUBERNETES_TRANSPORTS = ("tcp", "app-drop")   # TCP underneath: no privileges needed
+
+
+def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
+    found = []
+    transport = job.spec.transport.type
+    if transport not in KUBERNETES_TRANSPORTS:
+        found.append(Refusal("spec.transport.type", (
+            f"spec.transport.type={transport!r}: the Kubernetes path runs "
+            f"{' and '.join(KUBERNETES_TRANSPORTS)} only (the datagram transports attach "
+            "XDP from an unprivileged pod); run this job with `tailcut run`")))
+    return found
+
+
+def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
+                flows: dict[str, Any] | None = None) -> RoleConfig:
+    """The configuration the role of `pod_name` runs with. `flows` overrides the
+    CadentFlow tags (the operator resolves them once and hands them to the pods)."""
+    pod = topology.plan(job).pod(pod_name)
+    t = job.spec.training
+    r = job.spec.replicas
+
+    def endpoint(name: str) -> str:
+        return f"{hosts(pod_name, name)}:{PS_PORT}"
+
+    return RoleConfig(
+        job=job.name, role=pod.role, index=pod.index, ps_host=hosts(pod_name, "ps-0"),
+        ps_port=PS_PORT, num_workers=r.workers, model=t.model, batch_size=t.batch_size,
+        learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
+        target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
+        transport=transport_options(job, pod), results_dir=results_dir,
+        timeout_s=t.timeout_s,
+        shard_endpoints=[endpoint(f"ps-{i}") for i in range(r.parameter_servers)],
+        replica_endpoint=endpoint("replica-0") if r.ps_replica else None,
+        aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
+                     for a, agg in enumerate(r.aggregators)],
+        staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
+        flows=flows if flows is not None else role_flows(job))
+
+
+def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
+    """The role's transport options from the spec (transports.get takes them).
+
+    Datagram transports pace their senders: unless the spec sets rateMbit, the PS
+    sends at its access link's rate (to one worker at a time) and each worker at an
+    equal share of it, since under BSP all workers push to the PS's link at once."""
+    t = job.spec.transport
+    options: dict[str, Any] = {"type": t.type}
+    if t.type in ("udp", "bounded-loss"):
+        link_mbit = job.spec.network.access_link.bandwidth / 1e6
+        share = link_mbit if pod.role == "ps" else link_mbit / job.spec.replicas.workers
+        options.update(job=job.name, rate_mbit=t.rate_mbit or share, seed=job.spec.training.seed
+                       + pod.index + (0 if pod.role == "ps" else 1))
+    if t.type == "bounded-loss":
+        options.update(p=t.p, xdp_mode=t.xdp_mode)
+    if t.type == "app-drop":
+        options.update(p=t.p, seed=job.spec.training.seed + pod.index
+                       + (0 if pod.role == "ps" else 1))
+    return options
+
+
+_flows_cache: dict[str, dict[str, Any]] = {}
+
+
+def role_flows(job: TrainingJob) -> dict[str, Any]:
+    """The roles' `flows` section (CadentFlow levels per tensor and direction, coflow
+    pacing). Cached per spec: resolving builds the model, so once per run rather than
+    once per pod, and once per job in a long-lived operator. (The whole spec is the key:
+    coflow's rates depend on the links and the number of workers too.)"""
+    key = job.spec.model_dump_json()
+    if key not in _flows_cache:
+        if len(_flows_cache) > 64:
+            _flows_cache.clear()
+        _flows_cache[key] = flowreport.role_flows(job)
+    return _flows_cache[key]

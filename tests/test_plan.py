@@ -1,0 +1,109 @@
+"""tailcut.plan: one translation of a TrainingJob for both executors. The same job
+gives the same roles under `tailcut run` and on Kubernetes except for how a role names
+its peers, and each executor's refusals name their field."""
+
+from pathlib import Path
+
+import pytest
+
+from tailcut import plan, spec
+from tailcut.errors import SpecError
+from tailcut.net import topology
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def job(name="pl-job", **job_spec):
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": name}, "spec": job_spec})
+
+
+SHARDED = dict(replicas={"parameterServers": 2, "workers": 4,
+                         "aggregators": [{"workers": [2, 3]}]},
+               network={"racks": [{"name": "r0"}, {"name": "r1"}]})
+
+
+def test_on_kubernetes_roles_reach_their_peers_by_dns_and_bind_their_own_pod():
+    sharded = job(**SHARDED)
+    hosts = plan.cluster_hosts(sharded)
+    worker = plan.role_config(sharded, "worker-3", "/r", hosts)
+    assert worker.shard_endpoints == ["ps-0.pl-job:7000", "ps-1.pl-job:7000"]
+    assert worker.aggregators == [{"endpoint": "aggregator-0.pl-job:7000", "workers": [2, 3]}]
+    assert worker.ps_host == "ps-0.pl-job"
+    shard1 = plan.role_config(sharded, "ps-1", "/r", hosts)
+    assert (shard1.role, shard1.index) == ("ps", 1)
+    assert shard1.shard_endpoints == ["ps-0.pl-job:7000", "0.0.0.0:7000"]
+    aggregator = plan.role_config(sharded, "aggregator-0", "/r", hosts)
+    assert aggregator.aggregators[0]["endpoint"] == "0.0.0.0:7000"
+
+
+def test_locally_every_peer_is_its_address_on_the_jobs_links():
+    sharded = job(**SHARDED)
+    topo = topology.plan(sharded)
+    worker = plan.role_config(sharded, "worker-0", "/r", plan.local_hosts(topo))
+    assert worker.shard_endpoints == [f"{topo.pod('ps-0').ip}:7000",
+                                      f"{topo.pod('ps-1').ip}:7000"]
+    assert worker.ps_host == topo.pod("ps-0").ip
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_both_executors_give_a_role_the_same_configuration_but_its_peers_names(example):
+    loaded = spec.load_file(example)
+    topo = topology.plan(loaded)
+    for pod in loaded.spec.pod_names():
+        if topology.plan(loaded).pod(pod).role in topology.BACKGROUND_ROLES:
+            continue
+        here = plan.role_config(loaded, pod, "/r", plan.local_hosts(topo)).__dict__
+        there = plan.role_config(loaded, pod, "/r", plan.cluster_hosts(loaded)).__dict__
+        differing = {k for k in here if here[k] != there[k]}
+        assert differing <= {"ps_host", "shard_endpoints", "replica_endpoint",
+                             "aggregators"}, (pod, differing)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_runs_locally_and_kubernetes_refuses_only_what_it_lacks(example):
+    loaded = spec.load_file(example)
+    assert plan.refusals(loaded, "local") == []
+    fields = {r.field for r in plan.refusals(loaded, "kubernetes")}
+    assert fields == ({"spec.transport.type"}
+                      if loaded.spec.transport.type in ("udp", "bounded-loss") else set())
+
+
+@pytest.mark.parametrize("transport", [{"type": "tcp"}, {"type": "app-drop", "p": 0.9}])
+def test_tcp_and_app_drop_run_on_kubernetes_with_every_role(transport):
+    plan.check(job(transport=transport, **SHARDED), "kubernetes")
+    plan.check(job(transport=transport, replicas={"workers": 2, "psReplica": True}),
+               "kubernetes")
+
+
+@pytest.mark.parametrize("transport", [{"type": "udp"}, {"type": "bounded-loss", "p": 0.9}])
+def test_a_datagram_transport_is_refused_on_kubernetes_naming_spec_transport_type(transport):
+    with pytest.raises(SpecError, match=rf"^spec.transport.type='{transport['type']}': the "
+                                        "Kubernetes path runs tcp and app-drop only"):
+        plan.check(job(transport=transport), "kubernetes")
+    plan.check(job(transport=transport), "local")
+
+
+def test_what_tailcut_run_refuses_is_refused_on_both_with_the_same_words():
+    bad = job(transport={"type": "app-drop", "p": 0.9}, scheduling={"policy": "cadentflow"})
+    local, kubernetes = plan.refusals(bad, "local"), plan.refusals(bad, "kubernetes")
+    assert local and local == kubernetes
+    assert local[0].field == "spec.scheduling.policy"
+    assert "spec.transport.type='app-drop'" in local[0].message
+
+
+def test_an_unknown_executor_is_a_programming_error():
+    with pytest.raises(ValueError, match="unknown executor 'slurm'"):
+        plan.refusals(job(), "slurm")
+
+
+def test_coflow_rates_are_not_shared_between_jobs_on_different_links():
+    """The flows are cached (resolving builds the model); the key is the whole spec,
+    so a long-lived operator does not pace a 100 Mbit/s job at a 1 Gbit/s job's rates."""
+    def coflow(bandwidth):
+        return job(scheduling={"policy": "coflow"},
+                   network={"accessLink": {"bandwidth": bandwidth}})
+    fast, slow = plan.role_flows(coflow("1Gbit")), plan.role_flows(coflow("100Mbit"))
+    assert fast["pace"] != slow["pace"]
+    assert plan.role_flows(coflow("1Gbit")) is fast
