@@ -13,6 +13,7 @@ the levels of the config map's flows.json (tailcut.k8s.policy), as under `tailcu
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(TRAINING_ROLES)} (background pods run tailcut.background.pod)",
               file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"
     role_config(job, args.replica, results, read_flows(args.spec)).to_json(config_path)
@@ -67,6 +69,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"entrypoint: results too large for the log; left out: "
                   f"{', '.join(left_out)}", file=sys.stderr)
         print(block, flush=True)
+
+
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    """The pod is being deleted. The role is the container's PID 1, for which the
+    kernel ignores a signal without a handler: without this the kubelet would wait out
+    the grace period (30 s) while the role carried on, and a replica would never see
+    its primary go. End at once, as a killed process does."""
+    print("entrypoint: SIGTERM (the pod is being deleted): exiting", file=sys.stderr,
+          flush=True)
+    os._exit(128 + signum)
 
 
 def _emit_and_report(event: dict[str, Any]) -> None:

@@ -194,3 +194,33 @@ def test_ps_0s_pod_deleted_mid_job_its_replica_takes_over_and_the_job_completes(
                                    "tailcut.dev/job=rp")["items"]}
     assert until(lambda: "rp-ps-0" not in phases()
                  and set(phases().values()) == {"Succeeded"}, within_s=90, every_s=1), phases()
+
+
+# Run above with more checks: quickstart, cadentflow, quickstart-background, mlfabric.
+OTHER_EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.yaml")
+                        if p.name not in ("quickstart.yaml", "cadentflow.yaml",
+                                          "quickstart-background.yaml", "mlfabric.yaml"))
+
+
+@pytest.mark.parametrize("name", OTHER_EXAMPLES)
+def test_every_other_example_ends_on_the_cluster_as_under_tailcut_run(cluster, release,
+                                                                      namespace, name):
+    """What the plan lets Kubernetes run succeeds and meets the example's accuracy
+    target, as `tailcut run` of the same file does; what it refuses fails at once with
+    the plan's words, creating nothing."""
+    from tailcut import plan, spec
+
+    loaded = spec.load_file(REPO / "examples" / name)
+    job_name = f"ex-{name.removesuffix('.yaml')}"[:40]
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=example(name, job_name))
+    refused = plan.refusals(loaded, "kubernetes")
+    if refused:
+        status = chart.wait_phase(cluster, namespace, job_name, "Failed", within_s=60)
+        failed = {c["type"]: c for c in status["conditions"]}["Failed"]
+        assert failed["reason"] == "InvalidSpec" and refused[0].message in failed["message"]
+        assert not chart.owned_objects(cluster, namespace, job_name)
+        return
+    status = chart.wait_phase(cluster, namespace, job_name, "Succeeded", within_s=420)
+    target = loaded.spec.training.target_accuracy
+    if target is not None:
+        assert status["converged"] and status["accuracy"] >= target, status

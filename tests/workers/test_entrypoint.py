@@ -117,3 +117,41 @@ def test_outside_a_pod_no_termination_message_file_is_created(tmp_path, monkeypa
     monkeypatch.setenv("TAILCUT_TERMINATION_LOG", str(absent))
     entry._emit_and_report(DONE)
     assert not absent.exists() and not absent.parent.exists()
+
+
+@pytest.mark.netns
+def test_a_role_that_is_its_containers_pid_1_ends_at_once_on_sigterm(tmp_path):
+    """As in a pod: the entrypoint is PID 1 of its own PID namespace, where a signal
+    without a handler is ignored. Deleting the pod sends SIGTERM; the role must end
+    then (a PS replica takes over only once its primary is gone), not at the kubelet's
+    SIGKILL 30 s later. Here ps-0 waits for workers that never come."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a PID and a network namespace)")
+    env = {**os.environ, "TAILCUT_RESULTS_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--net", "--kill-child", sys.executable,
+         str(REPO / "workers" / "entrypoint.py"), "--spec",
+         str(REPO / "examples" / "quickstart.yaml"), "--replica", "ps-0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        pid1 = None
+        deadline = time.monotonic() + 60
+        while pid1 is None and time.monotonic() < deadline:   # the PS is up and waiting
+            for child in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+                if "ps-0" in Path(f"/proc/{child}/cmdline").read_text():
+                    if (tmp_path / "ps-0.json").exists():
+                        pid1 = int(child)
+            time.sleep(0.1)
+        assert pid1 is not None, "the role never started"
+        time.sleep(2)   # past its imports, into the wait for workers
+        os.kill(pid1, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert "SIGTERM (the pod is being deleted): exiting" in out, out[-2000:]
