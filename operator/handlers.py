@@ -32,7 +32,7 @@ import yaml
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, crd, metrics, policy, resources, status
+from tailcut.k8s import background, crd, metrics, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -93,10 +93,8 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])},
                              source=f"{namespace}/{name}")
-        if BACKEND == "kubernetes":   # what pods and the node agent cannot honour
-            plan.check(job, "kubernetes")
-            policy.check(job)
-        background.check(job)   # a background rate Locust cannot drive: nothing created
+        # What this backend cannot build (the local one: what `tailcut run` refuses).
+        plan.check(job, "kubernetes" if BACKEND == "kubernetes" else "local")
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)

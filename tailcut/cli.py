@@ -37,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a TrainingJob file without running it")
     validate.add_argument("job", nargs="+", help="TrainingJob YAML file(s)")
+    validate.add_argument("--executor", choices=("local", "kubernetes"), default="local",
+                          help="refuse what this executor cannot build: local (`tailcut "
+                               "run`, the default) or kubernetes (the operator's pods); "
+                               "what the other one refuses is printed as a note")
     validate.set_defaults(handler=_validate)
 
     clean = sub.add_parser("clean", help="remove what killed runs left behind")
@@ -99,17 +103,21 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from tailcut import plan   # the refusals `tailcut run` and the operator apply
+    chosen: plan.Executor = args.executor
+    other: plan.Executor = "kubernetes" if chosen == "local" else "local"
     for path in args.job:
         job = spec.load_file(path)
         s = job.spec
-        from tailcut.scheduling import enforce  # what `tailcut run` refuses (issue 6)
-        try:
-            enforce.check_runnable(s.scheduling, job)
-        except SpecError as err:
-            raise SpecError(f"{path}: {err}") from None
-        print(f"{path}: ok: job {job.name}, {s.replicas.parameter_servers} PS + "
-              f"{s.replicas.workers} workers in {len(s.network.racks)} rack(s), "
-              f"model {s.training.model}, transport {s.transport.type}")
+        refused = plan.refusals(job, chosen)
+        if refused:
+            raise SpecError(f"{path}: {refused[0].message}")
+        print(f"{path}: ok ({chosen}): job {job.name}, "
+              f"{s.replicas.parameter_servers} PS + {s.replicas.workers} workers in "
+              f"{len(s.network.racks)} rack(s), model {s.training.model}, transport "
+              f"{s.transport.type}")
+        for refusal in plan.refusals(job, other):
+            print(f"  note: {other} would refuse it: {refusal.message}")
     return 0
 
 

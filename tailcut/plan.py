@@ -7,7 +7,8 @@ the spec into role configurations. It gives
 - the topology (tailcut.net.topology.plan, the same for both),
 - every role's configuration: transport options, CadentFlow tags, and where each of
   its peers (PS shards, the replica, aggregators) listens,
-- what an executor cannot build, each refusal naming its field (`refusals`).
+- what an executor cannot build, each refusal naming its field (`refusals`):
+  `tailcut validate --executor`, `tailcut run` and the operator all ask it.
 
 The executors differ only in how a role names its peers (`Hosts`): the local runtime
 by each pod's address in the topology, Kubernetes by the pod's DNS name under the
@@ -17,6 +18,7 @@ job's headless service (a role binds every address of its own pod there).
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+from tailcut.background import plan as bgplan
 from tailcut.errors import SpecError
 from tailcut.net import topology
 from tailcut.net.topology import Pod
@@ -57,10 +59,19 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; one of {', '.join(EXECUTORS)}")
     found: list[Refusal] = []
-    try:   # cadentflow or coflow over what cannot carry them: the same everywhere
-        enforce.check_runnable(job.spec.scheduling, job)
-    except SpecError as err:
-        found.append(Refusal("spec.scheduling.policy", str(err)))
+    # The same everywhere: cadentflow or coflow over what cannot carry them, a tag
+    # naming a tensor the model lacks (resolving builds the model), a background rate
+    # Locust cannot drive.
+    for field, checked in (
+            ("spec.scheduling.policy", lambda: enforce.check_runnable(job.spec.scheduling,
+                                                                      job)),
+            ("spec.scheduling.flows", lambda: role_flows(job)),
+            ("spec.backgroundLoad", lambda: bgplan.plan(job, topology.plan(job)))):
+        try:
+            checked()
+        except SpecError as err:
+            found.append(Refusal(field, str(err)))
+            break   # the later checks assume the earlier passed
     if executor == "kubernetes":
         found += _kubernetes_refusals(job)
     return found

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_validate_accepts_the_quickstart(capsys):
     assert cli.main(["validate", "examples/quickstart.yaml"]) == 0
-    assert "ok: job quickstart, 1 PS + 4 workers in 2 rack(s)" in capsys.readouterr().out
+    assert "ok (local): job quickstart, 1 PS + 4 workers in 2 rack(s)" in capsys.readouterr().out
 
 
 def test_validate_rejects_a_bad_file_with_the_field_and_exit_code_2(tmp_path, capsys):
@@ -84,3 +84,15 @@ def test_validate_refuses_what_tailcut_run_cannot_honour_naming_file_and_fields(
     assert cli.main(["validate", str(job)]) != 0
     err = capsys.readouterr().err
     assert f"{job}: spec.scheduling.policy='coflow' with spec.transport.type='udp'" in err
+
+
+def test_validate_for_kubernetes_refuses_what_the_operator_would_and_notes_it_otherwise(
+        capsys):
+    example = str(ROOT / "examples" / "bounded-loss.yaml")
+    assert cli.main(["validate", example]) == 0
+    out = capsys.readouterr().out
+    assert "ok (local)" in out
+    assert "note: kubernetes would refuse it: spec.transport.type='bounded-loss'" in out
+    assert cli.main(["validate", "--executor", "kubernetes", example]) == 2
+    assert "spec.transport.type='bounded-loss': the Kubernetes path runs" in \
+        capsys.readouterr().err

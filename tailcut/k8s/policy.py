@@ -1,5 +1,5 @@
-"""spec.scheduling on Kubernetes: what the operator refuses before it creates anything,
-and the per-tensor tags it hands the PS and worker pods.
+"""spec.scheduling on Kubernetes: the per-tensor tags the operator hands the PS and
+worker pods (what it refuses before creating anything is tailcut.plan's).
 
 - `fair`: nothing to add; pods send whole, untagged messages.
 - `cadentflow`: the node agent (tailcut.k8s.agent) puts the HTB priority classes and
@@ -23,14 +23,6 @@ from tailcut.scheduling import enforce
 from tailcut.spec.model import TrainingJob
 
 FLOWS_KEY = "flows.json"            # config map key; the pods see SPEC_MOUNT/flows.json
-
-def check(job: TrainingJob) -> None:
-    """Refuse a scheduling section the Kubernetes path cannot honour, naming the
-    field: what `check_enforceable` refuses, and a hand-written tag for a tensor the
-    model lacks (resolving the tags builds the model: the operator's job, not the
-    agent's)."""
-    check_enforceable(job)
-    plan.role_flows(job)
 
 
 def check_enforceable(job: TrainingJob) -> None:

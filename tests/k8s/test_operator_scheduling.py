@@ -109,3 +109,42 @@ def test_a_scheduling_section_the_cluster_cannot_honour_creates_nothing(
         items = operator_proc.get_json(control_plane, "-n", namespace, "get", kind)["items"]
         ours = [i["metadata"]["name"] for i in items if i["metadata"]["name"].startswith(name)]
         assert not ours, f"{kind} created for a refused job: {ours}"
+
+
+AGREEMENT = [(p.stem, yaml.safe_load(p.read_text())["spec"])
+             for p in sorted((REPO / "examples").glob("*.yaml"))] + [
+    ("bad-background", {"replicas": {"workers": 1},
+                        "network": {"racks": [{"name": "rack-0"}, {"name": "rack-1"}]},
+                        "backgroundLoad": {
+                            "senders": ["rack-1"], "receivers": ["ps-0"],
+                            "target": {"link": "uplink/rack-1", "loadFactor": 0.9},
+                            "flowSizes": {"distribution": "fixed", "bytes": 1}}}),
+    ("bad-tag", {"replicas": {"workers": 1}, "scheduling": {
+        "policy": "cadentflow", "flows": [{"layer": "conv9", "priority": 0}]}}),
+]
+
+
+@pytest.mark.parametrize("name,job_spec", AGREEMENT, ids=[a[0] for a in AGREEMENT])
+def test_tailcut_validate_and_the_operator_accept_and_refuse_the_same_specs(
+        control_plane, namespace, operator, tmp_path, capsys, name, job_spec):
+    """`tailcut validate --executor kubernetes` of a file and the operator given the
+    same spec: both accept it (the operator creates its pods) or both refuse it with
+    the same words (the operator creating nothing)."""
+    from tailcut import cli
+
+    job_name = f"ag-{name}"[:40]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "tailcut.dev/v1alpha1",
+                                    "kind": "TrainingJob", "metadata": {"name": job_name},
+                                    "spec": job_spec}))
+    validated = cli.main(["validate", "--executor", "kubernetes", str(path)])
+    refusal = capsys.readouterr().err.strip().removeprefix(f"tailcut: {path}: ")
+    apply(control_plane, namespace, job_name, job_spec)
+    if validated == 0:
+        tj = wait_phase(control_plane, namespace, job_name, "Pending", operator)
+        assert tj["status"]["conditions"][0]["reason"] == "TrainingJobCreated"
+        return
+    tj = wait_phase(control_plane, namespace, job_name, "Failed", operator)
+    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "InvalidSpec"
+    assert refusal and refusal in failed["message"], (refusal, failed["message"])

@@ -1,11 +1,12 @@
-"""What the Kubernetes path does with spec.scheduling: the operator's refusals, each
-naming the field, and the per-tensor tags the pods get from the config map."""
+"""What the Kubernetes path does with spec.scheduling: the operator's refusals (the
+plan's), each naming the field, and the per-tensor tags the pods get from the config
+map."""
 
 import json
 
 import pytest
 
-from tailcut import spec
+from tailcut import plan, spec
 from tailcut.errors import SpecError
 from tailcut.k8s import policy
 from tailcut.scheduling import flowreport
@@ -19,13 +20,13 @@ def job(scheduling, **extra):
 
 
 def test_fair_and_cadentflow_pass_the_check():
-    policy.check(job({"policy": "fair"}))
-    policy.check(job({"policy": "cadentflow"}))
+    plan.check(job({"policy": "fair"}), "kubernetes")
+    plan.check(job({"policy": "cadentflow"}), "kubernetes")
 
 
 def test_coflow_passes_and_its_pods_get_their_madd_rates():
     coflow = job({"policy": "coflow"}, replicas={"workers": 2})
-    policy.check(coflow)
+    plan.check(coflow, "kubernetes")
     pace = json.loads(policy.config_data(coflow)[policy.FLOWS_KEY])["pace"]
     assert set(pace["ps-0"]) == {"worker-0", "worker-1"}   # payload bytes/s per flow
     assert all(rate > 0 for rates in pace.values() for rate in rates.values())
@@ -34,13 +35,14 @@ def test_coflow_passes_and_its_pods_get_their_madd_rates():
 def test_cadentflow_over_app_drop_is_refused_naming_both_fields():
     with pytest.raises(SpecError, match=r"spec.scheduling.policy='cadentflow' with "
                                         r"spec.transport.type='app-drop'"):
-        policy.check(job({"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9}))
+        plan.check(job({"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9}),
+                   "kubernetes")
 
 
 def test_a_tag_for_a_tensor_the_model_lacks_is_refused_naming_the_tag():
     with pytest.raises(SpecError, match=r"spec.scheduling.flows\[0\].layer='conv9'"):
-        policy.check(job({"policy": "cadentflow", "flows": [{"layer": "conv9",
-                                                             "priority": 0}]}))
+        plan.check(job({"policy": "cadentflow", "flows": [{"layer": "conv9",
+                                                           "priority": 0}]}), "kubernetes")
 
 
 def test_the_config_map_gives_the_pods_what_tailcut_run_gives_its_roles():
