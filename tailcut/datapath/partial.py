@@ -3,8 +3,12 @@
     c = partial.attach("eth0", port=7000, job=wire.job_id("quick"), p=0.9, stride=360)
     for event in c.poll(timeout_ms=100):   # one per message that crossed p * total
         ...
-    c.forget(event.message)                # done with it: free its bl_messages entry
+    c.forget(event.message, event.job)     # done with it: free its bl_messages entry
     c.detach()
+
+Only the stride is compiled in; the port, the job and p are an entry of the program's
+bl_receivers map (serve / stop_serving), so one program can serve several receivers
+and p can change without a new compile.
 
 attach() works in the calling thread's network namespace (a role process runs in its
 pod's), or in ``netns_name`` if given. Mode: "generic" (skb mode) by default, because
@@ -37,6 +41,7 @@ Mode = Literal["generic", "native"]
 STEM = "partial"
 FUNCTION = "tailcut_partial"  # the name bpftool shows
 MESSAGES_MAP = "bl_messages"
+RECEIVERS_MAP = "bl_receivers"
 EVENTS_MAP = "bl_events"
 STATS_MAP = "bl_stats"
 XDP_FLAGS = {"native": 4, "generic": 2}  # XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE
@@ -64,6 +69,7 @@ class Event:
     seq: int
     slot: int
     ktime_ns: int  # CLOCK_MONOTONIC, as time.monotonic_ns() reads it
+    port: int      # the receiver's UDP port
 
 
 def p_ppm(p: float) -> int:
@@ -73,25 +79,64 @@ def p_ppm(p: float) -> int:
     return max(1, round(p * 1_000_000))
 
 
-def load(*, port: int, job: int, p: float, stride: int) -> bcc.Program:
-    """Compile and load the counter for one receiver (no attach)."""
+def compile_program(stride: int) -> bcc.Program:
+    """Compile and load the counter for packets of `stride` elements, serving no
+    receiver yet (serve() adds them; no attach)."""
+    if not 1 <= stride <= 2048:
+        raise ValueError(f"stride={stride}: elements per packet must be in 1..2048")
+    return bcc.load(STEM, {FUNCTION: "xdp"}, cflags=[f"-DTAILCUT_BL_STRIDE={stride}"])
+
+
+def serve(program: bcc.Program, *, port: int, job: int, p: float) -> None:
+    """Count the packets of `job` to UDP `port` and fire at `p`, from the next packet
+    on: an entry of the program's bl_receivers map, so changing p or adding a
+    receiver needs no new compile."""
     if not 1 <= port <= 65535:
         raise ValueError(f"port={port}: must be in 1..65535")
     if not 0 <= job < 2**32:
         raise ValueError(f"job={job}: must be a 32-bit id (wire.job_id(name))")
-    if not 1 <= stride <= 2048:
-        raise ValueError(f"stride={stride}: elements per packet must be in 1..2048")
-    return bcc.load(STEM, {FUNCTION: "xdp"}, cflags=[
-        f"-DTAILCUT_BL_PORT={port}", f"-DTAILCUT_BL_JOB={job}U",
-        f"-DTAILCUT_BL_P_PPM={p_ppm(p)}", f"-DTAILCUT_BL_STRIDE={stride}"])
+    table = program.table(RECEIVERS_MAP)
+    value = table.Leaf(job, p_ppm(p))
+    try:
+        table[table.Key(port)] = value
+    except Exception as err:   # BCC raises a bare Exception when the map is full
+        raise DatapathError(f"cannot serve port {port}: {err} (at most "
+                            f"{len(table)} receivers per program)") from err
+
+
+def stop_serving(program: bcc.Program, port: int) -> None:
+    """Stop looking at packets to `port`; its messages' entries are freed too."""
+    table = program.table(RECEIVERS_MAP)
+    try:
+        del table[table.Key(port)]
+    except KeyError:
+        pass
+    messages = program.table(MESSAGES_MAP)
+    for key in [k for k in messages.keys() if int(k.port) == port]:
+        try:
+            del messages[key]
+        except KeyError:
+            pass
+
+
+def load(*, port: int, job: int, p: float, stride: int) -> bcc.Program:
+    """Compile and load the counter serving one receiver (no attach)."""
+    program = compile_program(stride)
+    try:
+        serve(program, port=port, job=job, p=p)
+    except BaseException:
+        program.close()
+        raise
+    return program
 
 
 class Counter:
     """The counter attached to one interface; events, per-message state and verdicts."""
 
     def __init__(self, program: bcc.Program, ns_fd: int, ifname: str, ifindex: int,
-                 mode: Mode, netns_name: str | None) -> None:
+                 mode: Mode, netns_name: str | None, port: int) -> None:
         self.program = program
+        self.port = port   # the receiver it serves (serve() may add others)
         # The namespace the counter was attached in, held open: detach() may run in
         # another thread, in another namespace (pyroute2 binds netlink per thread).
         self._ns_fd = ns_fd
@@ -115,7 +160,7 @@ class Counter:
     def _on_event(self, _ctx: Any, data: Any, _size: int) -> None:
         e = self._ring.event(data)
         self._events.append(Event(int(e.job), int(e.message), int(e.counted), int(e.total),
-                                  int(e.seq), int(e.slot), int(e.ktime_ns)))
+                                  int(e.seq), int(e.slot), int(e.ktime_ns), int(e.port)))
 
     def poll(self, timeout_ms: int = 100) -> list[Event]:
         """Events that arrived, waiting up to ``timeout_ms`` for the first one."""
@@ -136,7 +181,7 @@ class Counter:
         """The program's record of a message (counted, packets, duplicates, ...), or None."""
         table = self.program.table(MESSAGES_MAP)
         try:
-            st = table[table.Key(job, message)]
+            st = table[table.Key(job, message, self.port)]
         except KeyError:
             return None
         slots = sum(bin(int(w)).count("1") for w in st.slots)
@@ -146,14 +191,15 @@ class Counter:
                 "slots_set": slots}
 
     def messages(self) -> list[int]:
-        """Message ids the program is tracking."""
-        return [int(k.message) for k in self.program.table(MESSAGES_MAP).keys()]
+        """Message ids the program is tracking for this counter's port."""
+        return [int(k.message) for k in self.program.table(MESSAGES_MAP).keys()
+                if int(k.port) == self.port]
 
     def forget(self, message: int, job: int) -> None:
         """Free a message's entry (the transport is done with it)."""
         table = self.program.table(MESSAGES_MAP)
         try:
-            del table[table.Key(job, message)]
+            del table[table.Key(job, message, self.port)]
         except KeyError:
             pass
 
@@ -243,7 +289,7 @@ def attach(ifname: str, *, port: int, job: int, p: float, stride: int,
                 _set_xdp(ipr, index, -1, mode)
                 raise DatapathError(f"asked for {mode} XDP on {ifname}; the kernel reports "
                                     f"{got}")
-        return Counter(program, ns_fd, ifname, index, mode, netns_name)
+        return Counter(program, ns_fd, ifname, index, mode, netns_name, port)
     except BaseException:
         if ns_fd >= 0:
             os.close(ns_fd)

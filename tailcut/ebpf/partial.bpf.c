@@ -12,16 +12,14 @@
 
 #include "partial.h"
 
-/* The loader compiles one program per receiver with
- *   -DTAILCUT_BL_PORT=<UDP port>        packets to other ports are not looked at
- *   -DTAILCUT_BL_JOB=<job id>U          packets of other jobs are not counted
- *   -DTAILCUT_BL_P_PPM=<p * 1e6>        e.g. 900000 for p = 0.9
- *   -DTAILCUT_BL_STRIDE=<elements per full packet>, e.g. 360 */
-#if !defined(TAILCUT_BL_PORT) || !defined(TAILCUT_BL_JOB) || \
-    !defined(TAILCUT_BL_P_PPM) || !defined(TAILCUT_BL_STRIDE)
-#error "compile with -DTAILCUT_BL_PORT, -DTAILCUT_BL_JOB, -DTAILCUT_BL_P_PPM and -DTAILCUT_BL_STRIDE, as tailcut/datapath/partial.py does"
+/* The loader compiles the program once per stride (-DTAILCUT_BL_STRIDE=<elements per
+ * full packet>, e.g. 360); which ports it serves, for which job and at which p are
+ * entries of bl_receivers, written at run time. */
+#ifndef TAILCUT_BL_STRIDE
+#error "compile with -DTAILCUT_BL_STRIDE, as tailcut/datapath/partial.py does"
 #endif
 
+BPF_HASH(bl_receivers, __u16, struct tailcut_bl_receiver, TAILCUT_BL_RECEIVERS);
 BPF_HASH(bl_messages, struct tailcut_bl_key, struct tailcut_bl_state, TAILCUT_BL_MESSAGES);
 BPF_RINGBUF_OUTPUT(bl_events, TAILCUT_BL_EVENTS_PAGES);
 BPF_PERCPU_ARRAY(bl_stats, __u64, TAILCUT_BL_REASONS);
@@ -47,8 +45,10 @@ int tailcut_partial(struct xdp_md *ctx)
 	struct tailcut_bl_hdr *h;
 	struct tailcut_bl_key key = {};
 	struct tailcut_bl_state *st;
-	__u32 ihl, udp_len, payload, start, end, total, slot, n, word;
+	struct tailcut_bl_receiver *rcv;
+	__u32 ihl, udp_len, payload, start, end, total, slot, n, word, p_ppm;
 	__u64 bit, old, before, thr, old_total;
+	__u16 port;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
 		return XDP_PASS;
@@ -62,7 +62,11 @@ int tailcut_partial(struct xdp_md *ctx)
 	if (ihl < sizeof(*ip))
 		return XDP_PASS;
 	udp = (void *)ip + ihl;
-	if ((void *)(udp + 1) > data_end || udp->dest != bpf_htons(TAILCUT_BL_PORT))
+	if ((void *)(udp + 1) > data_end)
+		return XDP_PASS;
+	port = bpf_ntohs(udp->dest);
+	rcv = bl_receivers.lookup(&port);
+	if (!rcv)
 		return XDP_PASS;
 
 	/* From here on the packet is addressed to us: each one gets exactly one verdict. */
@@ -92,15 +96,20 @@ int tailcut_partial(struct xdp_md *ctx)
 	if (start % TAILCUT_BL_STRIDE ||
 	    end != (total - start < TAILCUT_BL_STRIDE ? total : start + TAILCUT_BL_STRIDE))
 		return verdict(TAILCUT_BL_MISALIGNED);
-	if (h->job != bpf_htonl(TAILCUT_BL_JOB))
+	if (h->job != bpf_htonl(rcv->job))
 		return verdict(TAILCUT_BL_UNKNOWN_JOB);
-	/* ceil(p * total), at least 1; total < 2^32 and p_ppm <= 1e6 fit a u64. */
-	thr = ((__u64)total * TAILCUT_BL_P_PPM + 999999) / 1000000;
+	/* ceil(p * total), at least 1; total < 2^32 and p_ppm <= 1e6 fit a u64. The
+	 * loader writes p_ppm in 1..1e6; clamp anyway, the map is writable. */
+	p_ppm = rcv->p_ppm;
+	if (p_ppm > TAILCUT_BL_PPM)
+		p_ppm = TAILCUT_BL_PPM;
+	thr = ((__u64)total * p_ppm + TAILCUT_BL_PPM - 1) / TAILCUT_BL_PPM;
 	if (!thr)
 		thr = 1;
 
-	key.job = TAILCUT_BL_JOB;
+	key.job = rcv->job;
 	key.message = bpf_ntohl(h->message);
+	key.port = port;
 	st = bl_messages.lookup(&key);
 	if (!st) {
 		/* A state is 1 KiB, more than the 512-byte BPF stack: insert a copy of the
@@ -143,7 +152,7 @@ int tailcut_partial(struct xdp_md *ctx)
 		struct tailcut_bl_event ev = {
 			.job = key.job, .message = key.message, .counted = before + n,
 			.total = total, .seq = bpf_ntohl(h->seq), .slot = slot,
-			.ktime_ns = bpf_ktime_get_ns(),
+			.ktime_ns = bpf_ktime_get_ns(), .port = port,
 		};
 
 		bl_events.ringbuf_output(&ev, sizeof(ev), 0);

@@ -46,19 +46,29 @@ _Static_assert(sizeof(struct tailcut_bl_hdr) == TAILCUT_BL_HDR_BYTES,
 
 /* ---- The XDP counter ----
  *
- * A packet's slot is start / STRIDE, where STRIDE (elements per full packet) is a
- * compile-time constant the sender and the counter agree on (the transport option
+ * A packet's slot is start / STRIDE, where STRIDE (elements per full packet) is the
+ * one compile-time constant the sender and the counter agree on (the transport option
  * packet_elements). A packet is counted only if its range is exactly that slot's:
  * start % STRIDE == 0 and end == min(start + STRIDE, total). So each slot covers one
  * fixed range and is counted once, however often it arrives and whatever its seq. */
 #define TAILCUT_BL_MAX_SLOTS   8192   /* packets per message: 8192 * 360 floats = 11.8 MB */
 #define TAILCUT_BL_SLOT_WORDS  (TAILCUT_BL_MAX_SLOTS / 64)
-#define TAILCUT_BL_MESSAGES    256    /* messages tracked at once per receiver */
+#define TAILCUT_BL_MESSAGES    256    /* messages tracked at once per program */
 #define TAILCUT_BL_EVENTS_PAGES 16    /* ring buffer size in pages */
+#define TAILCUT_BL_RECEIVERS   64     /* receivers (UDP ports) one program serves */
+#define TAILCUT_BL_PPM         1000000
+
+/* What one receiver asks of the counter, set at run time by the loader, so that one
+ * compiled program serves every receiver (port) on a host or node. */
+struct tailcut_bl_receiver {
+	__u32 job;     /* packets of other jobs to this port: TAILCUT_BL_UNKNOWN_JOB */
+	__u32 p_ppm;   /* p * 1e6, in 1..TAILCUT_BL_PPM: fire at ceil(p * total) */
+};
 
 struct tailcut_bl_key {
 	__u32 job;
 	__u32 message;
+	__u32 port;    /* the receiver's: two receivers' messages never share an entry */
 };
 
 /* Fields updated with atomics are 64 bits wide: BCC's clang only emits 64-bit
@@ -84,6 +94,8 @@ struct tailcut_bl_event {
 	u32 seq;       /* seq of the packet that crossed p * total */
 	u32 slot;
 	u64 ktime_ns;  /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) at the crossing packet */
+	u32 port;      /* the receiver's UDP port */
+	u32 reserved;  /* 0 */
 };
 
 /* Per-CPU verdict counters, indexed by reason. Every packet to the port lands in
@@ -104,9 +116,17 @@ enum tailcut_bl_reason {
 	TAILCUT_BL_REASONS
 };
 
-/* Map bl_messages
+/* Map bl_receivers
  *   type         BPF_MAP_TYPE_HASH
- *   key          struct tailcut_bl_key (job, message)
+ *   key          __u16, the receiver's UDP port (host byte order)
+ *   value        struct tailcut_bl_receiver
+ *   max_entries  TAILCUT_BL_RECEIVERS
+ *   written by   tailcut/datapath/partial.py (serve / stop_serving); packets to a port
+ *                with no entry are not looked at
+ *
+ * Map bl_messages
+ *   type         BPF_MAP_TYPE_HASH
+ *   key          struct tailcut_bl_key (job, message, port)
  *   value        struct tailcut_bl_state
  *   max_entries  TAILCUT_BL_MESSAGES
  *   written by   tailcut_partial (partial.bpf.c): creates an entry on a message's first

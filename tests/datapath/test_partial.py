@@ -45,11 +45,15 @@ def stats(prog: partial.bcc.Program) -> dict[str, int]:
 
 
 def events(prog: partial.bcc.Program) -> list[object]:
-    got: list[object] = []
-    table = prog.table(partial.EVENTS_MAP)
-    table.open_ring_buffer(lambda _c, data, _s: got.append(table.event(data)))
+    """The list the program's ring buffer events are appended to (opened once: BCC
+    refuses a second callback on one ring buffer)."""
+    if not hasattr(prog, "test_events"):
+        got: list[object] = []
+        table = prog.table(partial.EVENTS_MAP)
+        table.open_ring_buffer(lambda _c, data, _s: got.append(table.event(data)))
+        prog.test_events = got
     prog.bpf.ring_buffer_poll(0)
-    return got
+    return prog.test_events
 
 
 def message_packets(message: int, total: int = 1000, job: int = JOB) -> list[bytes]:
@@ -74,7 +78,7 @@ def test_each_slot_is_counted_once_and_the_event_fires_once_at_p(program) -> Non
     # p = 0.5: threshold 500 elements, crossed by the second packet (720).
     assert (fired[0].counted, fired[0].total, fired[0].slot) == (720, 1000, 1)
     table = program.table(partial.MESSAGES_MAP)
-    st = table[table.Key(JOB, 101)]
+    st = table[table.Key(JOB, 101, PORT)]
     assert (st.counted, st.packets, st.duplicates, st.threshold) == (1000, 3, 4, 500)
 
 
@@ -183,6 +187,59 @@ def test_p_outside_zero_one_is_refused_naming_p() -> None:
     for bad in (0, -0.1, 1.5, True):
         with pytest.raises(ValueError, match=r"p=.*must be a fraction in \(0, 1\]"):
             partial.p_ppm(bad)
+
+
+def test_one_compiled_program_serves_receivers_added_at_run_time(program) -> None:
+    """p, the job and the port are entries of bl_receivers, not compile-time constants:
+    a second receiver (another port, another job, another p) is served by the same
+    program, each message counted under its own port and threshold; changing p needs
+    no compile; a port no longer served is not looked at."""
+    other_port, other_job = PORT + 7, wire.job_id("bl-other")
+    got = events(program)
+    got.clear()
+    partial.serve(program, port=other_port, job=other_job, p=1.0)
+    try:
+        before = stats(program)
+        pkts = message_packets(301, job=other_job)   # 360 + 360 + 280 elements
+        for pkt in pkts[:2]:
+            bpfsys.test_run(program.fds[partial.FUNCTION], udp_frame(pkt, other_port))
+        program.bpf.ring_buffer_poll(0)
+        assert not [e for e in got if e.message == 301], "p = 1: not before the last packet"
+        bpfsys.test_run(program.fds[partial.FUNCTION], udp_frame(pkts[2], other_port))
+        program.bpf.ring_buffer_poll(0)
+        (fired,) = [e for e in got if e.message == 301]
+        assert (fired.counted, fired.port, fired.job) == (1000, other_port, other_job)
+        # The first receiver's job sent to the second's port: not its job there.
+        bpfsys.test_run(program.fds[partial.FUNCTION],
+                        udp_frame(message_packets(302)[0], other_port))
+        assert delta(before, stats(program)) == {"counted": 3, "unknown_job": 1}
+        table = program.table(partial.MESSAGES_MAP)
+        assert int(table[table.Key(other_job, 301, other_port)].counted) == 1000
+
+        partial.serve(program, port=other_port, job=other_job, p=0.2)   # no compile
+        for pkt in message_packets(303, job=other_job)[:1]:
+            bpfsys.test_run(program.fds[partial.FUNCTION], udp_frame(pkt, other_port))
+        program.bpf.ring_buffer_poll(0)
+        assert [e.counted for e in got if e.message == 303] == [360]   # 360 >= 200
+    finally:
+        partial.stop_serving(program, other_port)
+    before = stats(program)
+    run_other = bpfsys.test_run(program.fds[partial.FUNCTION],
+                                udp_frame(message_packets(304, job=other_job)[0], other_port))
+    assert run_other[0] == XDP_PASS and delta(before, stats(program)) == {}
+    table = program.table(partial.MESSAGES_MAP)
+    assert not [k for k in table.keys() if int(k.port) == other_port]
+
+
+def test_a_receivers_settings_are_checked_before_the_map_is_written(program) -> None:
+    with pytest.raises(ValueError, match="port=0"):
+        partial.serve(program, port=0, job=JOB, p=0.5)
+    with pytest.raises(ValueError, match="job="):
+        partial.serve(program, port=PORT, job=2**32, p=0.5)
+    with pytest.raises(ValueError, match="p="):
+        partial.serve(program, port=PORT, job=JOB, p=0)
+    table = program.table(partial.RECEIVERS_MAP)
+    assert int(table[table.Key(PORT)].p_ppm) == 500_000   # untouched
 
 
 # ---- on a live veth: the probe check --------------------------------------------------
