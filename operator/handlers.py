@@ -41,6 +41,9 @@ TERMINAL = ("Succeeded", "Failed")
 # /metrics and /healthz (tailcut.k8s.metrics): the chart sets the port; 0, the default
 # out of a cluster, serves none (tests run several operators on one host).
 METRICS_PORT = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))
+# Whether bounded-loss pods may get the BPF, NET_ADMIN, PERFMON capabilities their XDP
+# counter needs (the chart's workers.xdp.enabled; tailcut.k8s.resources.XDP_CAPABILITIES).
+XDP_ALLOWED = os.environ.get("TAILCUT_WORKER_XDP", "true") == "true"
 PROGRESS_EVERY_S = 5.0   # how often a running job's progress is read from its PS's log
 Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
 _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
@@ -95,6 +98,12 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
                              source=f"{namespace}/{name}")
         # What this backend cannot build (the local one: what `tailcut run` refuses).
         plan.check(job, "kubernetes" if BACKEND == "kubernetes" else "local")
+        if BACKEND == "kubernetes" and plan.needs_xdp(job) and not XDP_ALLOWED:
+            raise SpecError(
+                f"spec.transport.type={job.spec.transport.type!r}: this cluster's tailcut "
+                "chart sets workers.xdp.enabled=false, so the receiving pods may not get "
+                "the BPF, NET_ADMIN and PERFMON capabilities the XDP counter needs; use tcp, udp or "
+                "app-drop here, or enable it (docs/kubernetes.md, the privileges)")
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)
@@ -111,7 +120,14 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
     bg = _create_background(core, job, namespace, owner, patch)
     for pod in background.with_sidecars(job, bg, resources.pods(job, owner, WORKER_IMAGE),
                                         WORKER_IMAGE):
-        _create(core.create_namespaced_pod, namespace, pod)
+        try:
+            _create(core.create_namespaced_pod, namespace, pod)
+        except _Forbidden as err:
+            # E.g. a namespace whose Pod Security level forbids the capabilities of a
+            # bounded-loss pod: the API server's words name the rule.
+            _set_status(patch, old, "Failed", "PodForbidden", str(err), generation)
+            kopf.warn(body, reason="PodForbidden", message=str(err))
+            return
     pods = core.list_namespaced_pod(namespace, label_selector=f"{resources.LABEL_JOB}={name}")
     _record_pods(job, pods.items, old, patch, generation)
     if not old.get("phase"):
@@ -260,10 +276,21 @@ def deleted(body: kopf.Body, **_: Any) -> None:
         proc.terminate()
 
 
+class _Forbidden(Exception):
+    """The API server refused to create an object for a reason retrying cannot fix."""
+
+
 def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
     try:
         create(namespace, manifest)
     except kubernetes.client.ApiException as err:
+        if err.status == 403 and "violates PodSecurity" in (err.body or ""):
+            try:
+                message = json.loads(err.body).get("message", err.body)
+            except ValueError:
+                message = err.body
+            raise _Forbidden(f"{manifest['kind']} {manifest['metadata']['name']}: "
+                             f"{message}") from err
         if err.status != 409:   # already there: created by us before a restart
             raise kopf.TemporaryError(
                 f"creating {manifest['kind']} {manifest['metadata']['name']}: "

@@ -62,12 +62,10 @@ def test_both_executors_give_a_role_the_same_configuration_but_its_peers_names(e
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_every_example_runs_locally_and_kubernetes_refuses_only_what_it_lacks(example):
+def test_every_example_runs_on_both_executors(example):
     loaded = spec.load_file(example)
     assert plan.refusals(loaded, "local") == []
-    fields = {r.field for r in plan.refusals(loaded, "kubernetes")}
-    assert fields == ({"spec.transport.type"}
-                      if loaded.spec.transport.type in ("udp", "bounded-loss") else set())
+    assert plan.refusals(loaded, "kubernetes") == []
 
 
 @pytest.mark.parametrize("transport", [{"type": "tcp"}, {"type": "app-drop", "p": 0.9}])
@@ -78,11 +76,13 @@ def test_tcp_and_app_drop_run_on_kubernetes_with_every_role(transport):
 
 
 @pytest.mark.parametrize("transport", [{"type": "udp"}, {"type": "bounded-loss", "p": 0.9}])
-def test_a_datagram_transport_is_refused_on_kubernetes_naming_spec_transport_type(transport):
-    with pytest.raises(SpecError, match=rf"^spec.transport.type='{transport['type']}': the "
-                                        "Kubernetes path runs tcp and app-drop only"):
-        plan.check(job(transport=transport), "kubernetes")
-    plan.check(job(transport=transport), "local")
+def test_the_datagram_transports_run_on_kubernetes_and_bind_the_pods_own_address(transport):
+    datagram = job(transport=transport, **SHARDED)
+    plan.check(datagram, "kubernetes")
+    hosts = plan.cluster_hosts(datagram, own_ip="10.244.0.7")
+    shard1 = plan.role_config(datagram, "ps-1", "/r", hosts)
+    assert shard1.shard_endpoints == ["ps-0.pl-job:7000", "10.244.0.7:7000"]
+    assert plan.needs_xdp(datagram) == (transport["type"] == "bounded-loss")
 
 
 def test_what_tailcut_run_refuses_is_refused_on_both_with_the_same_words():

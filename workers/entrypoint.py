@@ -31,7 +31,8 @@ def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
                 flows: Optional[dict[str, Any]] = None) -> RoleConfig:
     """The role's configuration from the job's plan (tailcut.plan), its peers named
     by DNS under the job's headless service."""
-    return plan.role_config(job, replica, results_dir, plan.cluster_hosts(job), flows)
+    return plan.role_config(job, replica, results_dir,
+                            plan.cluster_hosts(job, os.environ.get("POD_IP")), flows)
 
 
 def read_flows(spec_path: Path) -> Optional[dict[str, Any]]:

@@ -234,7 +234,13 @@ class Counter:
 
 @contextmanager
 def _inside(ns_fd: int) -> Iterator[None]:
-    """Run the body with the calling thread in the namespace open at ``ns_fd``."""
+    """Run the body with the calling thread in the namespace open at ``ns_fd``. Already
+    there: nothing to switch (setns needs CAP_SYS_ADMIN, which a pod that attaches its
+    own counter does not have)."""
+    target, here = os.fstat(ns_fd), os.stat("/proc/thread-self/ns/net")
+    if (target.st_dev, target.st_ino) == (here.st_dev, here.st_ino):
+        yield
+        return
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         netns.setns_fd(ns_fd)

@@ -89,9 +89,41 @@ def service(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
                      "ports": [{"name": "ps", "port": PS_PORT, "protocol": "TCP"}]}}
 
 
+# What a pod whose role attaches the XDP counter (bounded-loss) is granted, and why;
+# the chart's values.yaml (workers.xdp) repeats it. The least that works: the role
+# runs as root in its container, which is what makes added capabilities effective
+# (Kubernetes has no ambient capabilities), with every capability dropped but these.
+XDP_CAPABILITIES = ("BPF",        # load the counter and create its maps
+                    "NET_ADMIN",  # attach XDP to the pod's own eth0
+                    "PERFMON")    # without it the verifier refuses the counter's
+                                  # variable-offset packet access (IP options): that
+                                  # needs the Spectre v1 bypass, granted to PERFMON
+XDP_HOST_PATHS = {"modules": "/lib/modules",   # BCC compiles the counter against the
+                  "headers": "/usr/src"}       # running kernel's headers (read-only)
+
+
+def _security(job: TrainingJob) -> dict[str, Any]:
+    if plan.needs_xdp(job):
+        return {"allowPrivilegeEscalation": False, "runAsUser": 0, "runAsNonRoot": False,
+                "capabilities": {"drop": ["ALL"], "add": list(XDP_CAPABILITIES)}}
+    return {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 65532,
+            "capabilities": {"drop": ["ALL"]}}
+
+
+def _xdp_mounts(job: TrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts, volumes) of the kernel headers a bounded-loss role compiles with."""
+    if not plan.needs_xdp(job):
+        return [], []
+    return ([{"name": name, "mountPath": path, "readOnly": True}
+             for name, path in XDP_HOST_PATHS.items()],
+            [{"name": name, "hostPath": {"path": path, "type": "Directory"}}
+             for name, path in XDP_HOST_PATHS.items()])
+
+
 def pods(job: TrainingJob, owner: dict[str, Any], image: str,
          pull_policy: str = "IfNotPresent") -> list[dict[str, Any]]:
     racks = job.spec.rack_of()
+    mounts, volumes = _xdp_mounts(job)
     out = []
     for replica in job.spec.pod_names():
         role = role_of(replica)
@@ -119,17 +151,18 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                     "args": ["--spec", f"{SPEC_MOUNT}/{SPEC_KEY}", "--replica", replica],
                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"},
                             {"name": "POD_NAMESPACE", "valueFrom": {
-                                "fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                                "fieldRef": {"fieldPath": "metadata.namespace"}}},
+                            # The role binds its listeners to it (tailcut.plan).
+                            {"name": "POD_IP", "valueFrom": {
+                                "fieldRef": {"fieldPath": "status.podIP"}}}],
                     "ports": ([{"containerPort": PS_PORT, "name": "ps"}]
                               if role in LISTENING_ROLES else []),
                     "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT,
-                                      "readOnly": True}],
-                    "securityContext": {"allowPrivilegeEscalation": False,
-                                        "runAsNonRoot": True, "runAsUser": 65532,
-                                        "capabilities": {"drop": ["ALL"]}},
+                                      "readOnly": True}, *mounts],
+                    "securityContext": _security(job),
                 }],
                 "volumes": [{"name": "spec",
-                             "configMap": {"name": spec_map_name(job)}}],
+                             "configMap": {"name": spec_map_name(job)}}, *volumes],
             }})
     return out
 

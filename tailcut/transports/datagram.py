@@ -291,7 +291,9 @@ class DatagramTransport(base.Transport):
                 raise base.ProtocolError(f"{host}:{port}: expected SETUP with a peer id, got "
                                          f"{reply.type.name} message={reply.message}")
             sock.settimeout(None)
-            return self._add_conn(channel, reply.message, (host, port))
+            # The PS's datagrams come from its address, whatever name reached it (on
+            # Kubernetes, ps-0.<job> through the job's headless service).
+            return self._add_conn(channel, reply.message, (sock.getpeername()[0], port))
         except BaseException:
             sock.close()
             self.close()

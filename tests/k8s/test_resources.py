@@ -156,3 +156,27 @@ def test_the_figures_come_from_ps_0_or_else_from_the_replica_that_finished():
         replicated(), [terminated("ps-0", "Killed"),
                        terminated("replica-0", taken_over)])["jctSeconds"] == 5.5
     assert resources.figures_from_pods(replicated(), [pod("ps-0", "Running")]) == {}
+
+
+def test_only_bounded_loss_pods_get_the_capabilities_of_the_xdp_counter():
+    """tcp pods: non-root, every capability dropped, no host path. bounded-loss pods:
+    root in the container with only BPF, NET_ADMIN and PERFMON, and the kernel headers
+    read-only (the role compiles and attaches its counter itself)."""
+    plain = resources.pods(job(), OWNER, "img:1")[0]["spec"]
+    sc = plain["containers"][0]["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["capabilities"] == {"drop": ["ALL"]}
+    assert [v["name"] for v in plain["volumes"]] == ["spec"]
+    bl = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                         "metadata": {"name": "k8-demo"},
+                         "spec": {"transport": {"type": "bounded-loss", "p": 0.9}}})
+    for pod_spec in (p["spec"] for p in resources.pods(bl, OWNER, "img:1")):
+        container = pod_spec["containers"][0]
+        sc = container["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "PERFMON"]}
+        assert sc["runAsUser"] == 0 and sc["allowPrivilegeEscalation"] is False
+        assert {m["mountPath"]: m["readOnly"] for m in container["volumeMounts"]} == {
+            resources.SPEC_MOUNT: True, "/lib/modules": True, "/usr/src": True}
+        assert {v["name"]: v.get("hostPath", {}).get("path") for v in pod_spec["volumes"]} \
+            == {"spec": None, "modules": "/lib/modules", "headers": "/usr/src"}
+        env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+        assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}

@@ -88,6 +88,30 @@ def test_udp_delivers_a_vector_and_says_what_arrived() -> None:
             assert ok.mean() > 0.5  # loopback, paced by nothing: normally all of it
 
 
+def test_a_worker_may_name_the_ps_by_a_host_name() -> None:
+    """On Kubernetes a worker reaches the PS as ps-0.<job>: its datagrams are still
+    told apart by the address they come from (the connection's peer), not the name."""
+    server = transports.get("udp", job="bl-name")
+    got: dict[str, Any] = {}
+    listening = threading.Thread(
+        target=lambda: got.update(conns=server.listen("127.0.0.1", 27209, 1, 10)))
+    listening.start()
+    client = transports.get("udp", job="bl-name")
+    try:
+        c = client.connect("localhost", 27209, 10)
+        listening.join()
+        s = got["conns"][0]
+        c.send(Message(Kind.PUSH, 0, 1, VECTOR), 10)
+        msg = s.recv(10)
+        assert delivered(msg).mean() > 0.5
+        s.send(Message(Kind.PARAMS, 0, 0, VECTOR), 10)   # and back, to the name's address
+        assert c.recv(10).kind == Kind.PARAMS
+    finally:
+        listening.join()
+        client.close()
+        server.close()
+
+
 def test_bounded_loss_delivers_at_least_p_and_stops_sending_there() -> None:
     with pair("bounded-loss", 27203, p=0.8, xdp=False, job="bl-p") as (_, s, client, c):
         for i in range(5):

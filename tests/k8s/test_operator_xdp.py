@@ -1,0 +1,82 @@
+"""bounded-loss jobs through the operator against the real kube-apiserver: their pods
+carry the XDP counter's privileges (and only theirs); a cluster whose chart disables
+them, or a namespace whose Pod Security level forbids them, fails the job with a
+condition naming the setting or the rule, instead of retrying forever."""
+
+import pytest
+import yaml
+
+from tests.k8s import operator_proc
+from tests.k8s.conftest import operator_kubeconfig
+
+pytestmark = pytest.mark.k8s
+
+BOUNDED_LOSS = {"replicas": {"workers": 1}, "transport": {"type": "bounded-loss", "p": 0.9}}
+
+
+@pytest.fixture
+def start_operator(control_plane, release, tmp_path):
+    """An operator (the chart's service account) for one namespace, with extra env."""
+    started = []
+
+    def start(namespace, **env):
+        log = tmp_path / f"operator-{len(started)}.log"
+        kubeconfig = operator_kubeconfig(control_plane, release, f"xdp-op-{len(started)}")
+        started.append(operator_proc.start(kubeconfig, log, namespace=namespace,
+                                           extra_env=env))
+        return log
+    yield start
+    for proc in started:
+        operator_proc.stop(proc)
+
+
+def apply(cp, namespace, name, job_spec):
+    cp.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+         "metadata": {"name": name}, "spec": job_spec}))
+
+
+def wait_failed(cp, namespace, name, log):
+    def check():
+        tj = operator_proc.get_json(cp, "-n", namespace, "get", "trainingjob", name)
+        return tj if (tj.get("status") or {}).get("phase") == "Failed" else None
+    tj = operator_proc.wait_for(check, 60, f"{namespace}/{name} to fail", log)
+    return {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+
+
+def test_the_pods_of_a_bounded_loss_job_get_the_xdp_privileges(control_plane, namespace,
+                                                                 start_operator):
+    log = start_operator(namespace)
+    apply(control_plane, namespace, "xdp-ok", BOUNDED_LOSS)
+    pods = operator_proc.wait_for(lambda: [
+        p for p in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                          "pods")["items"]] or None, 60, "the pods", log)
+    for pod in pods:
+        caps = pod["spec"]["containers"][0]["securityContext"]["capabilities"]
+        assert caps == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "PERFMON"]}
+
+
+def test_a_chart_that_disables_xdp_refuses_bounded_loss_naming_the_setting(
+        control_plane, namespace, start_operator):
+    log = start_operator(namespace, TAILCUT_WORKER_XDP="false")
+    apply(control_plane, namespace, "xdp-off", BOUNDED_LOSS)
+    failed = wait_failed(control_plane, namespace, "xdp-off", log)
+    assert failed["reason"] == "InvalidSpec"
+    assert "workers.xdp.enabled=false" in failed["message"]
+    assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+    # tcp needs no privilege: the same cluster runs it.
+    apply(control_plane, namespace, "xdp-off-tcp", {"replicas": {"workers": 1}})
+    operator_proc.wait_for(lambda: operator_proc.get_json(
+        control_plane, "-n", namespace, "get", "pods")["items"] or None, 60, "tcp pods", log)
+
+
+def test_a_namespace_whose_pod_security_forbids_it_fails_the_job_naming_the_rule(
+        control_plane, namespace, start_operator):
+    control_plane.kubectl("label", "namespace", namespace,
+                          "pod-security.kubernetes.io/enforce=baseline")
+    log = start_operator(namespace)
+    apply(control_plane, namespace, "xdp-psa", BOUNDED_LOSS)
+    failed = wait_failed(control_plane, namespace, "xdp-psa", log)
+    assert failed["reason"] == "PodForbidden"
+    assert "violates PodSecurity" in failed["message"] and "baseline" in failed["message"]
+    assert "NET_ADMIN" in failed["message"]
