@@ -2,13 +2,17 @@
 
     tailcut cluster up && tailcut images build && (load + helm install, see docs/kubernetes.md)
     .venv/bin/python bench/k8s_quickstart.py --kubeconfig KUBECONFIG [--runs 3]
+        [--transports tcp bounded-loss] [--loss 0.01]
 
 Each run, interleaved: examples/quickstart.yaml through the local runtime (namespaces
 on this host), then the same file applied with kubectl to the cluster the kubeconfig
 names, where the operator and agent installed by the chart run it as pods. Prints per
 run the two JCTs (the PS's own clock in both cases), the time from `kubectl apply` to
 every pod Running, and at the end the medians and the ratio JCT(kubernetes) /
-JCT(tailcut run). Root (the local runtime builds namespaces)."""
+JCT(tailcut run). With several --transports (bounded-loss at p = 0.9) each is run in
+turn and the ratio JCT(tcp) / JCT(bounded-loss) is printed for both executors; --loss
+sets accessLink.loss (the agent applies it on the cluster). Root (the local runtime
+builds namespaces)."""
 
 import argparse
 import json
@@ -39,9 +43,15 @@ def kubectl(kubeconfig: str, *args: str, input: str | None = None) -> str:
     return out.stdout
 
 
+TRANSPORTS = {"tcp": {"type": "tcp"}, "bounded-loss": {"type": "bounded-loss", "p": 0.9}}
+SETTINGS = {"transport": "tcp", "loss": 0.0}   # set once from the command line
+
+
 def quickstart(name: str) -> dict[str, Any]:
     raw = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
     raw["metadata"]["name"] = name
+    raw["spec"]["transport"] = TRANSPORTS[str(SETTINGS["transport"])]
+    raw["spec"]["network"]["accessLink"]["loss"] = SETTINGS["loss"]
     return dict(raw)
 
 
@@ -89,25 +99,38 @@ def main() -> None:
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--namespace", default="tailcut-bench")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--transports", nargs="+", choices=sorted(TRANSPORTS), default=["tcp"])
+    ap.add_argument("--loss", type=float, default=0.0, help="accessLink.loss, e.g. 0.01")
     args = ap.parse_args()
+    SETTINGS["loss"] = args.loss
     subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "create", "namespace",
                     args.namespace], capture_output=True)
-    local_jct: list[float] = []
-    k8s_jct: list[float] = []
+    local_jct: dict[str, list[float]] = {t: [] for t in args.transports}
+    k8s_jct: dict[str, list[float]] = {t: [] for t in args.transports}
     to_running: list[float] = []
     for run in range(args.runs):
-        local_jct.append(run_local(f"k8s-bench-{run}"))
-        jct, running = run_cluster(args.kubeconfig, args.namespace, f"k8s-bench-{run}")
-        k8s_jct.append(jct)
-        to_running.append(running)
-        print(f"run {run + 1}/{args.runs}: tailcut run JCT {local_jct[-1]:.2f} s, "
-              f"kubectl apply JCT {jct:.2f} s, apply -> all pods Running {running:.1f} s",
-              flush=True)
-    med_local, med_k8s = statistics.median(local_jct), statistics.median(k8s_jct)
-    print(f"\nquickstart, median of {args.runs} runs: tailcut run {med_local:.2f} s, "
-          f"kubernetes {med_k8s:.2f} s, apply -> all Running "
-          f"{statistics.median(to_running):.1f} s")
-    print(f"JCT(kubernetes) / JCT(tailcut run) = {med_k8s / med_local:.2f}")
+        for transport in args.transports:
+            SETTINGS["transport"] = transport
+            name = f"k8s-bench-{'bl' if transport == 'bounded-loss' else transport}-{run}"
+            local_jct[transport].append(run_local(name))
+            jct, running = run_cluster(args.kubeconfig, args.namespace, name)
+            k8s_jct[transport].append(jct)
+            to_running.append(running)
+            print(f"run {run + 1}/{args.runs} {transport}: tailcut run JCT "
+                  f"{local_jct[transport][-1]:.2f} s, kubectl apply JCT {jct:.2f} s, "
+                  f"apply -> all pods Running {running:.1f} s", flush=True)
+    print(f"\nquickstart, loss {args.loss}, median of {args.runs} runs "
+          f"(apply -> all Running {statistics.median(to_running):.1f} s):")
+    med_local = {t: statistics.median(v) for t, v in local_jct.items()}
+    med_k8s = {t: statistics.median(v) for t, v in k8s_jct.items()}
+    for t in args.transports:
+        print(f"  {t:>12}: tailcut run {med_local[t]:.2f} s, kubernetes {med_k8s[t]:.2f} s, "
+              f"JCT(kubernetes) / JCT(tailcut run) = {med_k8s[t] / med_local[t]:.2f}")
+    if {"tcp", "bounded-loss"} <= set(args.transports):
+        here = med_local["tcp"] / med_local["bounded-loss"]
+        there = med_k8s["tcp"] / med_k8s["bounded-loss"]
+        print(f"JCT(tcp) / JCT(bounded-loss p=0.9): tailcut run {here:.2f}, kubernetes "
+              f"{there:.2f} (kubernetes / tailcut run {there / here:.2f})")
 
 
 if __name__ == "__main__":

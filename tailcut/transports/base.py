@@ -43,6 +43,9 @@ TRANSIENT_CONNECT_ERRNOS = frozenset(
     {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 )
 CONNECT_RETRY_S = 0.1
+# A name not resolvable yet: on Kubernetes, ps-0.<job>'s record appears in the job's
+# headless service only once the PS pod has an address, and a worker may start first.
+TRANSIENT_RESOLVE_ERRORS = frozenset({socket.EAI_NONAME, socket.EAI_AGAIN})
 
 
 class TransportError(errors.TailcutError):
@@ -229,7 +232,7 @@ def remaining(deadline: float | None) -> float | None:
 def connect_tcp(host: str, port: int, timeout_s: float,
                 retry_any_error: bool = False) -> socket.socket:
     """A TCP socket connected to ``host:port``, retrying every CONNECT_RETRY_S until
-    ``timeout_s`` (the server may start later) on a transient error, or on any
+    ``timeout_s`` (the server, or its name, may appear later) on a transient error, or on any
     OSError with ``retry_any_error``. Others raise TransportError, running out of
     time TransportTimeout."""
     deadline = deadline_after(timeout_s)
@@ -241,7 +244,10 @@ def connect_tcp(host: str, port: int, timeout_s: float,
         except TimeoutError as err:
             last = err
         except OSError as err:
-            if not retry_any_error and err.errno not in TRANSIENT_CONNECT_ERRNOS:
+            transient = (err.errno in TRANSIENT_RESOLVE_ERRORS
+                         if isinstance(err, socket.gaierror)
+                         else err.errno in TRANSIENT_CONNECT_ERRNOS)
+            if not retry_any_error and not transient:
                 raise TransportError(f"cannot connect to {host}:{port}: {err}") from err
             last = err
         else:

@@ -352,3 +352,27 @@ def test_closing_a_tagged_connection_does_not_wait_for_a_peer_that_stopped_readi
         assert time.monotonic() - started < 5.0
     finally:
         server.close()
+
+
+def test_a_peer_name_that_resolves_only_later_is_waited_for(monkeypatch) -> None:
+    """On Kubernetes ps-0.<job> resolves only once the PS pod has an address: connect
+    retries a name not found yet, then connects (here the resolver answers on the
+    third try), and a name that never resolves times out saying so."""
+    real = socket.create_connection
+    tries = {"n": 0}
+
+    def late_name(address, timeout=None):
+        tries["n"] += 1
+        if tries["n"] < 3:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(("127.0.0.1", address[1]), timeout=timeout)
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        monkeypatch.setattr(socket, "create_connection", late_name)
+        sock = base.connect_tcp("ps-0.job", server.getsockname()[1], timeout_s=5)
+        sock.close()
+        assert tries["n"] == 3
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: (_ for _ in ()).throw(
+        socket.gaierror(socket.EAI_NONAME, "Name or service not known")))
+    with pytest.raises(base.TransportTimeout, match="Name or service not known"):
+        base.connect_tcp("nowhere.job", 7000, timeout_s=0.5)
