@@ -12,7 +12,11 @@ the spec into role configurations. It gives
 
 The executors differ only in how a role names its peers (`Hosts`): the local runtime
 by each pod's address in the topology, Kubernetes by the pod's DNS name under the
-job's headless service (a role binds every address of its own pod there).
+job's headless service (a role binds its own pod's address there).
+
+Not yet in the plan: the network on Kubernetes. The agent shapes each pod's eth0
+egress only; racks, uplinks and both directions of every link are the local
+runtime's (issue 12).
 """
 
 from dataclasses import dataclass

@@ -87,8 +87,6 @@ def test_a_cadentflow_jobs_pods_get_the_scheduling_section_and_their_tags(
 @pytest.mark.parametrize("name,scheduling,extra,words", [
     ("ks-coflow", {"policy": "coflow"}, {"transport": {"type": "app-drop", "p": 0.9}},
      "spec.scheduling.policy='coflow' with spec.transport.type='app-drop'"),
-    ("ks-udp", {"policy": "cadentflow"}, {"transport": {"type": "udp"}},
-     "spec.transport.type='udp': the Kubernetes path runs tcp and app-drop only"),
     ("ks-appdrop", {"policy": "cadentflow"}, {"transport": {"type": "app-drop", "p": 0.9}},
      "spec.scheduling.policy='cadentflow' with spec.transport.type='app-drop'"),
     ("ks-replica", {"policy": "cadentflow"}, {"replicas": {"workers": 1, "psReplica": True}},
