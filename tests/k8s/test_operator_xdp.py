@@ -7,7 +7,6 @@ import pytest
 import yaml
 
 from tests.k8s import operator_proc
-from tests.k8s.conftest import operator_kubeconfig
 
 pytestmark = pytest.mark.k8s
 
@@ -15,15 +14,17 @@ BOUNDED_LOSS = {"replicas": {"workers": 1}, "transport": {"type": "bounded-loss"
 
 
 @pytest.fixture
-def start_operator(control_plane, release, tmp_path):
-    """An operator (the chart's service account) for one namespace, with extra env."""
+def start_operator(control_plane, tmp_path):
+    """An operator for one namespace, with extra env. The admin's kubeconfig: kopf
+    watching a named namespace also lists namespaces, which the chart's role (for an
+    operator watching all of them) does not grant; the RBAC is tested in
+    test_operator.py. Pod Security admission applies to every user alike."""
     started = []
 
     def start(namespace, **env):
         log = tmp_path / f"operator-{len(started)}.log"
-        kubeconfig = operator_kubeconfig(control_plane, release, f"xdp-op-{len(started)}")
-        started.append(operator_proc.start(kubeconfig, log, namespace=namespace,
-                                           extra_env=env))
+        started.append(operator_proc.start(control_plane.kubeconfig, log,
+                                           namespace=namespace, extra_env=env))
         return log
     yield start
     for proc in started:
