@@ -41,8 +41,8 @@ TERMINAL = ("Succeeded", "Failed")
 # /metrics and /healthz (tailcut.k8s.metrics): the chart sets the port; 0, the default
 # out of a cluster, serves none (tests run several operators on one host).
 METRICS_PORT = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))
-# Whether bounded-loss pods may get the BPF, NET_ADMIN, PERFMON capabilities their XDP
-# counter needs (the chart's workers.xdp.enabled; tailcut.k8s.resources.XDP_CAPABILITIES).
+# Whether bounded-loss pods may get the capabilities their XDP counter needs (the
+# chart's workers.xdp.enabled; tailcut.k8s.resources.XDP_CAPABILITIES).
 XDP_ALLOWED = os.environ.get("TAILCUT_WORKER_XDP", "true") == "true"
 PROGRESS_EVERY_S = 5.0   # how often a running job's progress is read from its PS's log
 Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
@@ -68,7 +68,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
     if METRICS_PORT:
-        metrics.serve(metrics.operator_registry, METRICS_PORT)   # /metrics for Prometheus (the chart's Service)
+        # /metrics for Prometheus (the chart's Service)
+        metrics.serve(metrics.operator_registry, METRICS_PORT)
 
 
 @kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL)
@@ -102,8 +103,9 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
             raise SpecError(
                 f"spec.transport.type={job.spec.transport.type!r}: this cluster's tailcut "
                 "chart sets workers.xdp.enabled=false, so the receiving pods may not get "
-                "the BPF, NET_ADMIN and PERFMON capabilities the XDP counter needs; use tcp, udp or "
-                "app-drop here, or enable it (docs/kubernetes.md, the privileges)")
+                "the BPF, NET_ADMIN and PERFMON capabilities the XDP counter needs; use "
+                "tcp, udp or app-drop here, or enable it (docs/kubernetes.md, the "
+                "privileges)")
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
         _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)

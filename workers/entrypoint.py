@@ -3,9 +3,9 @@ operator's config map) and this pod's replica name into a RoleConfig, then run t
 
     python workers/entrypoint.py --spec /etc/tailcut/spec.yaml --replica worker-2
 
-Every listening role (PS shards, aggregators) binds every address of its pod; the
-others reach it as <replica>.<job> through the job's headless service (the pod's
-hostname and subdomain give it that DNS name). With
+Every listening role (PS shards, the replica, aggregators) binds its pod's address
+(POD_IP, from the downward API); the others reach it as <replica>.<job> through the
+job's headless service (the pod's hostname and subdomain give it that DNS name). With
 spec.scheduling.policy cadentflow the role sends one DSCP-tagged frame per tensor, at
 the levels of the config map's flows.json (tailcut.k8s.policy), as under `tailcut run`.
 """

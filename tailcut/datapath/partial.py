@@ -96,21 +96,13 @@ def serve(program: bcc.Program, *, port: int, job: int, p: float) -> None:
     if not 0 <= job < 2**32:
         raise ValueError(f"job={job}: must be a 32-bit id (wire.job_id(name))")
     table = program.table(RECEIVERS_MAP)
-    value = table.Leaf(job, p_ppm(p))
-    try:
-        table[table.Key(port)] = value
-    except Exception as err:   # BCC raises a bare Exception when the map is full
-        raise DatapathError(f"cannot serve port {port}: {err} (at most "
-                            f"{len(table)} receivers per program)") from err
+    table[table.Key(port)] = table.Leaf(job, p_ppm(p))
 
 
 def stop_serving(program: bcc.Program, port: int) -> None:
     """Stop looking at packets to `port`; its messages' entries are freed too."""
     table = program.table(RECEIVERS_MAP)
-    try:
-        del table[table.Key(port)]
-    except KeyError:
-        pass
+    table[table.Key(port)] = table.Leaf(0, 0)   # p_ppm 0: not served
     messages = program.table(MESSAGES_MAP)
     for key in [k for k in messages.keys() if int(k.port) == port]:
         try:

@@ -55,14 +55,15 @@ _Static_assert(sizeof(struct tailcut_bl_hdr) == TAILCUT_BL_HDR_BYTES,
 #define TAILCUT_BL_SLOT_WORDS  (TAILCUT_BL_MAX_SLOTS / 64)
 #define TAILCUT_BL_MESSAGES    256    /* messages tracked at once per program */
 #define TAILCUT_BL_EVENTS_PAGES 16    /* ring buffer size in pages */
-#define TAILCUT_BL_RECEIVERS   64     /* receivers (UDP ports) one program serves */
+#define TAILCUT_BL_RECEIVERS   65536  /* bl_receivers: one entry per UDP port */
 #define TAILCUT_BL_PPM         1000000
 
 /* What one receiver asks of the counter, set at run time by the loader, so that one
  * compiled program serves every receiver (port) on a host or node. */
 struct tailcut_bl_receiver {
 	__u32 job;     /* packets of other jobs to this port: TAILCUT_BL_UNKNOWN_JOB */
-	__u32 p_ppm;   /* p * 1e6, in 1..TAILCUT_BL_PPM: fire at ceil(p * total) */
+	__u32 p_ppm;   /* p * 1e6, in 1..TAILCUT_BL_PPM: fire at ceil(p * total); 0: the
+	                * port is not served */
 };
 
 struct tailcut_bl_key {
@@ -117,12 +118,12 @@ enum tailcut_bl_reason {
 };
 
 /* Map bl_receivers
- *   type         BPF_MAP_TYPE_HASH
- *   key          __u16, the receiver's UDP port (host byte order)
+ *   type         BPF_MAP_TYPE_ARRAY (512 KiB)
+ *   key          __u32, the receiver's UDP port (host byte order)
  *   value        struct tailcut_bl_receiver
  *   max_entries  TAILCUT_BL_RECEIVERS
  *   written by   tailcut/datapath/partial.py (serve / stop_serving); packets to a port
- *                with no entry are not looked at
+ *                whose entry has p_ppm 0 are not looked at
  *
  * Map bl_messages
  *   type         BPF_MAP_TYPE_HASH

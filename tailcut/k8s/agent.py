@@ -339,7 +339,8 @@ def main() -> int:
     # at least every WATCH_S.
     port = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))   # the chart sets it
     if port:
-        metrics.serve(metrics.agent_registry, port, healthy=lambda: time.monotonic() - last_seen[0] < 3 * WATCH_S)
+        metrics.serve(metrics.agent_registry, port,
+                      healthy=lambda: time.monotonic() - last_seen[0] < 3 * WATCH_S)
     try:
         while True:
             last_seen[0] = time.monotonic()

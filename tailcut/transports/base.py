@@ -232,9 +232,9 @@ def remaining(deadline: float | None) -> float | None:
 def connect_tcp(host: str, port: int, timeout_s: float,
                 retry_any_error: bool = False) -> socket.socket:
     """A TCP socket connected to ``host:port``, retrying every CONNECT_RETRY_S until
-    ``timeout_s`` (the server, or its name, may appear later) on a transient error, or on any
-    OSError with ``retry_any_error``. Others raise TransportError, running out of
-    time TransportTimeout."""
+    ``timeout_s`` (the server, or its name, may appear later) on a transient error, or
+    on any OSError with ``retry_any_error``. Others raise TransportError, running out
+    of time TransportTimeout."""
     deadline = deadline_after(timeout_s)
     last: OSError | None = None
     while True:
