@@ -32,7 +32,7 @@ import yaml
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, crd, metrics, resources, status
+from tailcut.k8s import background, crd, metrics, placement, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -117,10 +117,13 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
         return
     owner = resources.owner_reference(body)
     core = kubernetes.client.CoreV1Api()
-    _create(core.create_namespaced_config_map, namespace, resources.config_map(job, owner))
+    where = _placement(core, job)
+    _create(core.create_namespaced_config_map, namespace,
+            resources.config_map(job, owner, where))
     _create(core.create_namespaced_service, namespace, resources.service(job, owner))
-    bg = _create_background(core, job, namespace, owner, patch)
-    for pod in background.with_sidecars(job, bg, resources.pods(job, owner, WORKER_IMAGE),
+    bg = _create_background(core, job, namespace, owner, patch, where)
+    for pod in background.with_sidecars(job, bg, resources.pods(job, owner, WORKER_IMAGE,
+                                                                where=where),
                                         WORKER_IMAGE):
         try:
             _create(core.create_namespaced_pod, namespace, pod)
@@ -299,8 +302,16 @@ def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
                 f"{err.status} {err.reason}", delay=5) from err
 
 
+def _placement(core: Any, job: spec.TrainingJob) -> placement.Placement:
+    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node."""
+    nodes = core.list_node().items
+    return placement.place(job, placement.schedulable(
+        [kubernetes.client.ApiClient().sanitize_for_serialization(n) for n in nodes]))
+
+
 def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
-                       owner: dict[str, Any], patch: Any) -> Any:
+                       owner: dict[str, Any], patch: Any,
+                       where: placement.Placement) -> Any:
     """spec.backgroundLoad: its config map and background pods (tailcut.k8s.background),
     and status.background saying where Locust's statistics end up. Returns the plan
     (None without a backgroundLoad) for the sidecars of training pods."""
@@ -308,7 +319,7 @@ def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
     if bg is None:
         return None
     _create(core.create_namespaced_config_map, namespace, background.config_map(job, bg, owner))
-    for pod in background.pods(job, bg, owner, WORKER_IMAGE):
+    for pod in background.pods(job, bg, owner, WORKER_IMAGE, where=where):
         _create(core.create_namespaced_pod, namespace, pod)
     patch.status["background"] = background.status(job, bg, namespace)
     return bg
@@ -340,6 +351,9 @@ def _record_pods(job: spec.TrainingJob, pods: list[Any], old: dict[str, Any],
     _set_status(patch, old, phase, reason, message, generation)
     target = patch.status if hasattr(patch, "status") else patch
     target["replicaStatuses"] = counts
+    network = resources.network_from_pods(api_pods)
+    if network:   # what the node agents applied on the job's links
+        target["network"] = network
 
 
 def _set_status(patch: Any, old: dict[str, Any], phase: str, reason: str, message: str,

@@ -10,13 +10,10 @@ the spec into role configurations. It gives
 - what an executor cannot build, each refusal naming its field (`refusals`):
   `tailcut validate --executor`, `tailcut run` and the operator all ask it.
 
-The executors differ only in how a role names its peers (`Hosts`): the local runtime
-by each pod's address in the topology, Kubernetes by the pod's DNS name under the
-job's headless service (a role binds its own pod's address there).
-
-Not yet in the plan: the network on Kubernetes. The agent shapes each pod's eth0
-egress only; racks, uplinks and both directions of every link are the local
-runtime's (issue 12).
+A role reaches its peers by their addresses in the topology on both executors: the
+local runtime gives each pod namespace its address on eth0, the Kubernetes node agent
+gives each pod the same address on its second interface, tc0 (tailcut.k8s.agent), so
+a role's configuration is the same wherever it runs.
 """
 
 from dataclasses import dataclass
@@ -38,17 +35,10 @@ EXECUTORS: tuple[Executor, ...] = ("local", "kubernetes")
 Hosts = Callable[[str, str], str]
 
 
-def local_hosts(topo: topology.Topology) -> Hosts:
-    """Every pod by its address on the job's links (the PS binds its own)."""
+def hosts(topo: topology.Topology) -> Hosts:
+    """Every pod by its address on the job's links (a role binds its own: the
+    datagram transports find their interface by it)."""
     return lambda me, pod: topo.pod(pod).ip
-
-
-def cluster_hosts(job: TrainingJob, own_ip: str | None = None) -> Hosts:
-    """Other pods by their DNS name under the job's headless service (the pod's
-    hostname and subdomain); a pod's own listeners bind its address (the downward
-    API's status.podIP: the datagram transports find their interface by it), or all
-    of its addresses when it is not known."""
-    return lambda me, pod: (own_ip or "0.0.0.0") if pod == me else f"{pod}.{job.name}"
 
 
 @dataclass(frozen=True)

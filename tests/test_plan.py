@@ -1,6 +1,6 @@
 """tailcut.plan: one translation of a TrainingJob for both executors. The same job
-gives the same roles under `tailcut run` and on Kubernetes except for how a role names
-its peers, and each executor's refusals name their field."""
+gives the same roles under `tailcut run` and on Kubernetes (the agent gives a pod the
+address the topology plans for it), and each executor's refusals name their field."""
 
 from pathlib import Path
 
@@ -24,41 +24,18 @@ SHARDED = dict(replicas={"parameterServers": 2, "workers": 4,
                network={"racks": [{"name": "r0"}, {"name": "r1"}]})
 
 
-def test_on_kubernetes_roles_reach_their_peers_by_dns_and_bind_their_own_pod():
-    sharded = job(**SHARDED)
-    hosts = plan.cluster_hosts(sharded)
-    worker = plan.role_config(sharded, "worker-3", "/r", hosts)
-    assert worker.shard_endpoints == ["ps-0.pl-job:7000", "ps-1.pl-job:7000"]
-    assert worker.aggregators == [{"endpoint": "aggregator-0.pl-job:7000", "workers": [2, 3]}]
-    assert worker.ps_host == "ps-0.pl-job"
-    shard1 = plan.role_config(sharded, "ps-1", "/r", hosts)
-    assert (shard1.role, shard1.index) == ("ps", 1)
-    assert shard1.shard_endpoints == ["ps-0.pl-job:7000", "0.0.0.0:7000"]
-    aggregator = plan.role_config(sharded, "aggregator-0", "/r", hosts)
-    assert aggregator.aggregators[0]["endpoint"] == "0.0.0.0:7000"
-
-
-def test_locally_every_peer_is_its_address_on_the_jobs_links():
+def test_every_peer_is_its_address_on_the_jobs_links_and_a_listener_binds_its_own():
     sharded = job(**SHARDED)
     topo = topology.plan(sharded)
-    worker = plan.role_config(sharded, "worker-0", "/r", plan.local_hosts(topo))
+    worker = plan.role_config(sharded, "worker-0", "/r", plan.hosts(topo))
     assert worker.shard_endpoints == [f"{topo.pod('ps-0').ip}:7000",
                                       f"{topo.pod('ps-1').ip}:7000"]
     assert worker.ps_host == topo.pod("ps-0").ip
-
-
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_both_executors_give_a_role_the_same_configuration_but_its_peers_names(example):
-    loaded = spec.load_file(example)
-    topo = topology.plan(loaded)
-    for pod in loaded.spec.pod_names():
-        if topology.plan(loaded).pod(pod).role in topology.BACKGROUND_ROLES:
-            continue
-        here = plan.role_config(loaded, pod, "/r", plan.local_hosts(topo)).__dict__
-        there = plan.role_config(loaded, pod, "/r", plan.cluster_hosts(loaded)).__dict__
-        differing = {k for k in here if here[k] != there[k]}
-        assert differing <= {"ps_host", "shard_endpoints", "replica_endpoint",
-                             "aggregators"}, (pod, differing)
+    shard1 = plan.role_config(sharded, "ps-1", "/r", plan.hosts(topo))
+    assert (shard1.role, shard1.index) == ("ps", 1)
+    assert shard1.shard_endpoints[1] == f"{topo.pod('ps-1').ip}:7000"
+    aggregator = plan.role_config(sharded, "aggregator-0", "/r", plan.hosts(topo))
+    assert aggregator.aggregators[0]["endpoint"] == f"{topo.pod('aggregator-0').ip}:7000"
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
@@ -76,12 +53,9 @@ def test_tcp_and_app_drop_run_on_kubernetes_with_every_role(transport):
 
 
 @pytest.mark.parametrize("transport", [{"type": "udp"}, {"type": "bounded-loss", "p": 0.9}])
-def test_the_datagram_transports_run_on_kubernetes_and_bind_the_pods_own_address(transport):
+def test_the_datagram_transports_run_on_kubernetes(transport):
     datagram = job(transport=transport, **SHARDED)
     plan.check(datagram, "kubernetes")
-    hosts = plan.cluster_hosts(datagram, own_ip="10.244.0.7")
-    shard1 = plan.role_config(datagram, "ps-1", "/r", hosts)
-    assert shard1.shard_endpoints == ["ps-0.pl-job:7000", "10.244.0.7:7000"]
     assert plan.needs_xdp(datagram) == (transport["type"] == "bounded-loss")
 
 

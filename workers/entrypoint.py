@@ -3,9 +3,10 @@ operator's config map) and this pod's replica name into a RoleConfig, then run t
 
     python workers/entrypoint.py --spec /etc/tailcut/spec.yaml --replica worker-2
 
-Every listening role (PS shards, the replica, aggregators) binds its pod's address
-(POD_IP, from the downward API); the others reach it as <replica>.<job> through the
-job's headless service (the pod's hostname and subdomain give it that DNS name). With
+Every role reaches its peers, and binds its own listeners, by the addresses the job's
+topology plans (tailcut.plan.hosts), as under `tailcut run`: the node agent gives the
+pod its address on a second interface, tc0, wired into the job's rack on the node;
+the entrypoint waits for it (ADDRESS_TIMEOUT_S) before the role starts. With
 spec.scheduling.policy cadentflow the role sends one DSCP-tagged frame per tensor, at
 the levels of the config map's flows.json (tailcut.k8s.policy), as under `tailcut run`.
 """
@@ -20,19 +21,23 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tailcut import plan, spec
+from tailcut.errors import NetError
 from tailcut.k8s import podresults, policy, resources
+from tailcut.net import address, topology
 from tailcut.training import role
 from tailcut.training.config import RoleConfig
 
 TRAINING_ROLES = ("ps", "worker", "aggregator", "replica")
+# The agent wires a pod once the kubelet reports it running: a second or two; the
+# margin covers a node busy starting a job's many pods.
+ADDRESS_TIMEOUT_S = float(os.environ.get("TAILCUT_ADDRESS_TIMEOUT_S", "120"))
 
 
 def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
                 flows: Optional[dict[str, Any]] = None) -> RoleConfig:
-    """The role's configuration from the job's plan (tailcut.plan), its peers named
-    by DNS under the job's headless service."""
-    return plan.role_config(job, replica, results_dir,
-                            plan.cluster_hosts(job, os.environ.get("POD_IP")), flows)
+    """The role's configuration from the job's plan (tailcut.plan)."""
+    return plan.role_config(job, replica, results_dir, plan.hosts(topology.plan(job)),
+                            flows)
 
 
 def read_flows(spec_path: Path) -> Optional[dict[str, Any]]:
@@ -58,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    own_ip = topology.plan(job).pod(args.replica).ip
+    try:
+        ifname, _ = address.wait_for(ADDRESS_TIMEOUT_S, f"pod {args.replica}", ip=own_ip)
+    except NetError as err:
+        print(f"entrypoint: {err}", file=sys.stderr)
+        return 1
+    print(f"entrypoint: {args.replica} is {own_ip} on {ifname}", flush=True)
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"
     role_config(job, args.replica, results, read_flows(args.spec)).to_json(config_path)

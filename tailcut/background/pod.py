@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 from tailcut.background import launch
 from tailcut.background import plan as bgplan
+from tailcut.errors import NetError
+from tailcut.net import address
 
 CSV_BEGIN = "----- begin {name} -----"
 CSV_END = "----- end {name} -----"
@@ -221,11 +223,19 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="locust: where the CSVs go")
     parser.add_argument("--port", type=int, default=bgplan.SERVER_PORT, help="server port")
     parser.add_argument("--ifname", default="eth0",
-                        help="server: the interface whose sent bytes are reported")
+                        help="the pod's interface on the job's links: waited for; the "
+                             "server reports the bytes it sent")
+    parser.add_argument("--wait-s", type=float, default=120.0,
+                        help="how long to wait for an address on --ifname")
     parser.add_argument("--stay", action="store_true",
                         help="after the run, wait for SIGTERM (sidecar in a training pod)")
     args = parser.parse_args(argv)
     config = load_config(args.config)
+    try:   # the node agent wires the pod into its rack once the pod runs
+        address.wait_for(args.wait_s, f"background {args.what}", ifname=args.ifname)
+    except NetError as err:
+        print(f"background pod: {err}", file=sys.stderr, flush=True)
+        return 1
     if args.what == "server":
         code = run_server(config, args.port, args.ifname)
     else:

@@ -1,32 +1,39 @@
-"""The node agent: shapes each tailcut pod's link from inside its network namespace.
+"""The node agent: builds each job's network on its node and wires the job's pods in.
 
 Runs on every node (a DaemonSet with hostPID and the capabilities listed in the
-chart's values.yaml). It watches the tailcut pods scheduled to its node; when one is
-running it finds a process of the pod by the pod's UID in /proc/<pid>/cgroup, gives
-that process's network namespace a name (a bind mount under /run/netns, as `ip netns
-attach` does, but only inside the agent's own mount namespace) and applies the job's
-access-link shaping to the pod's eth0 with the same code the local runtime uses
-(tailcut.net.shaping.plan/apply). When the job's spec.scheduling.policy is cadentflow
-it adds what the local runtime adds on every pod: the HTB priority classes and the DSCP
-classifier on that eth0 (tailcut.scheduling.enforce.apply_to), so the pods' per-tensor
-DSCP tags pick their class.
+chart's values.yaml). It watches the tailcut pods scheduled to its node. When the
+first pod of a job is running there, it builds that job's spine and racks on the node
+(namespaces, ToR bridges, uplinks shaped both ways) from the same topology plan and
+with the same code as `tailcut run` (tailcut.net.topology, tailcut.net.build). Then
+for each of the job's pods as it runs, it finds a process of the pod by the pod's UID
+in /proc/<pid>/cgroup, gives that process's network namespace a name (a bind mount
+under /run/netns, as `ip netns attach` does, but only inside the agent's own mount
+namespace) and wires the pod into its rack through a second interface, tc0, with the
+pod's address of the plan (as meshnet-cni and Multus add interfaces; the CNI's eth0
+keeps the default route for DNS and the API server). Both directions of the access
+link are shaped, and with spec.scheduling.policy cadentflow both ends of every link
+get the HTB priority classes and the DSCP classifier (tailcut.scheduling.enforce), as
+under `tailcut run`. What was applied goes on the pod as the annotation
+tailcut.dev/network; the operator gathers it into the job's status.network.
 
 When the pod goes (deleted, Succeeded or Failed, or missing when the agent relists)
-the agent undoes what it applied while the namespace may still be there (a finished
-pod's sandbox can outlive it): it detaches the classifier and the loss dropper (BPF
-filters; the agent's BCC program goes with its last attachment), deletes the HTB tree
-with its priority classes (shaping.remove), then drops the name. On SIGTERM it releases
-every pod the same way. A pod whose eth0 still carries tailcut filters from an agent
-that was killed (SIGKILL) is cleared of them before it is shaped again.
+the agent removes its access link (and with it tc0 and their filters) and drops the
+name; when the last pod of a job on the node has gone, it removes the job's spine and
+racks. On SIGTERM it does all of that for every job. The job's namespaces are named
+only inside the agent's mount namespace, so an agent killed outright takes them with
+it: the kernel frees a namespace no name and no process holds, and with it the
+veths into the pods.
 
-Names: tck8s-<first 12 characters of the pod UID>. Not "tailcut-": `tailcut clean`
-would otherwise end the pod's processes as leftovers of a local run.
+Names: tck8s-<first 12 characters of the pod UID> for a pod,
+tck8s-<namespace>.<job>@<node>.rack-<r> and .spine for a job's fabric. Not "tailcut-":
+`tailcut clean` would otherwise take them for leftovers of a local run.
 
 The operator never touches netlink; this is the one privileged place.
 """
 
 import ctypes
-import errno
+import dataclasses
+import json
 import logging
 import os
 import signal
@@ -40,21 +47,20 @@ import yaml
 
 from tailcut import features, spec
 from tailcut.errors import TailcutError
-from tailcut.k8s import metrics, policy, resources
-from tailcut.net import netns, shaping
+from tailcut.k8s import metrics, placement, policy, resources
+from tailcut.net import build, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
-from tailcut.spec.model import Link, Scheduling, TrainingJob
+from tailcut.spec.model import TrainingJob
 
 PREFIX = "tck8s-"
-POD_IF = "eth0"
+DATA_IF = naming.DATA_IF
 MS_BIND = 4096
-MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
 log = logging.getLogger("tailcut.agent")
 
 
 class AgentError(TailcutError):
-    """A pod could not be shaped; the message names the pod and the reason."""
+    """A pod could not be wired; the message names the pod and the reason."""
 
 
 def netns_name(pod_uid: str) -> str:
@@ -96,91 +102,170 @@ def detach(name: str) -> None:
     netns.remove(name)
 
 
+def fabric_name(namespace: str, job: str, node: str) -> str:
+    """The prefix of a job's spine and rack namespaces on a node. The node's name is
+    in it because agents of several nodes may share a mount namespace (nodes that are
+    network namespaces of one host, as in the tests)."""
+    return f"{PREFIX}{namespace}.{job}@{node}"
+
+
+def node_topology(job: TrainingJob, namespace: str, node: str) -> topology.Topology:
+    """The job's topology plan with its spine and racks named for the node agent."""
+    topo = topology.plan(job)
+    base = fabric_name(namespace, job.name, node)
+    racks = tuple(dataclasses.replace(r, netns=f"{base}.rack-{r.index}") for r in topo.racks)
+    return dataclasses.replace(topo, racks=racks, spine_netns=f"{base}.spine")
+
+
 @dataclass
-class Shaped:
-    name: str
-    description: str
-    droppers: list[object] = field(default_factory=list)
+class Fabric:
+    """One job's spine and racks on this node, and its pods wired into them."""
+
+    namespace: str
+    job: TrainingJob
+    node: str
+    network: build.Network
+    enforcement: Optional[enforce.Enforcement] = None   # cadentflow on the uplinks
+    pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
+
+
+@dataclass
+class Wired:
+    """A pod wired into its rack."""
+
+    uid: str
+    name: str            # the agent's name for the pod's network namespace
+    replica: str         # ps-0, worker-3, bg-server-0: the pod's name in the plan
+    fabric: Fabric
+    where: str = ""      # <namespace>/<pod>, for the log
+    applied: dict[str, str] = field(default_factory=dict)
     enforcement: Optional[enforce.Enforcement] = None
 
+    @property
+    def description(self) -> str:
+        """'worker-0/tc0: htb 1 Gbit/s, ...; rack-0/p1: ...': what its links got."""
+        return "; ".join(f"{readable(self.fabric, {self.name: self.replica}, k)}: {v}"
+                         for k, v in self.applied.items())
 
-def shape(name: str, link: Link, has_netem: bool,
-          scheduling: Optional[Scheduling] = None) -> Shaped:
-    """Apply `link`'s shaping to eth0 in namespace `name`: the pod's egress, and for
-    `scheduling.policy` cadentflow the priority classes and classifier on top. (The
-    other direction is shaped where the local runtime shapes it too: on the peer end,
-    which on Kubernetes belongs to the CNI, so only egress is ours.) All or nothing:
-    if a step fails, what the earlier ones applied is removed again."""
-    ops = shaping.plan(link, has_netem, "spec.network.accessLink")
-    shaped = Shaped(name=name, description=shaping.describe(ops))
+
+def readable(fabric: Fabric, wired_ns: dict[str, str], key: str) -> str:
+    """'tck8s-lab.demo.rack-0/up' -> 'rack-0/up'; a pod's namespace -> its replica."""
+    ns, _, ifname = key.rpartition("/")
+    base = fabric_name(fabric.namespace, fabric.job.name, fabric.node) + "."
+    return f"{wired_ns.get(ns) or ns.removeprefix(base)}/{ifname}"
+
+
+def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
+                 where: placement.Placement) -> Fabric:
+    """The job's spine and the racks placed on `node` (all of them without a
+    placement), with cadentflow's classes on both ends of every uplink, and the VXLAN
+    to the job's spines on other nodes. Call it from the node's network namespace.
+    All or nothing."""
+    topo = node_topology(job, namespace, node)
+    here = [r for r in topo.racks if not where or where[r.name].name == node]
+    if not here:
+        raise AgentError(f"{namespace}/{job.name}: no rack of the job is placed on node "
+                         f"{node} ({', '.join(f'{r}: {n.name}' for r, n in where.items())})")
+    stale = [n for n in [topo.spine_netns] + [r.netns for r in topo.racks]
+             if netns.exists(n)]
+    for name in stale:   # a fabric this agent lost track of (it relisted): rebuild
+        netns.remove(name)
+    network = build.build_fabric(topo, here, has_netem)
+    fabric = Fabric(namespace=namespace, job=job, node=node, network=network)
     try:
-        with netns.ipr(name) as ipr:
-            if not ipr.link_lookup(ifname=POD_IF):
-                raise AgentError(f"{name}: no {POD_IF} in the pod's network namespace")
-            clear_stale_filters(ipr, name)
-            shaped.droppers = shaping.apply(ops, ipr, name, POD_IF)
-        if scheduling is not None and scheduling.policy == "cadentflow":
-            shaped.enforcement = enforce.apply_to([(name, POD_IF, link.bandwidth)],
-                                                  scheduling)
-            shaped.description += (f"; {scheduling.policy}: "
-                                   + "; ".join(shaped.enforcement.applied.values()))
+        spines = _spines(topo, where)
+        if len(spines) > 1:
+            me = spines.pop(node)
+            key = f"{namespace}/{job.name}"
+            network.applied[f"{topo.spine_netns}/{overlay.VXLAN_IF}"] = overlay.join(
+                topo.spine_netns, job.name, overlay.vni(key), me, list(spines.values()))
+        if _cadentflow(job):
+            fabric.enforcement = enforce.apply_to(
+                [e for r in here for e in (
+                    (r.netns, naming.RACK_UPLINK_IF, topo.uplink.bandwidth),
+                    (topo.spine_netns, naming.spine_port(r.index), topo.uplink.bandwidth))],
+                job.spec.scheduling)
     except BaseException:
-        release(shaped)
+        build.remove_fabric(network)
         raise
-    return shaped
+    return fabric
 
 
-def release(shaped: Shaped) -> None:
-    """Undo `shape` on the pod's eth0, if the namespace is still there: classifier
-    and droppers detached, HTB tree (and its priority classes) deleted. Each step
-    runs even if an earlier one failed; the first error is raised at the end."""
-    steps: list[Any] = [d.detach for d in shaped.droppers]  # type: ignore[attr-defined]
-    if shaped.enforcement is not None:
-        steps.insert(0, shaped.enforcement.detach)
-    steps.append(lambda: _remove_tree(shaped.name))
-    failed: Optional[BaseException] = None
-    for step in steps:
-        try:
-            step()
-        except Exception as err:   # noqa: BLE001 - the rest must still be undone
-            failed = failed or err
-    if failed is not None:
-        raise failed
+def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, overlay.Spine]:
+    """Per node of the placement (sorted by name): its spine as the others see it."""
+    nodes = sorted({n.name: n for n in where.values()}.values(), key=lambda n: n.name)
+    return {n.name: overlay.Spine(k, n.ip, tuple(r.subnet for r in topo.racks
+                                                 if where[r.name].name == n.name))
+            for k, n in enumerate(nodes)}
 
 
-def _remove_tree(name: str) -> None:
+def remove_fabric(fabric: Fabric) -> None:
     try:
-        with netns.ipr(name) as ipr:
-            shaping.remove(ipr, POD_IF)
-    except TailcutError:
-        pass   # the name or the namespace is gone, and the qdiscs with it
-
-
-def unshape(shaped: Shaped) -> None:
-    """Release the pod and drop its name, even if releasing failed half-way."""
-    try:
-        release(shaped)
+        if fabric.enforcement is not None:
+            fabric.enforcement.detach()
     finally:
-        detach(shaped.name)
+        build.remove_fabric(fabric.network)
 
 
-def classified(shaped: Shaped) -> str:
+def _cadentflow(job: TrainingJob) -> bool:
+    return job.spec.scheduling is not None and job.spec.scheduling.policy == "cadentflow"
+
+
+def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
+    """Wire the pod whose namespace is named `name` into its rack: both directions of
+    its access link shaped, cadentflow's classes on both ends. All or nothing."""
+    topo = fabric.network.topology
+    pod = topo.pod(replica)
+    if not netns.exists(topo.racks[pod.rack].netns):
+        raise AgentError(f"{replica} belongs to rack {topo.racks[pod.rack].name}, which is "
+                         "placed on another node (the job's config map, placement.json)")
+    wired = Wired(uid=uid, name=name, replica=replica, fabric=fabric)
+    wired.applied = build.wire_pod(fabric.network, pod, name)
+    try:
+        if _cadentflow(fabric.job):
+            rack = topo.racks[pod.rack]
+            wired.enforcement = enforce.apply_to(
+                [(name, DATA_IF, topo.access_link.bandwidth),
+                 (rack.netns, naming.rack_port(pod.slot), topo.access_link.bandwidth)],
+                fabric.job.spec.scheduling)
+            for key, classes in wired.enforcement.applied.items():
+                wired.applied[key] += f"; {fabric.job.spec.scheduling.policy}: {classes}"
+    except BaseException:
+        build.unwire_pod(fabric.network, pod)
+        raise
+    fabric.pods[uid] = wired
+    return wired
+
+
+def unwire(wired: Wired) -> None:
+    """Undo `wire`: the classifiers detached, the access link removed (tc0 and its
+    qdiscs and filters go with it). Each step runs even if an earlier one failed."""
+    wired.fabric.pods.pop(wired.uid, None)
+    try:
+        if wired.enforcement is not None:
+            wired.enforcement.detach()
+    finally:
+        build.unwire_pod(wired.fabric.network,
+                         wired.fabric.network.topology.pod(wired.replica))
+
+
+def classified(wired: Wired) -> str:
     """The classifier's per-level packet counts, for the log line at release."""
-    if shaped.enforcement is None:
+    if wired.enforcement is None:
         return ""
     parts = [f"{'untagged' if level is None else f'level {level}'} {packets}"
-             for by_level in shaped.enforcement.counts().values()
+             for by_level in wired.enforcement.counts().values()
              for level, (packets, _) in sorted(by_level.items(),
                                                key=lambda kv: (kv[0] is None, kv[0] or 0))
              if packets]
     return "; packets classified: " + (", ".join(parts) or "none")
 
 
-def count_classified(shaped: Shaped) -> None:
+def count_classified(wired: Wired) -> None:
     """Add the classifier's per-level packet counts to the agent's metrics."""
-    if shaped.enforcement is None:
+    if wired.enforcement is None:
         return
-    for by_level in shaped.enforcement.counts().values():
+    for by_level in wired.enforcement.counts().values():
         for level, (packets, _) in by_level.items():
             if packets:
                 metrics.classified_packets.labels(
@@ -188,113 +273,151 @@ def count_classified(shaped: Shaped) -> None:
 
 
 WATCH_S = 300   # the API server ends each watch after this long; the agent re-lists
-TC_EGRESS = 0xFFFFFFF3
-OUR_PROGRAMS = ("tailcut_",)   # names of the BPF programs tailcut attaches (ebpf/)
-
-
-def clear_stale_filters(ipr: Any, name: str) -> int:
-    """Delete the tailcut BPF filters an earlier agent left on the pod's eth0 egress
-    (it was killed before it could release them), and the clsact qdisc if nothing else
-    is left on it; they would make the classifier's attach fail with EEXIST. Filters
-    of other programs are left alone. Returns how many were deleted."""
-    from pyroute2 import NetlinkError
-
-    index = ipr.link_lookup(ifname=POD_IF)[0]
-    if not any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index)):
-        return 0
-    removed, others = 0, 0
-    for f in ipr.get_filters(index, parent=TC_EGRESS):
-        if not f["handle"]:
-            continue   # the per-priority chain header, not a filter
-        options = f.get_attr("TCA_OPTIONS")
-        prog_name = options.get_attr("TCA_BPF_NAME") if options is not None else None
-        if not (prog_name or "").startswith(OUR_PROGRAMS):
-            others += 1
-            continue
-        prio = f["info"] >> 16
-        try:
-            ipr.tc("del-filter", "bpf", index, handle=f["handle"], parent=TC_EGRESS,
-                   prio=prio)
-            removed += 1
-        except NetlinkError as err:
-            if err.code not in (errno.ENOENT, errno.EINVAL):
-                raise
-    if removed:
-        ingress = [f for f in ipr.get_filters(index, parent=0xFFFFFFF2) if f["handle"]]
-        if not others and not ingress:
-            ipr.tc("del", "clsact", index)
-        log.warning(f"{name}: removed {removed} tailcut filter(s) left on {POD_IF} by an "
-                    "earlier agent")
-    return removed
+ANNOTATION_NETWORK = resources.ANNOTATION_NETWORK
 
 
 class Agent:
-    """Follows the tailcut pods of one node and keeps each one shaped once."""
+    """Follows the tailcut pods of one node: builds each job's fabric once, wires each
+    pod once, and undoes both when they go."""
 
     def __init__(self, core: Any, node: str, shape_host_network: bool = False) -> None:
         self.core = core
         self.node = node
         self.shape_host_network = shape_host_network
         self.has_netem = features.netem().available
-        self.shaped: dict[str, Shaped] = {}
+        self.fabrics: dict[tuple[str, str], Fabric] = {}   # by (namespace, job)
+        self.wired: dict[str, Wired] = {}                    # by pod UID
 
     def handle(self, event_type: str, pod: Any) -> None:
         uid = pod.metadata.uid
         if event_type == "DELETED" or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
-            done = self.shaped.pop(uid, None)
-            if done is not None:
-                count_classified(done)
-                unshape(done)
-                metrics.pods_shaped.set(len(self.shaped))
-                log.info(f"{pod.metadata.namespace}/{pod.metadata.name}: released "
-                         f"{done.name}{classified(done)}")
+            self.release(uid)
             return
-        if uid in self.shaped or not pod.status or pod.status.phase != "Running":
+        if uid in self.wired or not pod.status or pod.status.phase != "Running":
             return
         where = f"{pod.metadata.namespace}/{pod.metadata.name}"
         if pod.spec.host_network and not self.shape_host_network:
-            log.warning(f"{where}: on the host network; not shaped (shaping it would shape "
-                        "the node; set agent.dangerouslyShapeHostNetworkPods to allow)")
+            log.warning(f"{where}: on the host network; not wired (its second interface "
+                        "would be the node's; set agent.dangerouslyShapeHostNetworkPods "
+                        "to allow)")
             return
-        job = self._job(pod)
+        job, racks_at = self._job(pod)
         try:
             policy.check_enforceable(job)   # the operator refused these already
         except TailcutError as err:
-            raise AgentError(f"{where}: not shaped: {err}") from err
+            raise AgentError(f"{where}: not wired: {err}") from err
+        replica = (pod.metadata.labels or {}).get(resources.LABEL_REPLICA)
+        if replica not in {p.name for p in topology.plan(job).pods}:
+            raise AgentError(f"{where}: label {resources.LABEL_REPLICA}={replica!r} names "
+                             f"no pod of job {job.name}")
         pid = pid_of_pod(uid)
         if pid is None:
             log.warning(f"{where}: running but no process found in /proc; retrying later")
             return
-        name = netns_name(uid)
         try:
-            attach(name, pid)
-            try:
-                self.shaped[uid] = shape(name, job.spec.network.access_link, self.has_netem,
-                                         job.spec.scheduling)
-            except BaseException:
-                detach(name)
-                raise
+            wired = self._wire(pod.metadata.namespace, job, racks_at, uid, replica, pid)
+            wired.where = where
         except Exception:
             metrics.shaping_failures.inc()
             raise
         metrics.pods_shaped_total.inc()
-        metrics.pods_shaped.set(len(self.shaped))
-        log.info(f"{where}: {self.shaped[uid].description}")
+        metrics.pods_shaped.set(len(self.wired))
+        log.info(f"{where}: {wired.description}")
+        self._annotate(pod, wired)
 
-    def _job(self, pod: Any) -> TrainingJob:
+    def _wire(self, namespace: str, job: TrainingJob, where: placement.Placement, uid: str,
+              replica: str, pid: int) -> Wired:
+        key = (namespace, job.name)
+        fabric = self.fabrics.get(key)
+        if fabric is None:
+            fabric = build_fabric(namespace, job, self.has_netem, self.node, where)
+            self.fabrics[key] = fabric
+            log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "
+                     + "; ".join(f"{readable(fabric, {}, k)}: {v}"
+                                 for k, v in fabric.network.applied.items()))
+        name = netns_name(uid)
+        try:
+            attach(name, pid)
+            try:
+                wired = wire(fabric, uid, name, replica)
+            except BaseException:
+                detach(name)
+                raise
+        except BaseException:
+            self._drop_fabric_if_unused(key)
+            raise
+        self.wired[uid] = wired
+        return wired
+
+    def _annotate(self, pod: Any, wired: Wired) -> None:
+        """Record on the pod what its links got (the operator reads it into the
+        job's status); a failure to record is logged, the wiring stays."""
+        names = {wired.name: wired.replica}
+        links = {readable(wired.fabric, names, k): v for k, v in
+                 list(wired.applied.items()) + list(self._uplinks_of(wired).items())}
+        try:
+            self.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, {
+                "metadata": {"annotations": {ANNOTATION_NETWORK: json.dumps(links)}}})
+        except Exception as err:   # noqa: BLE001 - the API's errors are many; log them
+            log.warning(f"{pod.metadata.namespace}/{pod.metadata.name}: could not record "
+                        f"its links on the pod: {err}")
+
+    @staticmethod
+    def _uplinks_of(wired: Wired) -> dict[str, str]:
+        """What the uplink of the pod's rack got, both ends, and its spine's VXLAN."""
+        network = wired.fabric.network
+        topo = network.topology
+        rack = topo.racks[topo.pod(wired.replica).rack]
+        ends = (f"{rack.netns}/{naming.RACK_UPLINK_IF}",
+                f"{topo.spine_netns}/{naming.spine_port(rack.index)}")
+        enforced = wired.fabric.enforcement.applied if wired.fabric.enforcement else {}
+        links = {end: network.applied[end] + (f"; cadentflow: {enforced[end]}"
+                                              if end in enforced else "")
+                 for end in ends if end in network.applied}
+        vxlan = network.applied.get(f"{topo.spine_netns}/{overlay.VXLAN_IF}")
+        if vxlan is not None:   # each node's spine has one: named by its node
+            links[f"spine@{wired.fabric.node}/{overlay.VXLAN_IF}"] = vxlan
+        return links
+
+    def release(self, uid: str) -> None:
+        """Unwire the pod, drop its name, and remove its job's fabric if it was the
+        job's last pod on this node. Nothing wired is fine."""
+        wired = self.wired.pop(uid, None)
+        if wired is None:
+            return
+        count_classified(wired)
+        try:
+            unwire(wired)
+        finally:
+            detach(wired.name)
+            self._drop_fabric_if_unused((wired.fabric.namespace, wired.fabric.job.name))
+            metrics.pods_shaped.set(len(self.wired))
+        log.info(f"{wired.where}: released {wired.replica}{classified(wired)}")
+
+    def _drop_fabric_if_unused(self, key: tuple[str, str]) -> None:
+        fabric = self.fabrics.get(key)
+        if fabric is not None and not fabric.pods:
+            del self.fabrics[key]
+            remove_fabric(fabric)
+            log.info(f"{key[0]}/{key[1]}: no pod left on this node: spine and racks removed")
+
+    def _job(self, pod: Any) -> tuple[TrainingJob, placement.Placement]:
+        """The pod's job and its racks' nodes, from the job's config map."""
         cm_name = (pod.metadata.annotations or {}).get(resources.ANNOTATION_SPEC_MAP)
         cm = self.core.read_namespaced_config_map(cm_name, pod.metadata.namespace)
-        return spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
-                              source=f"configmap {pod.metadata.namespace}/{cm_name}")
+        job = spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
+                             source=f"configmap {pod.metadata.namespace}/{cm_name}")
+        return job, placement.from_config(cm.data)
 
     def release_all(self) -> None:
-        """Undo the shaping and enforcement of every pod (the agent is stopping)."""
-        while self.shaped:
-            uid, done = self.shaped.popitem()
+        """Unwire every pod and remove every fabric (the agent is stopping)."""
+        for uid in list(self.wired):
             try:
-                unshape(done)
+                self.release(uid)
             except TailcutError as err:
-                log.error(f"{done.name}: {err}")
+                log.error(f"pod {uid}: {err}")
+        for key in list(self.fabrics):   # a fabric whose first pod failed to wire
+            remove_fabric(self.fabrics.pop(key))
 
     def events(self) -> Iterator[tuple[str, Any]]:
         """The node's tailcut pods as they are now (ADDED), then their changes. Lists
@@ -306,8 +429,8 @@ class Agent:
                      "field_selector": f"spec.nodeName={self.node}"}
         listed = self.core.list_pod_for_all_namespaces(resource_version="0", **selectors)
         present = {pod.metadata.uid for pod in listed.items}
-        for uid in [u for u in self.shaped if u not in present]:
-            unshape(self.shaped.pop(uid))   # went away while the watch was down
+        for uid in [u for u in self.wired if u not in present]:
+            self.release(uid)   # went away while the watch was down
         for pod in listed.items:
             yield "ADDED", pod
         watch = kubernetes.watch.Watch()
@@ -357,8 +480,8 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        # Leave no classifier, dropper or qdisc of ours in pods the next agent may
-        # never see (the chart uninstalled); one that comes back re-applies them.
+        # Leave no link, classifier or dropper of ours in pods the next agent may
+        # never see (the chart uninstalled); one that comes back wires them again.
         agent.release_all()
     return 0
 

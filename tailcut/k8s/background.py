@@ -4,7 +4,7 @@ server and Locust pods, and sidecars in training pods named as senders or receiv
 Pure functions from a validated job to manifests, as tailcut.k8s.resources does for
 the training pods. For `senders: [rack-1]`, `receivers: [ps-0, rack-0]` in job `demo`:
 
-    ConfigMap demo-background   locust-config.json: servers (by DNS name), rate, users,
+    ConfigMap demo-background   locust-config.json: servers (by address), rate, users,
                                 shape, flow-size CDF, run time
     Pod demo-bg-server-0        hostname bg-server-0, rack rack-1: the flow server
     Pod demo-ps-0               + sidecars locust-master and locust (worker)
@@ -18,15 +18,14 @@ Sidecars in a training pod are native sidecars (init containers with restartPoli
 Always): they start before the role and are stopped when it exits.
 """
 
-import dataclasses
 import json
 import math
 from typing import Any, Optional
 
 from tailcut.background import launch
 from tailcut.background import plan as bgplan
-from tailcut.k8s import resources
-from tailcut.net import topology
+from tailcut.k8s import placement, resources
+from tailcut.net import naming, topology
 from tailcut.spec.model import TrainingJob
 
 CONFIG_KEY = "locust-config.json"
@@ -40,18 +39,11 @@ ROLES = topology.BACKGROUND_ROLES   # bg-server, bg-client
 
 
 def plan(job: TrainingJob) -> Optional[bgplan.Plan]:
-    """The job's background plan with every endpoint addressed by its DNS name
-    (<pod>.<job> through the job's headless service) instead of a local IP. Raises
-    SpecError for a rate Locust cannot drive, as `tailcut run` does: call it before
-    creating anything."""
-    p = bgplan.plan(job, topology.plan(job))
-    if p is None:
-        return None
-
-    def by_dns(e: bgplan.Endpoint) -> bgplan.Endpoint:
-        return bgplan.Endpoint(pod=e.pod, netns="", ip=f"{e.pod}.{job.name}")
-    return dataclasses.replace(p, servers=tuple(map(by_dns, p.servers)),
-                               clients=tuple(map(by_dns, p.clients)))
+    """The job's background plan, as `tailcut run` makes it: every endpoint at its
+    address on the job's links (the node agent gives each pod that address on tc0).
+    Raises SpecError for a rate Locust cannot drive, as `tailcut run` does: call it
+    before creating anything."""
+    return bgplan.plan(job, topology.plan(job))
 
 
 def check(job: TrainingJob) -> None:
@@ -119,7 +111,8 @@ def containers(p: bgplan.Plan, pod: str, image: str, sidecar: bool = False,
 
 
 def pods(job: TrainingJob, p: bgplan.Plan, owner: dict[str, Any], image: str,
-         pull_policy: str = "IfNotPresent") -> list[dict[str, Any]]:
+         pull_policy: str = "IfNotPresent",
+         where: Optional[placement.Placement] = None) -> list[dict[str, Any]]:
     """The background pods of racks named as senders or receivers."""
     topo = topology.plan(job)
     out = []
@@ -139,7 +132,7 @@ def pods(job: TrainingJob, p: bgplan.Plan, owner: dict[str, Any], image: str,
                     "ownerReferences": [owner]},
                 "spec": {
                     "hostname": bg.name, "subdomain": job.name,
-                    "affinity": resources.rack_affinity(job, rack.name),
+                    **resources.rack_scheduling(job, rack.name, where),
                     "restartPolicy": "Never",
                     "activeDeadlineSeconds": active_deadline_s(p),
                     "automountServiceAccountToken": False,
@@ -236,7 +229,8 @@ def _sent_report(message: Optional[str]) -> Optional[dict[str, Any]]:
 def _container(name: str, args: list[str], image: str, pull_policy: str, sidecar: bool,
                port: Optional[tuple[str, int]] = None) -> dict[str, Any]:
     argv = args + ["--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}",
-                   "--results", f"{RESULTS_MOUNT}/{RESULTS_SUBDIR}"]
+                   "--results", f"{RESULTS_MOUNT}/{RESULTS_SUBDIR}",
+                   "--ifname", naming.DATA_IF]   # the pod's interface on the job's links
     if sidecar:
         argv.append("--stay")   # exiting would make the kubelet restart a sidecar
     c: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """The Kubernetes commands of `tailcut`: a local cluster, its images, a job's results.
 
-    tailcut cluster up | down | status        a real single-node cluster on this host
+    tailcut cluster up [--nodes N] | down | status   a real cluster on this host
     tailcut images build [--load]             the three images, from their Dockerfiles
     tailcut collect JOB [-n NS]               a finished job's results from its pods' logs
 """
@@ -16,12 +16,15 @@ from tailcut.k8s.node import procs
 
 
 def add_parsers(sub: Any) -> None:
-    cluster = sub.add_parser("cluster", help="a real single-node Kubernetes cluster on this "
-                             "host (containerd, kubelet, control plane; root)")
+    cluster = sub.add_parser("cluster", help="a real Kubernetes cluster on this host "
+                             "(containerd, kubelet, control plane; root)")
     cluster.add_argument("action", choices=["up", "down", "status"])
     cluster.add_argument("--workdir", type=Path, default=node_cluster.DEFAULT_WORKDIR,
                          help="where the cluster keeps its state, logs and files "
                          "(default: %(default)s)")
+    cluster.add_argument("--nodes", type=int, default=1,
+                         help="with up: how many nodes, each its own network namespace "
+                         "with its own containerd, kubelet and kube-proxy (default 1)")
     cluster.add_argument("--no-images", action="store_true",
                          help="with up: do not build and load tailcut's images")
     cluster.set_defaults(handler=_cluster)
@@ -58,7 +61,7 @@ def _cluster(args: argparse.Namespace) -> int:
             print(f"{name:<24} pid {pid:<8} {state}")
         print(f"export KUBECONFIG={found.kubeconfig}")
         return 0
-    up = node_cluster.Cluster.up(args.workdir)
+    up = node_cluster.Cluster.up(args.workdir, nodes=args.nodes)
     if not args.no_images:
         for name, archive in images.build_all().items():
             print(f"loading {images.ref(name)}")

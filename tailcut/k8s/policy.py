@@ -3,7 +3,8 @@ worker pods (what it refuses before creating anything is tailcut.plan's).
 
 - `fair`: nothing to add; pods send whole, untagged messages.
 - `cadentflow`: the node agent (tailcut.k8s.agent) puts the HTB priority classes and
-  the DSCP classifier on each pod's eth0 (tailcut.scheduling.enforce.apply_to), and
+  the DSCP classifier on both ends of every link of the job, as `tailcut run` does
+  (tailcut.scheduling.enforce.apply_to), and
   the pods send each tensor as its own tagged part (tcp, udp, bounded-loss). They read their levels from the
   job's config map, key flows.json: the `flows` section `tailcut run` gives its roles
   (tailcut.scheduling.flowreport.role_flows), e.g.

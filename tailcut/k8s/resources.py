@@ -6,10 +6,11 @@ PS and two workers in namespace `lab`:
 
     ConfigMap demo-spec      spec.yaml (the job, defaults filled in) for roles and agent;
                              flows.json (per-tensor tags, tailcut.k8s.policy) for roles
-    Service   demo           headless (clusterIP None); gives ps-0.demo.lab.svc
+    Service   demo           headless (clusterIP None); gives ps-0.demo.lab.svc (for
+                             people: roles talk over the job's links, below)
     Pod       demo-ps-0      hostname ps-0, subdomain demo; role ps, rack rack-0
-    Pod       demo-worker-0  connects to ps-0.demo:7000
-    Pod       demo-worker-1
+    Pod       demo-worker-0  connects to ps-0 at 10.1.0.2:7000, its address on the job's
+    Pod       demo-worker-1  links: the node agent wires each pod into its rack (tc0)
 
 Every object carries the labels below and an ownerReference to the TrainingJob
 (controller: true), so deleting the job deletes them all. A backgroundLoad adds its
@@ -22,7 +23,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from tailcut import plan
-from tailcut.k8s import crd, policy
+from tailcut.k8s import crd, placement, policy
 from tailcut.spec.model import TrainingJob
 
 LABEL_JOB = "tailcut.dev/job"
@@ -30,10 +31,10 @@ LABEL_ROLE = "tailcut.dev/role"         # ps | worker | aggregator | replica | b
 LABEL_REPLICA = "tailcut.dev/replica"   # ps-0, worker-3: the pod's name inside the job
 LABEL_RACK = "tailcut.dev/rack"
 ANNOTATION_SPEC_MAP = "tailcut.dev/spec-configmap"
+ANNOTATION_NETWORK = "tailcut.dev/network"   # the agent's: what the pod's links got
 SPEC_KEY = "spec.yaml"
 SPEC_MOUNT = "/etc/tailcut"
 PS_PORT = plan.PS_PORT
-LISTENING_ROLES = ("ps", "replica", "aggregator")   # on PS_PORT
 ROLE_NAMES = {"ps": "PS", "worker": "Worker"}   # replicaStatuses keys, as Kubeflow's
 
 
@@ -71,12 +72,14 @@ def pod_name(job: TrainingJob, replica: str) -> str:
     return f"{job.name}-{replica}"
 
 
-def config_map(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
+def config_map(job: TrainingJob, owner: dict[str, Any],
+               where: Optional[placement.Placement] = None) -> dict[str, Any]:
     spec_yaml = yaml.safe_dump(job.model_dump(by_alias=True, mode="json"), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": spec_map_name(job), "labels": labels(job),
                          "ownerReferences": [owner]},
-            "data": {SPEC_KEY: spec_yaml, **policy.config_data(job)}}
+            "data": {SPEC_KEY: spec_yaml, **policy.config_data(job),
+                     **placement.config_data(where or {})}}
 
 
 def service(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +124,8 @@ def _xdp_mounts(job: TrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 def pods(job: TrainingJob, owner: dict[str, Any], image: str,
-         pull_policy: str = "IfNotPresent") -> list[dict[str, Any]]:
+         pull_policy: str = "IfNotPresent",
+         where: Optional[placement.Placement] = None) -> list[dict[str, Any]]:
     racks = job.spec.rack_of()
     mounts, volumes = _xdp_mounts(job)
     out = []
@@ -136,9 +140,7 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                 "ownerReferences": [owner]},
             "spec": {
                 "hostname": replica, "subdomain": job.name,
-                # Rack <-> node: pods of one rack prefer one node, racks prefer
-                # different nodes (preferred, so a one-node cluster still runs the job).
-                "affinity": _rack_affinity(job, racks[replica]),
+                **rack_scheduling(job, racks[replica], where),
                 "restartPolicy": "Never",
                 # Roles talk to each other, never to the API server.
                 "automountServiceAccountToken": False,
@@ -151,12 +153,7 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                     "args": ["--spec", f"{SPEC_MOUNT}/{SPEC_KEY}", "--replica", replica],
                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"},
                             {"name": "POD_NAMESPACE", "valueFrom": {
-                                "fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            # The role binds its listeners to it (tailcut.plan).
-                            {"name": "POD_IP", "valueFrom": {
-                                "fieldRef": {"fieldPath": "status.podIP"}}}],
-                    "ports": ([{"containerPort": PS_PORT, "name": "ps"}]
-                              if role in LISTENING_ROLES else []),
+                                "fieldRef": {"fieldPath": "metadata.namespace"}}}],
                     "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT,
                                       "readOnly": True}, *mounts],
                     "securityContext": _security(job),
@@ -213,9 +210,29 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
     return "Pending", counts, "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
 
 
-def rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:
-    """The affinity of a pod of `rack` (training or background: tailcut.k8s.background)."""
-    return _rack_affinity(job, rack)
+def network_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, str]:
+    """What the node agents applied on every link end of the job ("rack-0/up",
+    "worker-1/tc0": description), gathered from the pods' annotations."""
+    applied: dict[str, str] = {}
+    for pod in pod_list:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_NETWORK)
+        try:
+            links = json.loads(raw) if raw else {}
+        except ValueError:
+            continue   # not the agent's writing: ignore rather than fail the status
+        if isinstance(links, dict):
+            applied.update({str(k): str(v) for k, v in links.items()})
+    return dict(sorted(applied.items()))
+
+
+def rack_scheduling(job: TrainingJob, rack: str,
+                    where: Optional[placement.Placement] = None) -> dict[str, Any]:
+    """Where a pod of `rack` runs (training or background: tailcut.k8s.background):
+    on its rack's node of the placement, which a rack's veths need; without one
+    (no node known yet), pods of one rack prefer one node and racks prefer
+    different nodes (preferred, so a one-node cluster still runs the job)."""
+    pinned = placement.scheduling(rack, where or {})
+    return pinned if pinned is not None else {"affinity": _rack_affinity(job, rack)}
 
 
 def _rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:

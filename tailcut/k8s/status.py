@@ -81,6 +81,10 @@ class Status(_Model):
     start_time: Optional[str] = None
     completion_time: Optional[str] = None
     message: Optional[str] = None
+    network: dict[str, str] = Field(
+        default_factory=dict,
+        description="per link end ('rack-0/up', 'worker-1/tc0'): the shaping the node "
+                    "agent applied there, as network.json records it under tailcut run")
     background: Optional[BackgroundStatus] = Field(
         default=None, description="spec.backgroundLoad on Kubernetes: pods and statistics")
 

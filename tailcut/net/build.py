@@ -7,86 +7,202 @@ both directions of a link are shaped:
 
     pod ns            rack ns                         spine ns
     eth0 ==access== p<slot> -[tor bridge]- up ==uplink== r<rack> (gateway, routes)
+
+The local runtime builds it all at once (`build`). The Kubernetes node agent builds
+the same thing in two steps with the same functions: the spine and racks of a job
+(`build_fabric`) when its first pod reaches the node, then each pod as it starts
+(`wire_pod`), into the pod's own network namespace through a second interface
+(`KUBERNETES`: tc0, leaving the CNI's eth0 and default route alone).
 """
 
 import time
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from pyroute2 import IPRoute
 
 from tailcut.errors import AlreadyExists, NetError
-from tailcut.net import clean, naming, netns, shaping
-from tailcut.net.topology import Rack, Topology
+from tailcut.net import clean, forwarding, naming, netns, shaping
+from tailcut.net.topology import Pod, Rack, Topology
 
 UP_TIMEOUT_S = 5.0
 BR_FORWARDING = 3  # IFLA_BRPORT_STATE value of a forwarding bridge port
 NUD_PERMANENT = 0x80  # a neighbour entry that never expires or gets probed
 
 
+@dataclass(frozen=True)
+class PodWiring:
+    """How a pod hangs off its ToR."""
+
+    ifname: str = naming.POD_IF   # the pod's end of its access link
+    # Route everything through the ToR (a local pod has no other way out), or only
+    # the job's rack subnets (a Kubernetes pod keeps the CNI's default route for DNS
+    # and the API server).
+    default_route: bool = True
+
+
+LOCAL = PodWiring()
+KUBERNETES = PodWiring(ifname=naming.DATA_IF, default_route=False)
+
+
+class Sockets(dict[str, IPRoute]):
+    """One netlink socket per namespace, opened on first use."""
+
+    def __missing__(self, ns: str) -> IPRoute:
+        self[ns] = netns.ipr(ns)
+        return self[ns]
+
+    def close(self) -> None:
+        for sock in self.values():
+            sock.close()
+        self.clear()
+
+
 @dataclass
 class Network:
-    """A built topology: what was applied where, and the handles to undo it."""
+    """A built topology (or the part of it on one node): what was applied where, and
+    the handles to undo it."""
 
     topology: Topology
+    wiring: PodWiring = LOCAL
+    access_ops: list[shaping.Op] = field(default_factory=list)
+    uplink_ops: list[shaping.Op] = field(default_factory=list)
     applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
-    droppers: list[object] = field(default_factory=list)
+    droppers: list[object] = field(default_factory=list)    # on the fabric's links
+    pods: dict[str, str] = field(default_factory=dict)      # wired pod -> its namespace
+    pod_droppers: dict[str, list[object]] = field(default_factory=dict)
 
     def destroy(self) -> None:
         """Detach the eBPF droppers (releasing our hold on their programs) and remove
         every namespace of the job."""
-        for d in self.droppers:
-            d.detach()  # type: ignore[attr-defined]
+        self._detach_all()
         teardown(self.topology.job)
+
+    def _detach_all(self) -> None:
+        for d in self.droppers + [d for ds in self.pod_droppers.values() for d in ds]:
+            d.detach()  # type: ignore[attr-defined]
+        self.droppers, self.pod_droppers = [], {}
 
     def dropper_counts(self) -> tuple[int, int]:
         """(passed, dropped) packets summed over every eBPF dropper of the run."""
         passed = dropped = 0
-        for d in self.droppers:
+        for d in self.droppers + [d for ds in self.pod_droppers.values() for d in ds]:
             p, q = d.counts()  # type: ignore[attr-defined]
             passed, dropped = passed + p, dropped + q
         return passed, dropped
 
 
+def link_ops(topo: Topology, has_netem: bool) -> tuple[list[shaping.Op], list[shaping.Op]]:
+    """The access link's and the uplink's shaping; raises for a link the kernel
+    cannot emulate, before anything exists."""
+    return (shaping.plan(topo.access_link, has_netem, "spec.network.accessLink"),
+            shaping.plan(topo.uplink, has_netem, "spec.network.uplink"))
+
+
 def build(topo: Topology, has_netem: bool) -> Network:
     """Create every namespace, bridge, veth, address, route and qdisc of `topo`.
     On any failure, whatever was created is removed before the error propagates."""
-    # Plan the shaping first: a link the kernel cannot emulate fails before anything exists.
-    access_ops = shaping.plan(topo.access_link, has_netem, "spec.network.accessLink")
-    uplink_ops = shaping.plan(topo.uplink, has_netem, "spec.network.uplink")
+    access_ops, uplink_ops = link_ops(topo, has_netem)
     taken = [n for n in topo.namespaces() if netns.exists(n)]
     if taken:
         raise AlreadyExists(f"job {topo.job!r} already has namespaces on this host "
                             f"({', '.join(taken[:3])}...): a run is still going or one was "
                             f"killed; `tailcut clean {topo.job}` removes its leftovers")
-    network = Network(topology=topo)
-    sockets: dict[str, IPRoute] = {}
+    network = Network(topology=topo, access_ops=access_ops, uplink_ops=uplink_ops)
+    sockets = Sockets()
     try:
-        for name in topo.namespaces():
-            netns.create(name)
-            sockets[name] = netns.ipr(name)
-        _build_spine(topo, sockets[topo.spine_netns])
-        for rack in topo.racks:
-            _build_rack(topo, rack, sockets)
-        _shape_all(topo, network, sockets, access_ops, uplink_ops)
-        _pin_neighbours(topo, sockets)
-        _wait_until_up(topo, sockets)
+        for pod in topo.pods:
+            netns.create(pod.netns)
+        _build_fabric(network, topo.racks, sockets)
+        for pod in topo.pods:
+            _wire_pod(network, pod, pod.netns, sockets)
+        _wait_until_up(sockets)
         return network
     except BaseException:
         network.destroy()
         raise
     finally:
-        for sock in sockets.values():
-            sock.close()
+        sockets.close()
 
 
-def _build_spine(topo: Topology, spine: IPRoute) -> None:
-    with netns.entered(topo.spine_netns):
-        # Per-namespace sysctl: the host's own forwarding setting is never touched.
-        with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
-            f.write("1")
+def build_fabric(topo: Topology, racks: Iterable[Rack], has_netem: bool,
+                 wiring: PodWiring = KUBERNETES) -> Network:
+    """The spine and `racks` of `topo` with their uplinks, shaped both ways, and no
+    pod yet: wire_pod adds them one by one. All or nothing."""
+    access_ops, uplink_ops = link_ops(topo, has_netem)
+    network = Network(topology=topo, wiring=wiring, access_ops=access_ops,
+                      uplink_ops=uplink_ops)
+    sockets = Sockets()
+    try:
+        _build_fabric(network, tuple(racks), sockets)
+        return network
+    except BaseException:
+        remove_fabric(network)
+        raise
+    finally:
+        sockets.close()
 
 
-def _build_rack(topo: Topology, rack: Rack, sockets: dict[str, IPRoute]) -> None:
+def remove_fabric(network: Network) -> None:
+    """Undo build_fabric: droppers detached, spine and rack namespaces removed (the
+    pods' access links go with their rack)."""
+    network._detach_all()
+    topo = network.topology
+    for ns in [r.netns for r in topo.racks] + [topo.spine_netns]:
+        netns.remove(ns)
+    network.pods.clear()
+
+
+def wire_pod(network: Network, pod: Pod, pod_ns: str) -> dict[str, str]:
+    """Join `pod`, whose network namespace is `pod_ns`, to its rack of a built fabric:
+    access link, address, routes, shaping of both directions, neighbour entries.
+    Returns what was applied on its two ends. All or nothing."""
+    sockets = Sockets()
+    try:
+        before = set(network.applied)
+        _wire_pod(network, pod, pod_ns, sockets)
+        _wait_until_up(sockets)
+        return {k: v for k, v in network.applied.items() if k not in before}
+    except BaseException:
+        unwire_pod(network, pod)
+        raise
+    finally:
+        sockets.close()
+
+
+def unwire_pod(network: Network, pod: Pod) -> None:
+    """Remove `pod`'s access link (both ends go with the veth); its pod namespace and
+    everything else stay. Already gone is fine."""
+    for d in network.pod_droppers.pop(pod.name, []):
+        d.detach()  # type: ignore[attr-defined]
+    rack = network.topology.racks[pod.rack]
+    port = naming.rack_port(pod.slot)
+    pod_ns = network.pods.pop(pod.name, None)
+    for key in [f"{rack.netns}/{port}"] + ([f"{pod_ns}/{network.wiring.ifname}"]
+                                           if pod_ns else []):
+        network.applied.pop(key, None)
+    if not netns.exists(rack.netns):
+        return
+    with netns.ipr(rack.netns) as ipr:
+        found = ipr.link_lookup(ifname=port)
+        if found:
+            ipr.link("del", index=found[0])
+
+
+def _build_fabric(network: Network, racks: tuple[Rack, ...], sockets: Sockets) -> None:
+    topo = network.topology
+    for name in [topo.spine_netns] + [r.netns for r in racks]:
+        netns.create(name)
+    for rack in racks:
+        _build_rack(topo, rack, sockets)
+        forwarding.enable(topo.spine_netns, naming.spine_port(rack.index))
+        _shape(network, sockets, rack.netns, naming.RACK_UPLINK_IF,
+               network.uplink_ops, network.droppers)                    # rack -> spine
+        _shape(network, sockets, topo.spine_netns, naming.spine_port(rack.index),
+               network.uplink_ops, network.droppers)                    # spine -> rack
+
+
+def _build_rack(topo: Topology, rack: Rack, sockets: Sockets) -> None:
     ipr = sockets[rack.netns]
     alias = naming.alias(topo.job)
     ipr.link("add", ifname=naming.TOR_BRIDGE, kind="bridge")
@@ -101,16 +217,42 @@ def _build_rack(topo: Topology, rack: Rack, sockets: dict[str, IPRoute]) -> None
     idx = spine.link_lookup(ifname=spine_if)[0]
     spine.addr("add", index=idx, address=rack.gateway, prefixlen=24)
     spine.link("set", index=idx, ifalias=alias, state="up")
-    for pod in rack.pods:
-        port = naming.rack_port(pod.slot)
-        ipr.link("add", ifname=port, kind="veth",
-                 peer={"ifname": naming.POD_IF, "net_ns_fd": netns.path(pod.netns)})
-        _attach_port(ipr, port, tor, alias)
-        pod_ipr = sockets[pod.netns]
-        eth0 = pod_ipr.link_lookup(ifname=naming.POD_IF)[0]
-        pod_ipr.addr("add", index=eth0, address=pod.ip, prefixlen=24)
-        pod_ipr.link("set", index=eth0, ifalias=alias, state="up")
+
+
+def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets) -> None:
+    topo, wiring = network.topology, network.wiring
+    rack = topo.racks[pod.rack]
+    ipr = sockets[rack.netns]
+    alias = naming.alias(topo.job)
+    port = naming.rack_port(pod.slot)
+    ipr.link("add", ifname=port, kind="veth",
+             peer={"ifname": wiring.ifname, "net_ns_fd": netns.path(pod_ns)})
+    network.pods[pod.name] = pod_ns
+    _attach_port(ipr, port, ipr.link_lookup(ifname=naming.TOR_BRIDGE)[0], alias)
+    pod_ipr = sockets[pod_ns]
+    index = pod_ipr.link_lookup(ifname=wiring.ifname)[0]
+    pod_ipr.addr("add", index=index, address=pod.ip, prefixlen=24)
+    pod_ipr.link("set", index=index, ifalias=alias, state="up")
+    if wiring.default_route:
         pod_ipr.route("add", dst="0.0.0.0/0", gateway=rack.gateway)
+    else:
+        for other in topo.racks:
+            if other.index != rack.index:
+                pod_ipr.route("add", dst=other.subnet, gateway=rack.gateway)
+    droppers = network.pod_droppers.setdefault(pod.name, [])
+    _shape(network, sockets, pod_ns, wiring.ifname, network.access_ops, droppers)
+    _shape(network, sockets, rack.netns, port, network.access_ops, droppers)
+    if shaping.drops_packets(network.access_ops) or shaping.drops_packets(network.uplink_ops):
+        # Pods are the only senders: their skbs cross every hop, one wire packet each.
+        pod_ipr.link("set", index=index, gso_max_segs=1)
+        network.applied[f"{pod_ns}/{wiring.ifname}"] += ", gso_max_segs 1"
+    _pin_neighbours(network, pod, sockets)
+
+
+def _shape(network: Network, sockets: Sockets, ns: str, ifname: str,
+           ops: list[shaping.Op], droppers: list[object]) -> None:
+    droppers += shaping.apply(ops, sockets[ns], ns, ifname)
+    network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
 
 
 def _attach_port(ipr: IPRoute, ifname: str, bridge_index: int, alias: str) -> None:
@@ -118,68 +260,58 @@ def _attach_port(ipr: IPRoute, ifname: str, bridge_index: int, alias: str) -> No
     ipr.link("set", index=idx, master=bridge_index, ifalias=alias, state="up")
 
 
-def _shape_all(topo: Topology, network: Network, sockets: dict[str, IPRoute],
-               access_ops: list[shaping.Op], uplink_ops: list[shaping.Op]) -> None:
-    def shape(ns: str, ifname: str, ops: list[shaping.Op]) -> None:
-        network.droppers += shaping.apply(ops, sockets[ns], ns, ifname)
-        network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
+def _pin_neighbours(network: Network, pod: Pod, sockets: Sockets) -> None:
+    """Permanent ARP entries between `pod` and its gateway and the pods of its rack
+    wired before it. Address resolution is not what a job emulates, and on a lossy
+    link a lost ARP request stalls a flow for a whole second (its retry timer) while
+    every packet queued behind it is dropped."""
+    topo, ifname = network.topology, network.wiring.ifname
+    rack = topo.racks[pod.rack]
 
-    wire_packets = shaping.drops_packets(access_ops) or shaping.drops_packets(uplink_ops)
-    for rack in topo.racks:
-        shape(rack.netns, naming.RACK_UPLINK_IF, uplink_ops)                # rack -> spine
-        shape(topo.spine_netns, naming.spine_port(rack.index), uplink_ops)  # spine -> rack
-        for pod in rack.pods:
-            shape(pod.netns, naming.POD_IF, access_ops)                     # pod -> rack
-            shape(rack.netns, naming.rack_port(pod.slot), access_ops)       # rack -> pod
-            if wire_packets:  # pods are the only senders: their skbs cross every hop
-                ipr = sockets[pod.netns]
-                ipr.link("set", index=ipr.link_lookup(ifname=naming.POD_IF)[0],
-                         gso_max_segs=1)
-                network.applied[f"{pod.netns}/{naming.POD_IF}"] += ", gso_max_segs 1"
-
-
-def _pin_neighbours(topo: Topology, sockets: dict[str, IPRoute]) -> None:
-    """Fill every ARP table with permanent entries. Address resolution is not what a
-    job emulates, and on a lossy link a lost ARP request stalls a flow for a whole
-    second (its retry timer) while every packet queued behind it is dropped."""
-    def mac(ns: str, ifname: str) -> tuple[int, str]:
-        idx = sockets[ns].link_lookup(ifname=ifname)[0]
+    def mac(ns: str, name: str) -> tuple[int, str]:
+        idx = sockets[ns].link_lookup(ifname=name)[0]
         return idx, sockets[ns].get_links(idx)[0].get_attr("IFLA_ADDRESS")
 
-    spine = sockets[topo.spine_netns]
-    for rack in topo.racks:
-        gw_index, gw_mac = mac(topo.spine_netns, naming.spine_port(rack.index))
-        hosts = {pod.ip: (pod.netns, *mac(pod.netns, naming.POD_IF)) for pod in rack.pods}
-        for ip, (_, _, pod_mac) in hosts.items():
-            spine.neigh("replace", dst=ip, lladdr=pod_mac, ifindex=gw_index, state=NUD_PERMANENT)
-        for ns, index, _ in hosts.values():
-            known = [(rack.gateway, gw_mac)] + [(ip, h[2]) for ip, h in hosts.items()
-                                                if h[0] != ns]
-            for ip, lladdr in known:
-                sockets[ns].neigh("replace", dst=ip, lladdr=lladdr, ifindex=index,
-                                  state=NUD_PERMANENT)
+    def pin(ns: str, index: int, ip: str, lladdr: str) -> None:
+        sockets[ns].neigh("replace", dst=ip, lladdr=lladdr, ifindex=index,
+                          state=NUD_PERMANENT)
+
+    pod_ns = network.pods[pod.name]
+    own_index, own_mac = mac(pod_ns, ifname)
+    gw_index, gw_mac = mac(topo.spine_netns, naming.spine_port(rack.index))
+    pin(topo.spine_netns, gw_index, pod.ip, own_mac)
+    pin(pod_ns, own_index, rack.gateway, gw_mac)
+    for other in rack.pods:
+        other_ns = network.pods.get(other.name)
+        if other is pod or other_ns is None:
+            continue
+        other_index, other_mac = mac(other_ns, ifname)
+        pin(pod_ns, own_index, other.ip, other_mac)
+        pin(other_ns, other_index, pod.ip, own_mac)
 
 
-def _wait_until_up(topo: Topology, sockets: dict[str, IPRoute]) -> None:
-    """Wait for every veth to be operationally up and every bridge port forwarding:
-    a packet sent earlier can wait a second for an ARP retry."""
+def _wait_until_up(sockets: Sockets) -> None:
+    """Wait for every veth in the namespaces of `sockets` to be operationally up and
+    every bridge port forwarding: a packet sent earlier can wait a second for an ARP
+    retry."""
     deadline = time.monotonic() + UP_TIMEOUT_S
-    pending = _not_ready(topo, sockets)
+    pending = _not_ready(sockets)
     while pending and time.monotonic() < deadline:
         time.sleep(0.01)
-        pending = _not_ready(topo, sockets)
+        pending = _not_ready(sockets)
     if pending:
         raise NetError(f"links not up after {UP_TIMEOUT_S} s: {', '.join(pending)}")
 
 
-def _not_ready(topo: Topology, sockets: dict[str, IPRoute]) -> list[str]:
+def _not_ready(sockets: Sockets) -> list[str]:
     pending = []
     for ns, ipr in sockets.items():
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
             if name == "lo" or name == naming.TOR_BRIDGE:
                 continue
-            if link.get_attr("IFLA_OPERSTATE") != "UP":
+            # (a VXLAN device has no carrier to report: UNKNOWN once up)
+            if link.get_attr("IFLA_OPERSTATE") not in ("UP", "UNKNOWN"):
                 pending.append(f"{ns}/{name}")
                 continue
             info = link.get_attr("IFLA_PROTINFO")

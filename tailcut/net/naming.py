@@ -11,6 +11,7 @@ leftovers of a crashed run and remove only what is tailcut's:
     interfaces           live only inside those namespaces, so names can be short and
                          fixed (Linux allows 15 characters):
                            pod:   eth0             its access link, peer in the rack ns
+                                  (tc0 in a Kubernetes pod, whose eth0 is the CNI's)
                            rack:  tor              the rack's bridge
                                   p<i>             rack end of pod i's access link
                                   up               rack end of the uplink
@@ -58,6 +59,7 @@ def alias(job: str) -> str:
 
 
 POD_IF = "eth0"
+DATA_IF = "tc0"   # a Kubernetes pod's access link, next to the CNI's eth0
 TOR_BRIDGE = "tor"
 RACK_UPLINK_IF = "up"
 

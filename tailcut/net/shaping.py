@@ -13,7 +13,6 @@ siblings of 1:10. Without netem, loss becomes a Drop op (the eBPF dropper on the
 clsact egress hook, in front of HTB) and delay or jitter is refused.
 """
 
-import errno
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
@@ -125,38 +124,6 @@ def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[o
             from tailcut.datapath import dropper  # BCC loads only when a link drops
             attached.append(dropper.attach(netns_name, ifname, op.loss))
     return attached
-
-
-TC_H_ROOT = 0xFFFFFFFF
-
-
-def has_tree(ipr: "IPRoute", index: int) -> bool:
-    """Whether interface `index` has the HTB root (1:) that `apply` builds."""
-    return any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == ROOT
-               and q["parent"] == TC_H_ROOT for q in ipr.get_qdiscs(index))
-
-
-def remove(ipr: "IPRoute", ifname: str) -> bool:
-    """Delete the HTB tree `apply` built on the egress of `ifname` (with the netem
-    qdisc and any priority classes under it); returns whether there was one. For
-    interfaces that outlive their shaping (a Kubernetes pod's eth0, which the node
-    agent releases while the pod's namespace may still exist); the local runtime's
-    go with its namespaces. Already gone (no interface, no tree) is fine."""
-    from pyroute2 import NetlinkError
-
-    found = ipr.link_lookup(ifname=ifname)
-    if not found or not has_tree(ipr, found[0]):
-        return False
-    try:
-        ipr.tc("del", index=found[0], handle=ROOT, root=True)
-    except NetlinkError as err:
-        # ENOENT/ENODEV: gone meanwhile; EINVAL is the kernel's answer when the root
-        # qdisc is no longer there, so check rather than trust it.
-        if err.code in (errno.ENOENT, errno.ENODEV) or (
-                err.code == errno.EINVAL and not has_tree(ipr, found[0])):
-            return False
-        raise
-    return True
 
 
 # -- CadentFlow priority classes ----------------------------------------------------

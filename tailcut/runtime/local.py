@@ -138,7 +138,7 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
             continue  # started by tailcut.runtime.background
         config_path = results_dir / "logs" / f"{pod.name}.json"
         plan.role_config(job, pod.name, str(results_dir),
-                         plan.local_hosts(topo)).to_json(config_path)
+                         plan.hosts(topo)).to_json(config_path)
         argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
         log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
         with log:

@@ -120,7 +120,7 @@ def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
 def apply_to(egresses: list[tuple[str, str, int]], scheduling: Scheduling) -> Enforcement:
     """Add what `scheduling.policy` needs to each egress (netns, ifname, link rate in
     bit/s) whose HTB tree tailcut.net.shaping.apply built: the local runtime's every
-    shaped egress, the node agent's pod eth0. All or nothing: if one fails, the
+    shaped egress, the node agent's per pod and per node. All or nothing: if one fails, the
     classifiers already attached are detached."""
     result = Enforcement(scheduling.policy)
     if scheduling.policy in ("fair", "coflow"):  # coflow: the senders pace, see above

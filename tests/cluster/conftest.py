@@ -1,7 +1,10 @@
-"""The tests marked `cluster` run on a real single-node Kubernetes cluster
+"""The tests marked `cluster` run on a real two-node Kubernetes cluster
 (tailcut.k8s.node.cluster: etcd, the control plane, containerd + runc, the kubelet,
-kube-proxy and CoreDNS), brought up once per session and taken down at its end, with
-tailcut's images built from their Dockerfiles and the chart installed with helm."""
+kube-proxy and CoreDNS; the second node its own network namespace with its own
+containerd, kubelet and kube-proxy), brought up once per session and taken down at its
+end, with tailcut's images built from their Dockerfiles and the chart installed with
+helm. A job's racks are spread over both nodes (tailcut.k8s.placement), so every
+multi-rack example runs across nodes, its spines joined by VXLAN."""
 
 import itertools
 import os
@@ -17,6 +20,7 @@ from tailcut.k8s.node.cluster import Cluster
 from tests.cluster import chart
 
 _counter = itertools.count()
+NODES = 2   # tcnode-0 and tcnode-1; other tests' clusters use node numbers from 3
 CHART = Path(__file__).resolve().parents[2] / "helm" / "tailcut"
 
 
@@ -31,7 +35,7 @@ def cluster(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("the cluster tests need root (namespaces, containerd, the kubelet)")
     workdir = tmp_path_factory.mktemp("cluster")
-    up = Cluster.up(workdir, progress=lambda line: None)
+    up = Cluster.up(workdir, progress=lambda line: None, nodes=NODES)
     try:
         yield up
     finally:

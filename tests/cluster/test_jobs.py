@@ -2,7 +2,8 @@
 
 The chart is installed with helm from the images built here (the `release` fixture);
 each test applies an example, watches the operator's pods run on the kubelet, checks
-that the node agent shaped them (`tc` inside the pod's own network namespace), that
+that the node agent wired them into the job's racks on the node (tc0 inside the pod's
+own network namespace, with the address and shaping `tailcut run` gives it), that
 the job ends Succeeded with its figures in the status, that `tailcut collect` brings
 back the results a `tailcut run` leaves, and that deleting the job leaves nothing on
 the node.
@@ -50,11 +51,24 @@ def test_quickstart_runs_as_shaped_pods_and_its_results_come_back(cluster, relea
     cluster.kubectl("-n", namespace, "apply", "-f", "-",
                     input=example("quickstart.yaml", "qs"))
     ps = chart.wait_pod_running(cluster, namespace, "qs-ps-0")
-    # The agent shapes a pod once it is Running: an HTB class at the spec's 1 Gbit/s on
-    # eth0 inside the pod's own network namespace.
-    assert until(lambda: "rate 1Gbit" in tc_in_pod(ps, "class", "show", "dev", "eth0"),
-                 within_s=30, every_s=0.2), tc_in_pod(ps, "-s", "qdisc", "show", "dev", "eth0")
+    # The agent wires a pod once it is Running: tc0 inside the pod's own network
+    # namespace, with an HTB class at the spec's 1 Gbit/s.
+    assert until(lambda: "rate 1Gbit" in tc_in_pod(ps, "class", "show", "dev", "tc0"),
+                 within_s=30, every_s=0.2), tc_in_pod(ps, "-s", "qdisc", "show", "dev", "tc0")
     status = chart.wait_phase(cluster, namespace, "qs", "Succeeded")
+    # Both directions of every link, uplinks included, as tailcut run's network.json:
+    # 5 pods (tc0 and their rack port), 2 racks (up and the spine's r<i>); and the two
+    # racks on the cluster's two nodes, their spines joined by VXLAN.
+    network = status["network"]
+    links = {k: v for k, v in network.items() if not k.endswith("/vx0")}
+    assert len(links) == 5 * 2 + 2 * 2, network
+    assert network["ps-0/tc0"].startswith("htb 1000 Mbit/s") and "rack-1/up" in network
+    assert all(v.startswith("htb 1000 Mbit/s") for v in links.values()), network
+    assert sorted(k for k in network if k.endswith("/vx0")) == [
+        "spine@tcnode-0/vx0", "spine@tcnode-1/vx0"], network
+    placed = {(p["metadata"]["labels"]["tailcut.dev/rack"], p["spec"]["nodeName"])
+              for p in chart.get(cluster, namespace, "pods", "-l", "tailcut.dev/job=qs")["items"]}
+    assert placed == {("rack-0", "tcnode-0"), ("rack-1", "tcnode-1")}, placed
     assert status["jctSeconds"] > 0
     assert status["accuracy"] >= 0.93
     epochs = int(status["progress"].split("/")[0])
@@ -77,15 +91,17 @@ def test_cadentflow_gets_its_priority_classes_and_succeeds(cluster, release, nam
                     input=example("cadentflow.yaml", "cf"))
     ps = chart.wait_pod_running(cluster, namespace, "cf-ps-0")
     # HTB priority classes under the link class, and the DSCP classifier at egress.
-    assert until(lambda: "prio 0" in tc_in_pod(ps, "class", "show", "dev", "eth0"),
-                 within_s=60, every_s=0.2), tc_in_pod(ps, "class", "show", "dev", "eth0")
+    assert until(lambda: "prio 0" in tc_in_pod(ps, "class", "show", "dev", "tc0"),
+                 within_s=60, every_s=0.2), tc_in_pod(ps, "class", "show", "dev", "tc0")
     # (the classifier is attached after the classes: wait for it too)
-    assert until(lambda: "tailcut_classif" in tc_in_pod(ps, "filter", "show", "dev", "eth0",
+    assert until(lambda: "tailcut_classif" in tc_in_pod(ps, "filter", "show", "dev", "tc0",
                                                          "egress"),
-                 within_s=30, every_s=0.2), tc_in_pod(ps, "filter", "show", "dev", "eth0",
+                 within_s=30, every_s=0.2), tc_in_pod(ps, "filter", "show", "dev", "tc0",
                                                       "egress")
     status = chart.wait_phase(cluster, namespace, "cf", "Succeeded", within_s=420)
     assert status["jctSeconds"] > 0
+    # The classes sit on both ends of every link: the rack's port towards ps-0 too.
+    assert "cadentflow" in status["network"]["rack-0/p0"], status["network"]
 
 
 def test_background_load_runs_beside_the_training_and_ends_with_it(cluster, release,
@@ -105,8 +121,8 @@ def test_background_load_runs_beside_the_training_and_ends_with_it(cluster, rele
 
 SCRAPE = """
 import urllib.request
-for component in ("operator", "agent"):
-    url = f"http://tailcut-{{component}}-metrics.{ns}.svc.cluster.local:9100/metrics"
+for component, port in (("operator", 9100), ("agent", 9108)):
+    url = f"http://tailcut-{{component}}-metrics.{ns}.svc.cluster.local:{{port}}/metrics"
     print(f"=== {{component}}")
     print(urllib.request.urlopen(url, timeout=10).read().decode())
 """
@@ -147,8 +163,8 @@ def test_the_operator_and_agent_metrics_are_scraped_through_the_charts_services(
 def test_sharded_parameter_servers_and_an_aggregator_run_as_pods(cluster, release,
                                                                   namespace):
     """Every role of the plan as a pod (two PS shards, an aggregator in rack-1), each
-    reaching its peers by DNS under the job's headless service, as `tailcut run`
-    wires them by address: mlfabric.yaml without its replica (refused here)."""
+    reaching its peers at their addresses on the job's links, as under `tailcut run`:
+    mlfabric.yaml without its replica."""
     raw = yaml.safe_load((REPO / "examples" / "mlfabric.yaml").read_text())
     raw["metadata"]["name"] = "sh"
     raw["spec"]["replicas"].update(parameterServers=2, psReplica=False)

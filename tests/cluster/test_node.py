@@ -94,11 +94,11 @@ def leftovers(node: Node) -> list[str]:
 
 
 def test_up_then_down_leaves_nothing_behind(short_workdir):
-    """A second cluster beside the session's (node 1: its own names and addresses)
+    """A second cluster beside the session's (node 3: its own names and addresses)
     runs a pod; `down` then removes every process, mount, namespace, link, cgroup and
     file it had."""
     workdir = short_workdir / "second"
-    second = Cluster.up(workdir, progress=lambda line: None, index=1)
+    second = Cluster.up(workdir, progress=lambda line: None, index=3)
     try:
         second.kubectl("run", "paused", f"--image={configs.PAUSE_IMAGE}",
                        "--image-pull-policy=Never")
@@ -114,8 +114,21 @@ def test_a_component_that_fails_is_named_with_the_end_of_its_log(short_workdir, 
     monkeypatch.setattr(configs, "corefile", lambda node, kubeconfig: "this is not a Corefile {\n")
     workdir = short_workdir / "broken"
     with pytest.raises(ClusterError) as err:
-        Cluster.up(workdir, progress=lambda line: None, index=2)
+        Cluster.up(workdir, progress=lambda line: None, index=4)
     message = str(err.value)
     assert message.startswith("coredns exited during start-up")
     assert "coredns.log" in message and "Corefile" in message
-    assert leftovers(Node(2, workdir)) == []
+    assert leftovers(Node(4, workdir)) == []
+
+
+def test_a_cluster_whose_node_names_are_taken_is_refused_and_the_other_left_alone(
+        short_workdir):
+    """Node names (tcnode-<i>) are global on the host: a second cluster asked to use
+    another's numbers must refuse before it creates (or, failing, removes) anything."""
+    netns.create("tcnode-9")
+    try:
+        with pytest.raises(ClusterError, match=r"node name tcnode-9 is taken"):
+            Cluster.up(short_workdir / "taken", progress=lambda line: None, index=8, nodes=2)
+        assert netns.exists("tcnode-9") and not netns.exists("tcnode-8")
+    finally:
+        netns.remove("tcnode-9")

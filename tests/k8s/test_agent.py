@@ -1,26 +1,25 @@
-"""The node agent finds a pod's process by its UID in /proc/<pid>/cgroup, names its
-network namespace and shapes the pod's eth0 with tailcut.net.shaping, as the local
-runtime does; it lets go when the pod goes and leaves the pod itself running."""
+"""The node agent builds a job's racks and spine on its node and wires each pod into
+its rack through tc0, with the address and shaping `tailcut run` gives the same pod:
+real namespaces, veths, HTB and BPF here, and pods faked as a process in its own
+network namespace, in a cgroup named after a pod UID (as the kubelet puts it). It
+lets go when the pod goes and leaves the pod itself running."""
 
 import json
-import os
 import re
 import subprocess
-import time
 import uuid
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
-from pyroute2 import IPRoute
 
 from tailcut import spec
-from tailcut.k8s import agent, resources
-from tailcut.net import netns
-from tests import waiting
+from tailcut.k8s import agent, placement, resources
+from tailcut.net import netns, topology
+from tests import netutil, waiting
+from tests.k8s import fakepod
 
-CGROUP = Path("/sys/fs/cgroup/pids")
+K8S_NS = "k8-lab"
 
 
 def test_pid_of_pod_matches_cgroupfs_and_systemd_spellings_of_the_uid(tmp_path):
@@ -37,151 +36,242 @@ def test_pid_of_pod_matches_cgroupfs_and_systemd_spellings_of_the_uid(tmp_path):
 def test_netns_names_fit_and_stay_out_of_tailcut_clean():
     name = agent.netns_name(str(uuid.uuid4()))
     assert name.startswith("tck8s-") and not name.startswith("tailcut-")
+    rack = agent.node_topology(job("k8-names"), K8S_NS, "k8-node").racks[0].netns
+    assert rack == "tck8s-k8-lab.k8-names@k8-node.rack-0"
 
 
-@pytest.fixture
-def fake_pod():
-    """A process in its own network namespace with an eth0 (as a CNI would leave it),
-    in a cgroup named after a pod UID (as the kubelet would put it)."""
-    uid = str(uuid.uuid4())
-    proc = subprocess.Popen(["unshare", "--net", "sleep", "120"])
-    group = CGROUP / f"k8-test-pod{uid}"
-    try:
-        for _ in range(100):   # wait until unshare has exec'd sleep in the new netns
-            if os.readlink(f"/proc/{proc.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
-                break
-            time.sleep(0.02)
-        group.mkdir()
-        (group / "cgroup.procs").write_text(str(proc.pid))
-        with IPRoute(netns=f"/proc/{proc.pid}/ns/net") as ipr:
-            ipr.link("add", ifname="eth0", kind="veth", peer="k8peer")
-            for ifname in ("eth0", "k8peer"):
-                ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], state="up")
-        yield SimpleNamespace(uid=uid, pid=proc.pid, proc=proc)
-    finally:
-        agent.detach(agent.netns_name(uid))   # in case the test failed half-way
-        proc.kill()
-        proc.wait()
-        if group.exists():
-            group.rmdir()
+def job(name, **job_spec):
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": name}, "spec": job_spec})
+
+
+def as_yaml(j):
+    return yaml.safe_dump(j.model_dump(by_alias=True, mode="json"))
 
 
 class FakeCore:
-    """The one API call the agent makes, answered with a job's spec config map."""
+    """The API calls the agent makes: the job's spec config map, and the patch that
+    records a pod's links (kept here)."""
 
-    def __init__(self, job_yaml):
+    def __init__(self, job_yaml, extra=None):
         self.job_yaml = job_yaml
+        self.extra = extra or {}
+        self.annotations = {}
 
     def read_namespaced_config_map(self, name, namespace):
-        return SimpleNamespace(data={resources.SPEC_KEY: self.job_yaml})
+        return SimpleNamespace(data={resources.SPEC_KEY: self.job_yaml, **self.extra})
+
+    def patch_namespaced_pod(self, name, namespace, body):
+        self.annotations[name] = body["metadata"]["annotations"]
 
 
-def pod_event(uid, phase):
+@pytest.fixture
+def pods():
+    """Make fake pods (tests/k8s/fakepod.py); each is ended at the end."""
+    with fakepod.Maker() as make:
+        yield make
+
+
+@pytest.fixture
+def agents():
+    """Agents made by a test release everything at the end, even after a failure."""
+    made = []
+    yield lambda job_yaml: made.append(agent.Agent(FakeCore(job_yaml), node="k8-node")) \
+        or made[-1]
+    for a in made:
+        a.release_all()
+
+
+def pod_event(pod, phase, job_name="k8-demo"):
     return SimpleNamespace(
-        metadata=SimpleNamespace(uid=uid, namespace="k8-lab", name="k8-demo-worker-0",
-                                 annotations={resources.ANNOTATION_SPEC_MAP: "k8-demo-spec"}),
+        metadata=SimpleNamespace(uid=pod.uid, namespace=K8S_NS,
+                                 name=f"{job_name}-{pod.replica}",
+                                 labels={resources.LABEL_REPLICA: pod.replica},
+                                 annotations={resources.ANNOTATION_SPEC_MAP: "spec"}),
         spec=SimpleNamespace(host_network=False), status=SimpleNamespace(phase=phase))
 
 
-def htb_rates(pid):
-    with IPRoute(netns=f"/proc/{pid}/ns/net") as ipr:
-        index = ipr.link_lookup(ifname="eth0")[0]
+def in_pod(pod, *argv):
+    return subprocess.run(["nsenter", f"--net=/proc/{pod.pid}/ns/net", *argv],
+                          capture_output=True, text=True).stdout
+
+
+def htb_rates(ns, ifname):
+    with netns.ipr(ns) as ipr:
+        index = ipr.link_lookup(ifname=ifname)[0]
         return sorted(c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")["rate"]
                       for c in ipr.get_classes(index=index))
 
 
-@pytest.mark.netns
-def test_agent_shapes_a_running_pod_and_releases_it_when_the_pod_goes(fake_pod):
-    job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
-                          "metadata": {"name": "k8-demo"},
-                          "spec": {"network": {"accessLink": {"bandwidth": "100Mbit"}}}})
-    job_yaml = yaml.safe_dump(job.model_dump(by_alias=True, mode="json"))
-    node_agent = agent.Agent(FakeCore(job_yaml), node="k8-node")
-    node_agent.handle("MODIFIED", pod_event(fake_pod.uid, "Pending"))
-    assert not node_agent.shaped, "a pod that is not running yet has no process to enter"
-    node_agent.handle("MODIFIED", pod_event(fake_pod.uid, "Running"))
-    name = agent.netns_name(fake_pod.uid)
-    assert netns.exists(name)
-    assert htb_rates(fake_pod.pid) == [100 * 10**6 // 8] * 2   # bytes/s in both HTB classes
-    assert "htb 100 Mbit/s" in node_agent.shaped[fake_pod.uid].description
-    node_agent.handle("MODIFIED", pod_event(fake_pod.uid, "Running"))   # no second time
-    node_agent.handle("DELETED", pod_event(fake_pod.uid, "Running"))
-    assert not netns.exists(name) and not node_agent.shaped
-    assert fake_pod.proc.poll() is None, "releasing the name must not end the pod"
+def fabric_namespaces(job_name, node="k8-node"):
+    return netns.list_names(agent.fabric_name(K8S_NS, job_name, node) + ".")
 
 
 @pytest.mark.netns
-def test_agent_refuses_host_network_pods_unless_told_otherwise(fake_pod):
-    node_agent = agent.Agent(FakeCore(""), node="k8-node")
-    event = pod_event(fake_pod.uid, "Running")
-    event.spec.host_network = True
-    node_agent.handle("ADDED", event)
-    assert not node_agent.shaped
+def test_agent_wires_pods_into_their_racks_with_the_planned_addresses_and_both_ways_shaped(
+        pods, agents):
+    two_racks = job("k8-demo", replicas={"workers": 1},
+                    network={"racks": [{"name": "a"}, {"name": "b"}],
+                             "placement": {"ps-0": "a", "worker-0": "b"},
+                             "accessLink": {"bandwidth": "100Mbit"},
+                             "uplink": {"bandwidth": "200Mbit"}})
+    topo = topology.plan(two_racks)
+    node_agent = agents(as_yaml(two_racks))
+    ps, worker = pods("ps-0"), pods("worker-0")
+    node_agent.handle("MODIFIED", pod_event(ps, "Pending"))
+    assert not node_agent.wired and not fabric_namespaces("k8-demo"), \
+        "a pod that is not running yet has no process to enter"
+    for pod in (ps, worker):
+        node_agent.handle("MODIFIED", pod_event(pod, "Running"))
+    node_agent.handle("MODIFIED", pod_event(ps, "Running"))   # no second time
+    assert fabric_namespaces("k8-demo") == [
+        "tck8s-k8-lab.k8-demo@k8-node.rack-0", "tck8s-k8-lab.k8-demo@k8-node.rack-1",
+        "tck8s-k8-lab.k8-demo@k8-node.spine"]
 
+    # Each pod has its planned address on tc0; its eth0 (the CNI's) is left alone.
+    for pod in (ps, worker):
+        assert f"inet {topo.pod(pod.replica).ip}/24" in in_pod(pod, "ip", "-4", "addr",
+                                                                "show", "dev", "tc0")
+        assert "htb" not in in_pod(pod, "tc", "qdisc", "show", "dev", "eth0")
+        assert htb_rates(pod.name, "tc0") == [100 * 10**6 // 8] * 2   # bytes/s
+    rack1 = "tck8s-k8-lab.k8-demo@k8-node.rack-1"
+    assert htb_rates(rack1, "p0") == [100 * 10**6 // 8] * 2        # rack -> pod
+    assert htb_rates(rack1, "up") == [200 * 10**6 // 8] * 2        # rack -> spine
+    assert htb_rates("tck8s-k8-lab.k8-demo@k8-node.spine", "r1") == [200 * 10**6 // 8] * 2
 
-# --- spec.scheduling: cadentflow priority classes and classifier on the pod's eth0 ---
+    # Across racks, through the spine, both ways.
+    ps_ip, worker_ip = topo.pod("ps-0").ip, topo.pod("worker-0").ip
+    assert netutil.udp_delivered(worker.name, ps.name, ps_ip, 100) == 100
+    assert netutil.udp_delivered(ps.name, worker.name, worker_ip, 100) == 100
 
-def job_yaml(name, scheduling, **extra):
-    job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
-                          "metadata": {"name": name},
-                          "spec": {"network": {"accessLink": {"bandwidth": "100Mbit"}},
-                                   "training": {"model": "deep-mlp"},
-                                   "scheduling": scheduling, **extra}})
-    return yaml.safe_dump(job.model_dump(by_alias=True, mode="json"))
+    links = json.loads(node_agent.core.annotations["k8-demo-worker-0"][
+        resources.ANNOTATION_NETWORK])
+    assert links == {"worker-0/tc0": "htb 100 Mbit/s", "rack-1/p0": "htb 100 Mbit/s",
+                     "rack-1/up": "htb 200 Mbit/s", "spine/r1": "htb 200 Mbit/s"}
+
+    node_agent.handle("DELETED", pod_event(ps, "Running"))
+    assert "tc0" not in in_pod(ps, "ip", "link") and not netns.exists(ps.name)
+    assert len(fabric_namespaces("k8-demo")) == 3, "worker-0 still uses the fabric"
+    node_agent.handle("MODIFIED", pod_event(worker, "Succeeded"))
+    assert not node_agent.wired and not node_agent.fabrics
+    assert fabric_namespaces("k8-demo") == [] and "tc0" not in in_pod(worker, "ip", "link")
+    assert ps.proc.poll() is None and worker.proc.poll() is None, \
+        "releasing must not end the pods"
 
 
 @pytest.fixture
-def pod_on_link():
-    """A pod whose eth0 is one end of a veth to another namespace (the node side),
-    with addresses, so that traffic really leaves through the pod's egress: a process
-    in the pod's namespace, in a cgroup named after the pod's UID."""
-    from tests.datapath import udp_link
-
-    uid = str(uuid.uuid4())
-    link = udp_link.build_link("ks")
-    proc = subprocess.Popen(["ip", "netns", "exec", link.sender, "sleep", "120"])
-    group = CGROUP / f"ks-test-pod{uid}"
+def two_nodes():
+    """Namespaces node-a 192.168.78.1 and node-b 192.168.78.2 joined by a veth: the
+    network namespaces of two nodes and their LAN."""
+    nodes = ("tck8s-test.node-a", "tck8s-test.node-b")
+    for name in nodes:
+        netns.create(name)
     try:
-        for _ in range(100):   # until `ip netns exec` has entered the namespace
-            if os.readlink(f"/proc/{proc.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
-                break
-            time.sleep(0.02)
-        group.mkdir()
-        (group / "cgroup.procs").write_text(str(proc.pid))
-        assert tc_state(proc.pid) == BARE
-        agents = []
-        yield SimpleNamespace(uid=uid, pid=proc.pid, proc=proc, link=link, agents=agents,
-                              agent=lambda job: agents.append(agent.Agent(
-                                  FakeCore(job), node="ks-node")) or agents[-1])
+        with netns.ipr(nodes[0]) as ipr:
+            ipr.link("add", ifname="lan0", kind="veth",
+                     peer={"ifname": "lan0", "net_ns_fd": netns.path(nodes[1])})
+        for name, ip in zip(nodes, ("192.168.78.1", "192.168.78.2")):
+            with netns.ipr(name) as ipr:
+                index = ipr.link_lookup(ifname="lan0")[0]
+                ipr.addr("add", index=index, address=ip, prefixlen=24)
+                ipr.link("set", index=index, state="up")
+        yield nodes
     finally:
-        for a in agents:   # a test that failed half-way leaves nothing attached
-            a.release_all()
-        agent.detach(agent.netns_name(uid))
-        proc.kill()
-        proc.wait()
-        if group.exists():
-            group.rmdir()
-        udp_link.remove_link(link)
+        for name in nodes:
+            netns.remove(name)
 
 
-def tc_state(pid):
-    """The pod's eth0 egress as tc sees it: qdisc kinds, HTB class ids (1:xx) with
-    their bytes sent, and the BPF filters' (name, program id)."""
-    with IPRoute(netns=f"/proc/{pid}/ns/net") as ipr:
-        index = ipr.link_lookup(ifname="eth0")[0]
+@pytest.mark.netns
+def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
+        pods, two_nodes):
+    two_racks = job("k8-two", replicas={"workers": 1},
+                    network={"racks": [{"name": "a"}, {"name": "b"}],
+                             "placement": {"ps-0": "a", "worker-0": "b"}})
+    where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
+             "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
+    data = placement.config_data(where)
+    node_agents = [agent.Agent(FakeCore(as_yaml(two_racks), data), node=n)
+                   for n in ("node-a", "node-b")]
+    ps, worker = pods("ps-0"), pods("worker-0")
+    try:
+        for node_ns, node_agent, pod in zip(two_nodes, node_agents, (ps, worker)):
+            with netns.entered(node_ns):   # an agent runs in its node's namespace
+                node_agent.handle("ADDED", pod_event(pod, "Running", "k8-two"))
+        # Each node holds its own rack and a spine; the pods meet over the VXLAN.
+        assert [len(fabric_namespaces("k8-two", n)) for n in ("node-a", "node-b")] == [2, 2]
+        topo = topology.plan(two_racks)
+        assert netutil.udp_delivered(worker.name, ps.name, topo.pod("ps-0").ip, 200) == 200
+        assert netutil.udp_delivered(ps.name, worker.name, topo.pod("worker-0").ip, 200) == 200
+        spine_a = node_agents[0].fabrics[(K8S_NS, "k8-two")].network
+        vxlan = spine_a.applied["tck8s-k8-lab.k8-two@node-a.spine/vx0"]
+        assert vxlan.startswith("vxlan ") and "192.168.78.2 (10.2.0.0/24)" in vxlan
+        # A pod of rack b is not node-a's to wire.
+        stray = pods("worker-0")
+        with pytest.raises(agent.AgentError, match=r"worker-0 belongs to rack b, which is "
+                                                   r"placed on another node"):
+            with netns.entered(two_nodes[0]):
+                node_agents[0].handle("ADDED", pod_event(stray, "Running", "k8-two"))
+    finally:
+        for node_ns, node_agent in zip(two_nodes, node_agents):
+            with netns.entered(node_ns):
+                node_agent.release_all()
+
+
+@pytest.mark.netns
+def test_a_lossy_link_drops_both_ways_and_pins_the_neighbours(pods, agents):
+    lossy = job("k8-loss", replicas={"workers": 1},
+                network={"accessLink": {"bandwidth": "1Gbit", "loss": 0.2}})
+    topo = topology.plan(lossy)
+    node_agent = agents(as_yaml(lossy))
+    ps, worker = pods("ps-0"), pods("worker-0")
+    for pod in (ps, worker):
+        node_agent.handle("ADDED", pod_event(pod, "Running", "k8-loss"))
+    # Two lossy hops (worker -> rack, rack -> ps): about 64% arrive, never all.
+    got = netutil.udp_delivered(worker.name, ps.name, topo.pod("ps-0").ip, 2000)
+    assert 0.5 * 2000 < got < 0.8 * 2000, got
+    neighbours = in_pod(worker, "ip", "neigh", "show", "dev", "tc0")
+    assert f"{topo.pod('ps-0').ip} " in neighbours and "PERMANENT" in neighbours
+    assert "gso_max_segs 1" in node_agent.wired[worker.uid].description
+
+
+@pytest.mark.netns
+def test_agent_refuses_host_network_pods_unless_told_otherwise(pods, agents):
+    node_agent = agents("")
+    event = pod_event(pods("ps-0"), "Running")
+    event.spec.host_network = True
+    node_agent.handle("ADDED", event)
+    assert not node_agent.wired
+
+
+def test_a_pod_whose_replica_label_names_no_pod_of_the_job_is_refused():
+    node_agent = agent.Agent(FakeCore(as_yaml(job("k8-label"))), node="k8-node")
+    pod = SimpleNamespace(uid=str(uuid.uuid4()), replica="worker-7")
+    with pytest.raises(agent.AgentError, match=r"label tailcut.dev/replica='worker-7' "
+                                               r"names no pod of job k8-label"):
+        node_agent.handle("ADDED", pod_event(pod, "Running", "k8-label"))
+
+
+# --- spec.scheduling: cadentflow priority classes and classifier on both ends ---
+
+def cadentflow_job(name, scheduling, **extra):
+    return job(name, network={"accessLink": {"bandwidth": "100Mbit"}},
+               training={"model": "deep-mlp"}, scheduling=scheduling, **extra)
+
+
+def tc_state(ns, ifname):
+    """An egress as tc sees it: qdisc kinds, HTB class ids (1:xx) with their bytes
+    sent, and the BPF filters' (name, program id)."""
+    with netns.ipr(ns) as ipr:
+        index = ipr.link_lookup(ifname=ifname)[0]
         kinds = sorted(q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(index))
         classes = {f"1:{c['handle'] & 0xFFFF:x}":
                    c.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")["bytes"]
                    for c in ipr.get_classes(index=index)}
-    shown = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "tc", "-j", "filter",
-                            "show", "dev", "eth0", "egress"],
-                           capture_output=True, text=True).stdout
+    shown = subprocess.run(["ip", "netns", "exec", ns, "tc", "-j", "filter", "show", "dev",
+                            ifname, "egress"], capture_output=True, text=True).stdout
     filters = [(f["options"]["bpf_name"], f["options"]["prog"]["id"])
                for f in json.loads(shown or "[]") if "options" in f]
     return kinds, classes, filters
-
-
-BARE = (["noqueue"], {}, [])   # a veth as the CNI leaves it: no qdisc, no filter
 
 
 def prog_loaded(prog_id):
@@ -195,98 +285,90 @@ def prog_unloaded(prog_id):
     return waiting.until(lambda: not prog_loaded(prog_id))
 
 
-def send_tagged_udp(link, level, count):
-    """`count` datagrams from the pod to the node side with the DSCP of `level`."""
+def send_tagged_udp(from_ns, to_ip, level, count):
+    """`count` datagrams from namespace `from_ns` to `to_ip` with the DSCP of `level`."""
     import socket
 
     from tailcut.datapath import classifier
-    from tests.datapath import udp_link
 
-    with netns.entered(link.sender):
+    with netns.entered(from_ns):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, classifier.tos_of(level))
         for _ in range(count):
-            s.sendto(b"x" * 200, (udp_link.RECEIVER_IP, 9))
+            s.sendto(b"x" * 200, (to_ip, 9))
     finally:
         s.close()
 
 
 @pytest.mark.netns
 @pytest.mark.bpf
-def test_agent_puts_cadentflow_classes_and_classifier_on_the_pod_and_removes_them(pod_on_link):
-    node_agent = pod_on_link.agent(job_yaml("ks-cf", {"policy": "cadentflow",
-                                                      "priorityLevels": 3}))
-    node_agent.handle("MODIFIED", pod_event(pod_on_link.uid, "Running"))
-    kinds, classes, filters = tc_state(pod_on_link.pid)
-    assert sorted(classes) == ["1:1", "1:10", "1:20", "1:21", "1:22"]
-    assert "clsact" in kinds and "htb" in kinds
-    [(prog_name, prog_id)] = filters
-    assert prog_name.startswith("tailcut_classify") and prog_loaded(prog_id)
-    shaped = node_agent.shaped[pod_on_link.uid]
-    assert "cadentflow" in shaped.description and "1:22 prio 2" in shaped.description
+def test_agent_puts_cadentflow_classes_and_classifiers_on_both_ends_and_removes_them(
+        pods, agents):
+    cf = cadentflow_job("k8-cf", {"policy": "cadentflow", "priorityLevels": 3},
+                        replicas={"workers": 1})
+    topo = topology.plan(cf)
+    node_agent = agents(as_yaml(cf))
+    ps, worker = pods("ps-0"), pods("worker-0")
+    for pod in (ps, worker):
+        node_agent.handle("MODIFIED", pod_event(pod, "Running", "k8-cf"))
+    rack = "tck8s-k8-lab.k8-cf@k8-node.rack-0"
+    ends = [(worker.name, "tc0"), (rack, "p0"), (rack, "up"),
+            ("tck8s-k8-lab.k8-cf@k8-node.spine", "r0")]
+    programs = []
+    for ns, ifname in ends:
+        kinds, classes, filters = tc_state(ns, ifname)
+        assert sorted(classes) == ["1:1", "1:10", "1:20", "1:21", "1:22"], (ns, ifname)
+        assert "clsact" in kinds and "htb" in kinds
+        programs += [prog_id for name, prog_id in filters if name.startswith("tailcut_classify")]
+    assert len(programs) == 4 and all(prog_loaded(p) for p in programs)
+    wired = node_agent.wired[worker.uid]
+    assert "cadentflow" in wired.description and "1:22 prio 2" in wired.description
 
-    send_tagged_udp(pod_on_link.link, level=1, count=200)
-    counts = shaped.enforcement.counts()
-    [by_level] = counts.values()
-    assert by_level[1][0] >= 200 and by_level[0][0] == 0 and by_level[2][0] == 0
-    _, after, _ = tc_state(pod_on_link.pid)
-    assert after["1:21"] - classes["1:21"] >= 200 * 200, "tagged packets went to 1:21"
-    assert after["1:20"] == classes["1:20"] and after["1:22"] == classes["1:22"]
+    # The rack's port towards ps-0 (slot 0) classifies what the worker sends it.
+    ps_port_before = tc_state(rack, "p0")[1]
+    send_tagged_udp(worker.name, topo.pod("ps-0").ip, level=1, count=200)
+    assert waiting.until(lambda: tc_state(rack, "p0")[1]["1:21"] - ps_port_before["1:21"]
+                         >= 200 * 200), "tagged packets went to 1:21 on the way in"
+    assert re.search(r"level 1 2\d\d\b", agent.classified(wired)), agent.classified(wired)
 
-    node_agent.handle("MODIFIED", pod_event(pod_on_link.uid, "Succeeded"))
-    assert not node_agent.shaped and not netns.exists(agent.netns_name(pod_on_link.uid))
-    assert tc_state(pod_on_link.pid) == BARE, "no qdisc, class or filter of ours left"
-    assert re.search(r"level 1 2\d\d\b", agent.classified(shaped)), agent.classified(shaped)
-    assert prog_unloaded(prog_id), "the classifier program is unloaded"
-    assert pod_on_link.proc.poll() is None, "releasing must not end the pod"
+    node_agent.handle("MODIFIED", pod_event(worker, "Succeeded", "k8-cf"))
+    node_agent.handle("DELETED", pod_event(ps, "Running", "k8-cf"))
+    assert not node_agent.wired and not fabric_namespaces("k8-cf")
+    assert all(prog_unloaded(p) for p in programs), "every classifier program is unloaded"
+    assert worker.proc.poll() is None, "releasing must not end the pod"
 
 
 @pytest.mark.netns
-def test_agent_adds_no_classes_for_fair_and_removes_its_shaping_when_the_pod_goes(pod_on_link):
-    node_agent = pod_on_link.agent(job_yaml("ks-fair", {"policy": "fair"}))
-    node_agent.handle("ADDED", pod_event(pod_on_link.uid, "Running"))
-    kinds, classes, filters = tc_state(pod_on_link.pid)
+def test_agent_adds_no_classes_for_fair(pods, agents):
+    node_agent = agents(as_yaml(cadentflow_job("k8-fair", {"policy": "fair"})))
+    ps = pods("ps-0")
+    node_agent.handle("ADDED", pod_event(ps, "Running", "k8-fair"))
+    kinds, classes, filters = tc_state(ps.name, "tc0")
     assert sorted(classes) == ["1:1", "1:10"] and filters == [] and kinds == ["htb"]
-    assert "fair" not in node_agent.shaped[pod_on_link.uid].description
-    node_agent.handle("DELETED", pod_event(pod_on_link.uid, "Running"))
-    assert tc_state(pod_on_link.pid) == BARE
+    assert node_agent.wired[ps.uid].description == ("ps-0/tc0: htb 100 Mbit/s; "
+                                                    "rack-0/p0: htb 100 Mbit/s")
 
 
 @pytest.mark.netns
 @pytest.mark.bpf
-def test_agent_stopping_releases_every_pod(pod_on_link):
-    node_agent = pod_on_link.agent(job_yaml("ks-stop", {"policy": "cadentflow"}))
-    node_agent.handle("ADDED", pod_event(pod_on_link.uid, "Running"))
-    [(_, prog_id)] = tc_state(pod_on_link.pid)[2]
+def test_agent_stopping_releases_every_pod_and_fabric(pods, agents):
+    node_agent = agents(as_yaml(cadentflow_job("k8-stop", {"policy": "cadentflow"})))
+    ps = pods("ps-0")
+    node_agent.handle("ADDED", pod_event(ps, "Running", "k8-stop"))
+    [(_, prog_id)] = tc_state(ps.name, "tc0")[2]
     node_agent.release_all()
-    assert not node_agent.shaped and tc_state(pod_on_link.pid) == BARE
+    assert not node_agent.wired and not node_agent.fabrics
+    assert fabric_namespaces("k8-stop") == [] and "tc0" not in in_pod(ps, "ip", "link")
     assert prog_unloaded(prog_id)
 
 
-@pytest.mark.netns
-@pytest.mark.bpf
-def test_agent_clears_a_classifier_left_by_a_killed_agent_before_enforcing_again(pod_on_link):
-    from tailcut.datapath import classifier
-
-    # What a SIGKILLed agent leaves: the filter on the pod's eth0, nobody to detach it.
-    stale = classifier.attach(pod_on_link.link.sender, "eth0")
-    try:
-        node_agent = pod_on_link.agent(job_yaml("ks-stale", {"policy": "cadentflow"}))
-        node_agent.handle("ADDED", pod_event(pod_on_link.uid, "Running"))
-        [(prog_name, _)] = tc_state(pod_on_link.pid)[2]
-        assert prog_name.startswith("tailcut_classify")
-        node_agent.handle("DELETED", pod_event(pod_on_link.uid, "Running"))
-        assert tc_state(pod_on_link.pid) == BARE
-    finally:
-        stale.detach()   # only frees its counter slot: the filter is gone already
-
-
 def test_agent_refuses_a_policy_it_cannot_enforce_naming_the_field():
-    node_agent = agent.Agent(FakeCore(job_yaml("ks-appdrop", {"policy": "cadentflow"},
-                                               transport={"type": "app-drop", "p": 0.9})),
-                             node="ks-node")
+    node_agent = agent.Agent(FakeCore(as_yaml(cadentflow_job(
+        "ks-appdrop", {"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9}))),
+        node="ks-node")
+    pod = SimpleNamespace(uid=str(uuid.uuid4()), replica="ps-0")
     with pytest.raises(agent.AgentError, match=r"spec.scheduling.policy='cadentflow' with "
                                                r"spec.transport.type='app-drop'"):
-        node_agent.handle("ADDED", pod_event(str(uuid.uuid4()), "Running"))
-    assert not node_agent.shaped
+        node_agent.handle("ADDED", pod_event(pod, "Running", "ks-appdrop"))
+    assert not node_agent.wired

@@ -1,8 +1,10 @@
 """The node agent, running as the chart's agent service account against a real API
-server, finds the tailcut pods of its node and reads their job's spec; the audit log
-proves its ClusterRole lacks nothing and grants nothing it does not use. (No kubelet
-runs here, so the pod has no process: the agent says so and shapes nothing.)"""
+server, finds the tailcut pods of its node, reads their job's spec, wires them and
+records their links on the pod; the audit log proves its ClusterRole lacks nothing
+and grants nothing it does not use. (No kubelet runs here: the pods' processes are
+faked, tests/k8s/fakepod.py.)"""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,28 +16,40 @@ import pytest
 
 from tailcut import spec
 from tailcut.k8s import resources
-from tests.k8s import audit, operator_proc
+from tests.k8s import audit, fakepod, operator_proc
 from tests.k8s.conftest import RELEASE_NS
 
 pytestmark = pytest.mark.k8s
 AGENT_USER = f"system:serviceaccount:{RELEASE_NS}:tailcut-agent"
 
 
-def test_agent_reads_its_nodes_pods_with_exactly_the_charts_rbac(control_plane, release,
+def test_agent_wires_its_nodes_pods_with_exactly_the_charts_rbac(control_plane, release,
                                                                  namespace, tmp_path):
+    with contextlib.ExitStack() as stack:
+        run_agent(control_plane, release, namespace, tmp_path, stack)
+
+
+def run_agent(control_plane, release, namespace, tmp_path, stack):
     job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
                           "metadata": {"name": "k8-ag"}, "spec": {}})
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "x"}
     cm = resources.config_map(job, owner)
     del cm["metadata"]["ownerReferences"]
-    (pod,) = [p for p in resources.pods(job, owner, "tailcut/worker:test")
-              if p["metadata"]["name"] == "k8-ag-ps-0"]
-    del pod["metadata"]["ownerReferences"]
-    pod["spec"]["nodeName"] = "k8-node-a"      # as if scheduled there
+    pods = [p for p in resources.pods(job, owner, "tailcut/worker:test")
+            if p["metadata"]["name"] in ("k8-ag-ps-0", "k8-ag-worker-0")]
+    for pod in pods:
+        del pod["metadata"]["ownerReferences"]
+        pod["spec"]["nodeName"] = "k8-node-a"      # as if scheduled there
     control_plane.kubectl("-n", namespace, "apply", "-f", "-",
-                          input=yaml.safe_dump_all([cm, pod]))
-    control_plane.kubectl("-n", namespace, "patch", "pod", "k8-ag-ps-0", "--subresource=status",
-                          "--type=merge", "-p", json.dumps({"status": {"phase": "Running"}}))
+                          input=yaml.safe_dump_all([cm, *pods]))
+    # ps-0 has a process (faked) to find; worker-0 has none yet.
+    uid = operator_proc.get_json(control_plane, "-n", namespace, "get", "pod",
+                                 "k8-ag-ps-0")["metadata"]["uid"]
+    make_pod = stack.enter_context(fakepod.Maker())
+    make_pod("ps-0", uid)
+    for name in ("k8-ag-ps-0", "k8-ag-worker-0"):
+        control_plane.kubectl("-n", namespace, "patch", "pod", name, "--subresource=status",
+                              "--type=merge", "-p", json.dumps({"status": {"phase": "Running"}}))
     token = control_plane.kubectl("-n", release, "create", "token", "tailcut-agent").stdout.strip()
     log = tmp_path / "agent.log"
     env = {**os.environ, "KUBECONFIG": str(control_plane.user_kubeconfig("agent", token)),
@@ -45,10 +59,16 @@ def test_agent_reads_its_nodes_pods_with_exactly_the_charts_rbac(control_plane, 
                                 stderr=subprocess.STDOUT, env=env)
     try:
         operator_proc.wait_for(lambda: "no process found" in log.read_text(), 60,
-                               "the agent to see the pod", log)
+                               "the agent to see the pods", log)
+        operator_proc.wait_for(lambda: resources.ANNOTATION_NETWORK in (operator_proc.get_json(
+            control_plane, "-n", namespace, "get", "pod", "k8-ag-ps-0")["metadata"]
+            .get("annotations") or {}), 60, "the agent to record ps-0's links", log)
     finally:
         operator_proc.stop(proc)
-    assert f"{namespace}/k8-ag-ps-0: running but no process found" in log.read_text()
+    text = log.read_text()
+    assert f"{namespace}/k8-ag-worker-0: running but no process found" in text
+    assert f"{namespace}/k8-ag-ps-0: ps-0/tc0: htb 1000 Mbit/s" in text, text
+    assert f"{namespace}/k8-ag-ps-0: released ps-0" in text, "SIGTERM released it"
     events = audit.requests_by(control_plane, AGENT_USER)
     assert not audit.denied(events), f"the agent's ClusterRole lacks: {audit.denied(events)}"
     unused = audit.granted(control_plane, "tailcut-agent") - audit.used(events)

@@ -7,6 +7,7 @@ import pytest
 from tailcut import spec
 from tailcut.errors import SpecError
 from tailcut.k8s import background, resources
+from tailcut.net import topology
 
 OWNER = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob", "name": "k8sbg-u",
          "uid": "1234", "controller": True, "blockOwnerDeletion": True}
@@ -50,12 +51,15 @@ def test_each_sending_rack_gets_a_server_pod_and_each_receiving_rack_a_locust_po
         assert q["metadata"]["ownerReferences"] == [OWNER]
         assert q["spec"]["activeDeadlineSeconds"] == 40 + 20 + background.DEADLINE_MARGIN_S
         rack = q["metadata"]["labels"][resources.LABEL_RACK]
-        assert q["spec"]["affinity"] == resources.rack_affinity(j, rack)
+        assert {k: q["spec"][k] for k in ("affinity",)} == resources.rack_scheduling(j, rack)
         assert "--stay" not in q["spec"]["containers"][0]["args"]
-    # Servers are reached by their DNS names through the job's headless service.
+    # Servers are reached at their addresses on the job's links, as under tailcut run.
     config = json.loads(background.config_map(j, p, OWNER)["data"][background.CONFIG_KEY])
-    assert config["servers"] == ["http://bg-server-0.k8sbg-u:8080",
-                                 "http://bg-server-1.k8sbg-u:8080"]
+    topo = topology.plan(j)
+    assert config["servers"] == [f"http://{topo.pod('bg-server-0').ip}:8080",
+                                 f"http://{topo.pod('bg-server-1').ip}:8080"]
+    assert all(c["args"][-2:] == ["--ifname", "tc0"]
+               for q in pods for c in q["spec"]["containers"])
     assert config["clients"] == 1 and config["server_duration_s"] == 60
 
 

@@ -10,8 +10,10 @@ import math
 import pytest
 import yaml
 
+from tailcut import spec
 from tailcut.background import launch
 from tailcut.k8s import background, resources
+from tailcut.net import topology
 from tailcut.spec import flowsizes
 from tests.k8s import operator_proc
 from tests.k8s.conftest import operator_kubeconfig
@@ -116,8 +118,10 @@ def test_a_job_with_background_load_gets_server_and_locust_pods_on_their_racks(
     for c in [srv, sidecar, *client["spec"]["containers"]]:
         assert any(m["mountPath"] == background.CONFIG_MOUNT for m in c["volumeMounts"])
     config = json.loads(cm["data"][background.CONFIG_KEY])
-    assert config["servers"] == [f"http://bg-server-0.{job}:8080"]
-    assert config["master_host"] == f"bg-client-0.{job}" and config["clients"] == 2
+    topo = topology.plan(spec.from_dict({"apiVersion": tj["apiVersion"], "kind": tj["kind"],
+                                         "metadata": {"name": job}, "spec": tj["spec"]}))
+    assert config["servers"] == [f"http://{topo.pod('bg-server-0').ip}:8080"]
+    assert config["master_host"] == topo.pod("bg-client-0").ip and config["clients"] == 2
     mean = flowsizes.mean_bytes(flowsizes.CDFS["web-search"])
     assert config["requests_per_s"] == pytest.approx(0.5 * 1e9 / 8 / (mean + 120))
     assert config["cdf"] == [list(p) for p in flowsizes.CDFS["web-search"]]

@@ -1,5 +1,7 @@
 """Manifests the operator creates for a job, and the status it reads back from pods."""
 
+import json
+
 from tailcut import spec
 from tailcut.k8s import resources
 
@@ -178,5 +180,14 @@ def test_only_bounded_loss_pods_get_the_capabilities_of_the_xdp_counter():
             resources.SPEC_MOUNT: True, "/lib/modules": True, "/usr/src": True}
         assert {v["name"]: v.get("hostPath", {}).get("path") for v in pod_spec["volumes"]} \
             == {"spec": None, "modules": "/lib/modules", "headers": "/usr/src"}
-        env = {e["name"]: e.get("valueFrom") for e in container["env"]}
-        assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_the_network_status_gathers_what_the_agents_recorded_on_the_pods():
+    def pod(links):
+        return {"metadata": {"annotations": {resources.ANNOTATION_NETWORK: links}}}
+    pods = [pod(json.dumps({"worker-0/tc0": "htb 1 Gbit/s", "rack-0/up": "htb 10 Gbit/s"})),
+            pod(json.dumps({"ps-0/tc0": "htb 1 Gbit/s", "rack-0/up": "htb 10 Gbit/s"})),
+            pod("not json"), {"metadata": {}}]
+    assert resources.network_from_pods(pods) == {
+        "ps-0/tc0": "htb 1 Gbit/s", "rack-0/up": "htb 10 Gbit/s",
+        "worker-0/tc0": "htb 1 Gbit/s"}

@@ -48,6 +48,17 @@ def test_two_racks_route_between_them_through_the_spine(built):
     assert netutil.udp_delivered(ps.netns, far.netns, far.ip, 100) == 100
 
 
+def test_only_the_spines_ports_forward_and_the_namespaces_defaults_stay(built):
+    topo = built(job("fwd", "{racks: [{name: a}, {name: b}]}")).topology
+
+    def conf(path):
+        return subprocess.run(["ip", "netns", "exec", topo.spine_netns, "cat",
+                               f"/proc/sys/net/ipv4/{path}"], capture_output=True,
+                              text=True).stdout.strip()
+    assert conf("conf/r0/forwarding") == conf("conf/r1/forwarding") == "1"
+    assert conf("ip_forward") == "0" and conf("conf/lo/forwarding") == "0"
+
+
 def test_every_interface_carries_the_jobs_alias_and_shaping(built):
     net = built(job("alias", "{accessLink: {bandwidth: 200Mbit}}"))
     pod = net.topology.pod("worker-0")

@@ -49,24 +49,3 @@ def test_only_lossy_ops_ask_for_one_wire_packet_per_skb():
     assert shaping.drops_packets(shaping.plan(Link(loss=0.01), True, "f"))
     assert not shaping.drops_packets(shaping.plan(Link(delay_ms=1), True, "f"))
     assert not shaping.drops_packets(shaping.plan(Link(), False, "f"))
-
-
-@pytest.mark.netns
-def test_remove_deletes_the_htb_tree_with_its_priority_classes_and_is_harmless_twice():
-    from tailcut.net import netns
-    from tests.datapath import udp_link
-
-    link = udp_link.build_link("ksrm")
-    try:
-        with netns.ipr(link.sender) as ipr:
-            index = ipr.link_lookup(ifname=udp_link.IFNAME)[0]
-            shaping.apply(shaping.plan(Link(bandwidth="100Mbit"), False, "f"), ipr,
-                          link.sender, udp_link.IFNAME)
-            shaping.apply_priorities(shaping.plan_priorities(10**8, 2), ipr, udp_link.IFNAME)
-            assert len(ipr.get_classes(index=index)) == 4
-            assert shaping.remove(ipr, udp_link.IFNAME) is True
-            assert not shaping.has_tree(ipr, index) and not ipr.get_classes(index=index)
-            assert shaping.remove(ipr, udp_link.IFNAME) is False
-            assert shaping.remove(ipr, "nosuchif0") is False
-    finally:
-        udp_link.remove_link(link)

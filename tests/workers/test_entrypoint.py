@@ -20,14 +20,30 @@ def load_entrypoint():
     return module
 
 
-def test_workers_connect_to_the_ps_through_the_headless_service(tmp_path):
+def test_roles_reach_and_bind_the_addresses_the_topology_plans_as_under_tailcut_run(tmp_path):
+    from tailcut.net import topology
+
     entry = load_entrypoint()
     job = spec.load_file(REPO / "examples" / "quickstart.yaml")
+    ps_ip = topology.plan(job).pod("ps-0").ip
     worker = entry.role_config(job, "worker-2", str(tmp_path))
-    assert (worker.role, worker.index, worker.ps_host) == ("worker", 2, "ps-0.quickstart")
+    assert (worker.role, worker.index, worker.ps_host) == ("worker", 2, ps_ip)
     assert worker.target_accuracy == 0.93 and worker.num_workers == 4
     ps = entry.role_config(job, "ps-0", str(tmp_path))
-    assert (ps.role, ps.ps_host) == ("ps", "0.0.0.0")
+    assert (ps.role, ps.ps_host) == ("ps", ps_ip)
+
+
+def test_a_pod_whose_address_never_comes_fails_naming_it_and_the_agent(capsys, monkeypatch):
+    from tailcut.net import topology
+
+    entry = load_entrypoint()
+    monkeypatch.setattr(entry, "ADDRESS_TIMEOUT_S", 0.3)
+    example = REPO / "examples" / "quickstart.yaml"
+    ip = topology.plan(spec.load_file(example)).pod("worker-1").ip
+    assert entry.main(["--spec", str(example), "--replica", "worker-1"]) == 1
+    err = capsys.readouterr().err
+    assert f"pod worker-1: waited 0.3 s for {ip} (its address on the job's links)" in err
+    assert "node agent adds it as tc0" in err
 
 
 def test_a_pod_gets_the_transport_options_tailcut_run_gives_the_same_role(tmp_path):
@@ -135,11 +151,17 @@ def test_a_role_that_is_its_containers_pid_1_ends_at_once_on_sigterm(tmp_path):
 
     if os.geteuid() != 0:
         pytest.skip("needs root (a PID and a network namespace)")
+    from tailcut.net import topology
+
     env = {**os.environ, "TAILCUT_RESULTS_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    example = REPO / "examples" / "quickstart.yaml"
+    ip = topology.plan(spec.load_file(example)).pod("ps-0").ip
+    # The address the agent would give the pod, then the entrypoint as PID 1 (exec).
     proc = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--net", "--kill-child", sys.executable,
-         str(REPO / "workers" / "entrypoint.py"), "--spec",
-         str(REPO / "examples" / "quickstart.yaml"), "--replica", "ps-0"],
+        ["unshare", "--pid", "--fork", "--net", "--kill-child", "sh", "-c",
+         f"ip link add tc0 type veth peer name tc0-peer && ip addr add {ip}/24 dev tc0 && "
+         f"ip link set tc0-peer up && ip link set tc0 up && exec {sys.executable} "
+         f"{REPO / 'workers' / 'entrypoint.py'} --spec {example} --replica ps-0"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         pid1 = None

@@ -1,13 +1,16 @@
-"""A complete single-node Kubernetes cluster on this host, from real components.
+"""A complete Kubernetes cluster on this host, from real components, of one node or more.
 
-    cluster = Cluster.up()                 # or: tailcut cluster up
+    cluster = Cluster.up()                 # or: tailcut cluster up [--nodes 2]
     cluster.kubectl("get", "nodes")
     cluster.load_image(Path("worker.oci.tar"))
     Cluster.down()                          # or: tailcut cluster down
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd + runc, the
-kubelet, kube-proxy and CoreDNS run as processes on the host inside the node's network
-namespace (tailcut.k8s.node.layout); pods get a CNI bridge address. Every binary comes
+kubelet, kube-proxy and CoreDNS run as processes on the host inside the first node's
+network namespace (tailcut.k8s.node.layout); every further node runs its own
+containerd, kubelet and kube-proxy in its own namespace, as kind's worker node
+containers do, and the nodes reach each other over a LAN of their own (host.create_lan).
+Pods get a CNI bridge address of their node's range. Every binary comes
 from Debian's packages, PyPI (etcd) or is built by scripts/k8s-tools.sh. The state file
 (<workdir>/state.json) lists what runs, so `down` works from another process and after
 a crash; `down` stops the pods, the daemons and their shims, unmounts what they mounted
@@ -23,7 +26,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -33,6 +36,7 @@ from tailcut.k8s import devcluster
 from tailcut.k8s.node import configs, host, ociimage
 from tailcut.k8s.node.layout import API_PORT, SERVICE_CIDR, Node
 from tailcut.k8s.node.procs import ClusterError, alive, spawn, stop, tail
+from tailcut.net import netns
 
 DEFAULT_WORKDIR = Path("/var/lib/tailcut/cluster")
 READY_TIMEOUT_S = 120.0
@@ -58,9 +62,14 @@ def system_binary(name: str, package: str) -> str:
 @dataclass
 class Cluster:
     workdir: Path
-    node: Node
+    node: Node          # the first node: the control plane, CoreDNS and a kubelet
     token: str
-    pids: dict[str, int]
+    pids: dict[str, int]   # "<daemon>" on the first node, "<daemon>@<index>" on others
+    workers: list[Node] = field(default_factory=list)   # the further nodes
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [self.node, *self.workers]
 
     @property
     def kubeconfig(self) -> Path:
@@ -83,25 +92,30 @@ class Cluster:
                                f"{result.stderr.strip()}")
         return result
 
-    def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ctr", "--address", str(self.node.containerd_socket),
+    def ctr(self, *args: str, node: Optional[Node] = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ctr", "--address", str((node or self.node).containerd_socket),
                                "--namespace", "k8s.io", *args],
                               capture_output=True, text=True, timeout=600)
 
-    def load_image(self, archive: Path) -> None:
-        """Import an OCI or docker image archive into the node's containerd, as
-        `kind load docker-image` does for a kind node."""
-        out = self.ctr("images", "import", "--no-unpack=false", str(archive))
-        if out.returncode != 0:
-            raise ClusterError(f"containerd: importing {archive}: {out.stderr.strip()}")
+    def load_image(self, archive: Path, nodes: Optional[list[Node]] = None) -> None:
+        """Import an OCI or docker image archive into every node's containerd, as
+        `kind load docker-image` does for a kind cluster."""
+        for node in nodes or self.nodes:
+            out = self.ctr("images", "import", "--no-unpack=false", str(archive), node=node)
+            if out.returncode != 0:
+                raise ClusterError(f"containerd of {node.name}: importing {archive}: "
+                                   f"{out.stderr.strip()}")
 
     # --- bring-up -------------------------------------------------------------------
 
     @classmethod
     def up(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print,
-           index: int = 0) -> "Cluster":
-        """Start a cluster whose node is number `index` (its names and addresses,
-        tailcut.k8s.node.layout): clusters of different indexes can run side by side."""
+           index: int = 0, nodes: int = 1) -> "Cluster":
+        """Start a cluster of `nodes` nodes numbered from `index` (their names and
+        addresses, tailcut.k8s.node.layout): clusters whose node numbers differ can
+        run side by side."""
+        if nodes < 1:
+            raise ClusterError(f"nodes={nodes}: a cluster has at least one node")
         existing = cls.load(workdir)
         if existing is not None:
             if all(alive(pid) for pid in existing.pids.values()):
@@ -113,13 +127,21 @@ class Cluster:
         problem = node.path_problem()
         if problem:
             raise ClusterError(problem)
-        cluster = cls(workdir=workdir, node=node, token=secrets.token_hex(16), pids={})
+        cluster = cls(workdir=workdir, node=node, token=secrets.token_hex(16), pids={},
+                      workers=[Node(index + k, workdir) for k in range(1, nodes)])
+        taken = [n.name for n in cluster.nodes if netns.exists(n.name)]
+        if taken:   # another cluster's (its work dir elsewhere): never touch it
+            raise ClusterError(
+                f"node name {', '.join(taken)} is taken: another cluster on this host "
+                f"uses node numbers {index}..{index + nodes - 1}; take it down, or choose "
+                "other numbers (Cluster.up(index=...))")
         started = time.monotonic()
         try:
             cluster._start(progress)
         except BaseException:
             progress("bring-up failed: removing what was started")
-            cls.down(workdir, lambda line: None)
+            cluster._remove(lambda line: None)
+            shutil.rmtree(workdir, ignore_errors=True)
             raise
         progress(f"cluster up in {time.monotonic() - started:.1f} s")
         return cluster
@@ -130,12 +152,16 @@ class Cluster:
             state = json.loads((workdir / "state.json").read_text())
         except (OSError, ValueError):
             return None
-        return cls(workdir=workdir, node=Node(state["node"], workdir), token=state["token"],
-                   pids={k: int(v) for k, v in state["pids"].items()})
+        first = int(state["node"])
+        return cls(workdir=workdir, node=Node(first, workdir), token=state["token"],
+                   pids={k: int(v) for k, v in state["pids"].items()},
+                   workers=[Node(first + k, workdir)
+                            for k in range(1, int(state.get("nodes", 1)))])
 
     def _save(self) -> None:
         (self.workdir / "state.json").write_text(json.dumps(
-            {"node": self.node.index, "token": self.token, "pids": self.pids}, indent=1))
+            {"node": self.node.index, "nodes": len(self.nodes), "token": self.token,
+             "pids": self.pids}, indent=1))
 
     def _start(self, progress: Progress) -> None:
         node = self.node
@@ -153,19 +179,25 @@ class Cluster:
         if not Path("/usr/lib/cni/bridge").exists():
             raise ClusterError("CNI plugins are missing: apt-get install "
                                "containernetworking-plugins")
-        node.dir.mkdir(parents=True, exist_ok=True)
-        node.run_dir.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self._save()
-        progress(f"node {node.name}: network namespace, {node.host_veth} "
-                 f"{node.host_ip} <-> {node.ip}, cgroups {node.cgroup_root}")
-        host.create_node_network(node)
-        host.create_cgroups(node)
-        self._write_files()
+        for each in self.nodes:
+            each.dir.mkdir(parents=True, exist_ok=True)
+            each.run_dir.mkdir(parents=True, exist_ok=True)
+            progress(f"node {each.name}: network namespace, {each.host_veth} "
+                     f"{each.host_ip} <-> {each.ip}, cgroups {each.cgroup_root}")
+            host.create_node_network(each)
+            host.create_cgroups(each)
+            self._write_files(each)
+        if self.workers:
+            progress(f"LAN {', '.join(f'{n.name} {n.lan_ip}' for n in self.nodes)}")
+            host.create_lan(self.nodes)
         logs = node.dir / "logs"
 
-        def start(name: str, argv: list[str]) -> None:
-            progress(f"starting {name}")
-            self.pids[name] = spawn(node.netns_path, argv, logs / f"{name}.log")
+        def start(name: str, argv: list[str], on: Node = node) -> None:
+            key = name if on == node else f"{name}@{on.index}"
+            progress(f"starting {name}" + ("" if on == node else f" on {on.name}"))
+            self.pids[key] = spawn(on.netns_path, argv, on.dir / "logs" / f"{name}.log")
             self._save()
 
         start("etcd", [
@@ -202,42 +234,49 @@ class Cluster:
         start("kube-scheduler", [
             binaries["kube-scheduler"], "--kubeconfig", str(self.kubeconfig),
             "--leader-elect=false", "--bind-address", node.ip])
-        start("containerd", [binaries["containerd"], "--config",
-                             str(node.dir / "containerd.toml")])
-        self._wait("containerd", lambda: self.ctr("version").returncode == 0)
-        progress(f"loading the pause image {configs.PAUSE_IMAGE}")
-        self.load_image(self._pause_image())
-        start("kubelet", [
-            binaries["kubelet"], "--config", str(node.dir / "kubelet.yaml"),
-            "--kubeconfig", str(self.kubeconfig), "--node-ip", node.ip,
-            "--hostname-override", node.name, "--root-dir", str(node.kubelet_dir),
-            "--cert-dir", str(node.kubelet_dir / "pki"), "--v", "1"])
-        start("kube-proxy", [binaries["kube-proxy"], "--config",
-                             str(node.dir / "kube-proxy.yaml")])
+        for each in self.nodes:
+            start("containerd", [binaries["containerd"], "--config",
+                                 str(each.dir / "containerd.toml")], each)
+            self._wait("containerd", lambda: self.ctr("version", node=each).returncode == 0,
+                       node=each)
+            progress(f"loading the pause image {configs.PAUSE_IMAGE}")
+            self.load_image(self._pause_image(), [each])
+            start("kubelet", [
+                binaries["kubelet"], "--config", str(each.dir / "kubelet.yaml"),
+                "--kubeconfig", str(self.kubeconfig), "--node-ip", each.ip,
+                "--hostname-override", each.name, "--root-dir", str(each.kubelet_dir),
+                "--cert-dir", str(each.kubelet_dir / "pki"), "--v", "1"], each)
+            start("kube-proxy", [binaries["kube-proxy"], "--config",
+                                 str(each.dir / "kube-proxy.yaml")], each)
         start("coredns", [binaries["coredns"], "-conf", str(node.dir / "Corefile")])
         self._wait("coredns", lambda: _http_ok(f"http://{node.ip}:8080/health"))
         self._wait("kube-proxy", lambda: _http_ok(f"http://{node.ip}:10256/healthz"))
         self._wait("kube-controller-manager",
                    lambda: _http_ok(f"https://{node.ip}:10257/healthz"))
         self._wait("kube-scheduler", lambda: _http_ok(f"https://{node.ip}:10259/healthz"))
-        self._wait("kubelet", self._node_ready, detail="the node never became Ready")
+        for each in self.nodes:
+            self._wait("kubelet", lambda: self._node_ready(each), node=each,
+                       detail=f"node {each.name} never became Ready")
         self._wait("kube-controller-manager", self._default_service_account,
                    detail="no `default` service account in namespace default")
 
-    def _write_files(self) -> None:
-        node = self.node
-        subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt",
-                        "rsa_keygen_bits:2048", "-out", str(node.dir / "sa.key")],
-                       check=True, capture_output=True)
-        (node.dir / "tokens.csv").write_text(f'{self.token},{ADMIN_USER},1,"system:masters"\n')
+    def _write_files(self, node: Node) -> None:
+        """`node`'s configuration files; the control plane's too on the first node."""
         (node.dir / "containerd.toml").write_text(configs.containerd_toml(node))
         (node.dir / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
         (node.dir / "cni" / "net.d" / "10-tailcut.conflist").write_text(
             configs.cni_conflist(node))
         (node.dir / "resolv.conf").write_text("# tailcut node: no upstream DNS\n")
-        (node.dir / "kubelet.yaml").write_text(yaml.safe_dump(configs.kubelet_config(node)))
+        (node.dir / "kubelet.yaml").write_text(yaml.safe_dump(
+            configs.kubelet_config(node, cluster_dns=self.node.ip)))
         (node.dir / "kube-proxy.yaml").write_text(yaml.safe_dump(
             configs.kube_proxy_config(node, str(self.kubeconfig))))
+        if node != self.node:
+            return
+        subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt",
+                        "rsa_keygen_bits:2048", "-out", str(node.dir / "sa.key")],
+                       check=True, capture_output=True)
+        (node.dir / "tokens.csv").write_text(f'{self.token},{ADMIN_USER},1,"system:masters"\n')
         (node.dir / "Corefile").write_text(configs.corefile(node, str(self.kubeconfig)))
 
     def _write_kubeconfig(self) -> None:
@@ -260,8 +299,8 @@ class Cluster:
             ociimage.write(archive, configs.PAUSE_IMAGE, {"/pause": binary}, ["/pause"])
         return archive
 
-    def _node_ready(self) -> bool:
-        out = self.kubectl("get", "node", self.node.name, "-o", "json", check=False)
+    def _node_ready(self, node: Node) -> bool:
+        out = self.kubectl("get", "node", node.name, "-o", "json", check=False)
         if out.returncode != 0:
             return False
         conditions = json.loads(out.stdout)["status"].get("conditions", [])
@@ -270,13 +309,16 @@ class Cluster:
     def _default_service_account(self) -> bool:
         return self.kubectl("get", "serviceaccount", "default", check=False).returncode == 0
 
-    def _wait(self, name: str, ready: Callable[[], bool], detail: str = "") -> None:
+    def _wait(self, name: str, ready: Callable[[], bool], detail: str = "",
+              node: Optional[Node] = None) -> None:
+        node = node or self.node
         deadline = time.monotonic() + READY_TIMEOUT_S
-        log = self.node.dir / "logs" / f"{name}.log"
+        log = node.dir / "logs" / f"{name}.log"
+        key = name if node == self.node else f"{name}@{node.index}"
         while time.monotonic() < deadline:
-            pid = self.pids.get(name)
+            pid = self.pids.get(key)
             if pid is not None and not alive(pid):
-                raise ClusterError(f"{name} exited during start-up; the end of {log}:\n"
+                raise ClusterError(f"{key} exited during start-up; the end of {log}:\n"
                                    + tail(log))
             try:
                 if ready():
@@ -293,22 +335,30 @@ class Cluster:
     @classmethod
     def down(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print) -> None:
         """Remove the cluster in `workdir`: pods, daemons, shims, mounts, namespaces,
-        links, cgroups and files. Safe to run twice and after a crash."""
+        links, cgroups and files. Safe to run twice and after a crash. Without a state
+        file nothing of a cluster was made there (it is written first), and the
+        nodes' names (tcnode-<i>) may belong to another cluster: only files go."""
         cluster = cls.load(workdir)
-        node = cluster.node if cluster is not None else Node(0, workdir)
-        if cluster is not None and alive(cluster.pids.get("kube-apiserver", -1)) \
-                and alive(cluster.pids.get("kubelet", -1)):
-            cluster._drain(progress)
         if cluster is not None:
-            for name in ("kube-controller-manager", "kube-scheduler", "coredns",
-                         "kube-proxy", "kubelet", "containerd", "kube-apiserver", "etcd"):
-                pid = cluster.pids.get(name)
-                if pid is not None and alive(pid):
-                    progress(f"stopping {name} (pid {pid})")
-                    stop(pid)
-        host.remove_node(node, progress)
+            cluster._remove(progress)
         if workdir.exists():
             shutil.rmtree(workdir, ignore_errors=True)
+        progress("cluster down")
+
+    def _remove(self, progress: Progress) -> None:
+        nodes = self.nodes
+        if alive(self.pids.get("kube-apiserver", -1)) and alive(self.pids.get("kubelet", -1)):
+            self._drain(progress)
+        for name in ("kube-controller-manager", "kube-scheduler", "coredns",
+                     "kube-proxy", "kubelet", "containerd", "kube-apiserver", "etcd"):
+            for key in [name] + [f"{name}@{n.index}" for n in nodes[1:]]:
+                pid = self.pids.get(key)
+                if pid is not None and alive(pid):
+                    progress(f"stopping {key} (pid {pid})")
+                    stop(pid)
+        for node in nodes:
+            host.remove_node(node, progress)
+        host.remove_lan(nodes[0].index)
         progress("cluster down")
 
     def _drain(self, progress: Progress) -> None:
@@ -323,8 +373,8 @@ class Cluster:
                      "--wait=false", check=False)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            out = self.ctr("tasks", "list", "--quiet")
-            if out.returncode != 0 or not out.stdout.strip():
+            outs = [self.ctr("tasks", "list", "--quiet", node=n) for n in self.nodes]
+            if all(out.returncode != 0 or not out.stdout.strip() for out in outs):
                 return   # no container runs; the sandboxes' leftovers go with the node
             time.sleep(1)
         progress("some containers outlived the pods' deletion; they are stopped by force")

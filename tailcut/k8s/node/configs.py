@@ -56,16 +56,20 @@ def cni_conflist(node: Node) -> str:
         ]}, indent=1)
 
 
-def kubelet_config(node: Node) -> dict[str, Any]:
+def kubelet_config(node: Node, cluster_dns: str | None = None) -> dict[str, Any]:
+    """`cluster_dns`: where CoreDNS answers (the first node's address), or this node's."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "containerRuntimeEndpoint": f"unix://{node.containerd_socket}",
         "cgroupDriver": "cgroupfs",          # no systemd on these machines
         "cgroupRoot": node.cgroup_root,      # one tree per node, so nodes can sit side by side
         "failSwapOn": False,
-        "clusterDNS": [node.ip], "clusterDomain": CLUSTER_DOMAIN,
+        "clusterDNS": [cluster_dns or node.ip], "clusterDomain": CLUSTER_DOMAIN,
         # No upstream DNS: pods resolve only the cluster's names.
         "resolvConf": str(node.dir / "resolv.conf"),
+        # Not the shared /var/log/pods: a kubelet removes the log directories of pods it
+        # does not know, so nodes on one host would delete each other's pods' logs.
+        "podLogsDir": str(node.dir / "pod-logs"),
         # A development node: the API server reaches the kubelet across the node's own
         # veth only; logs and exec need no client certificates.
         "authentication": {"anonymous": {"enabled": True},

@@ -20,7 +20,7 @@ from typing import Callable
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from tailcut.k8s.node.layout import Node
+from tailcut.k8s.node.layout import LAN_BRIDGE, LAN_IF, Node, lan_netns
 from tailcut.k8s.node.procs import cmdline, pids_in_cgroup, stop
 from tailcut.net import netns
 
@@ -48,6 +48,43 @@ def create_node_network(node: Node) -> None:
         # Components that look for a default route to pick their address find one; the
         # host does not forward (ip_forward 0 on these machines), so nothing leaves.
         ipr.route("add", dst="0.0.0.0/0", gateway=node.host_ip)
+
+
+# Room for a VXLAN header (50 bytes) around a 1500-byte packet: a job's spines on
+# different nodes talk VXLAN over this LAN without fragmenting (tailcut.net.overlay).
+LAN_MTU = 1550
+
+
+def create_lan(nodes: list[Node]) -> str:
+    """Join `nodes` by a bridge in a namespace of their own (the LAN), each by a veth
+    (lan0 in the node), with routes in every node to the others' addresses and pod
+    ranges through it. Returns the LAN namespace's name."""
+    lan = lan_netns(nodes[0].index)
+    netns.create(lan)
+    with netns.ipr(lan) as ipr:
+        ipr.link("add", ifname=LAN_BRIDGE, kind="bridge")
+        bridge = ipr.link_lookup(ifname=LAN_BRIDGE)[0]
+        ipr.link("set", index=bridge, state="up")
+        for node in nodes:
+            ipr.link("add", ifname=node.lan_port, kind="veth",
+                     peer={"ifname": LAN_IF, "net_ns_fd": netns.path(node.name)})
+            ipr.link("set", index=ipr.link_lookup(ifname=node.lan_port)[0], master=bridge,
+                     mtu=LAN_MTU, state="up")
+    for node in nodes:
+        with netns.ipr(node.name) as ipr:
+            index = ipr.link_lookup(ifname=LAN_IF)[0]
+            ipr.addr("add", index=index, address=node.lan_ip, prefixlen=24)
+            ipr.link("set", index=index, mtu=LAN_MTU, state="up")
+            for other in nodes:
+                if other != node:
+                    ipr.route("add", dst=f"{other.ip}/32", gateway=other.lan_ip)
+                    ipr.route("add", dst=other.pod_cidr, gateway=other.lan_ip)
+    return lan
+
+
+def remove_lan(first_index: int) -> None:
+    """Remove the LAN namespace (its bridge and veths go with it). Gone is fine."""
+    netns.remove(lan_netns(first_index))
 
 
 def _controllers() -> list[Path]:

@@ -11,6 +11,11 @@ kube-proxy and the CNI add lives in that namespace and goes with it. For node i:
     node veth   eth0      10.240.i.2/24 (the node's InternalIP; API server :6443, DNS :53)
     pods        cni0      10.244.i.1/24 (the CNI bridge; pods get 10.244.i.2-254)
     services    10.96.0.0/16            (10.96.0.1 is the `kubernetes` Service)
+    LAN         lan0      10.241.0.(i+2)/24 (a cluster of several nodes: each node's
+                                         second veth, into the bridge of the cluster's
+                                         own namespace tcnode-lan-<first node>; routes
+                                         through it reach the other nodes' addresses
+                                         and pod ranges, as a real LAN would)
     cgroups     /sys/fs/cgroup/<controller>/tcnode-i  (the kubelet's cgroupRoot)
     files       <workdir>/node-i/       (containerd's root and state, kubelet, CNI, logs)
     sockets     /run/tailcut/tcnode-i/  (containerd's)
@@ -26,6 +31,15 @@ API_PORT = 6443
 CLUSTER_DOMAIN = "cluster.local"
 UNIX_PATH_MAX = 107                                  # bytes, without the final NUL
 KUBELET_LONGEST_SOCKET = "/pod-resources/4294967295"  # under the kubelet's root dir
+
+
+LAN_IF = "lan0"
+LAN_BRIDGE = "lan"
+
+
+def lan_netns(first_index: int) -> str:
+    """The namespace holding the LAN bridge of the cluster whose first node is this."""
+    return f"tcnode-lan-{first_index}"
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,15 @@ class Node:
     @property
     def ip(self) -> str:
         return f"10.240.{self.index}.2"
+
+    @property
+    def lan_ip(self) -> str:
+        return f"10.241.0.{self.index + 2}"
+
+    @property
+    def lan_port(self) -> str:
+        """The LAN namespace's end of this node's LAN veth."""
+        return f"n{self.index}"
 
     @property
     def pod_cidr(self) -> str:

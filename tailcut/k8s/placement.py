@@ -1,0 +1,86 @@
+"""Which node holds each rack of a job, on a cluster of several nodes.
+
+A rack's pods hang off its ToR bridge by veths (tailcut.k8s.agent), so a rack lives on
+one node: the operator places rack i on the i-th of the schedulable nodes (sorted by
+name, round robin), pins the rack's pods there with a nodeSelector, and writes the
+placement into the job's config map (placement.json) with each node's InternalIP. The
+node agents read it: each builds the racks placed on its node and the job's spine,
+and joins its spine to the other nodes' spines of the job by VXLAN to those addresses.
+
+Pure functions of the API's node objects (as dicts, camelCase), so they are tested
+without a cluster. No schedulable node (an API server without kubelets): no placement,
+and the pods keep the preferred rack affinity of tailcut.k8s.resources.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from tailcut.spec.model import TrainingJob
+
+PLACEMENT_KEY = "placement.json"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+_BLOCKING_TAINTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class NodeAddress:
+    name: str
+    hostname: str   # its kubernetes.io/hostname label, what the nodeSelector matches
+    ip: str         # its InternalIP: the VXLAN endpoint of its spine
+
+
+Placement = dict[str, NodeAddress]   # rack name -> node
+
+
+def schedulable(nodes: list[Mapping[str, Any]]) -> list[NodeAddress]:
+    """The Ready nodes a pod may be scheduled to (not cordoned, no NoSchedule or
+    NoExecute taint) that have an InternalIP, sorted by name."""
+    found = []
+    for node in nodes:
+        meta, spec, status = (node.get(k) or {} for k in ("metadata", "spec", "status"))
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in status.get("conditions") or [])
+        blocked = spec.get("unschedulable") or any(
+            t.get("effect") in _BLOCKING_TAINTS for t in spec.get("taints") or [])
+        ips = [a["address"] for a in status.get("addresses") or []
+               if a.get("type") == "InternalIP"]
+        if ready and not blocked and ips:
+            name = meta["name"]
+            found.append(NodeAddress(name=name, ip=ips[0], hostname=(
+                meta.get("labels") or {}).get(HOSTNAME_LABEL, name)))
+    return sorted(found, key=lambda n: n.name)
+
+
+def place(job: TrainingJob, nodes: list[NodeAddress]) -> Placement:
+    """Rack i of the job on node i mod len(nodes); empty without nodes."""
+    if not nodes:
+        return {}
+    return {rack.name: nodes[i % len(nodes)]
+            for i, rack in enumerate(job.spec.network.racks)}
+
+
+def config_data(placement: Placement) -> dict[str, str]:
+    """The config map entry the agents read (none without a placement)."""
+    if not placement:
+        return {}
+    return {PLACEMENT_KEY: json.dumps({rack: {"node": n.name, "hostname": n.hostname,
+                                              "ip": n.ip}
+                                       for rack, n in placement.items()}, indent=1)}
+
+
+def from_config(data: Mapping[str, str]) -> Placement:
+    """The placement in a job's config map data; empty if it has none."""
+    raw = data.get(PLACEMENT_KEY)
+    if not raw:
+        return {}
+    return {rack: NodeAddress(name=n["node"], hostname=n["hostname"], ip=n["ip"])
+            for rack, n in json.loads(raw).items()}
+
+
+def scheduling(rack: str, placement: Placement) -> Optional[dict[str, Any]]:
+    """The pod spec fields that pin a pod of `rack` to its node, or None."""
+    node = placement.get(rack)
+    if node is None:
+        return None
+    return {"nodeSelector": {HOSTNAME_LABEL: node.hostname}}
