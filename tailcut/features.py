@@ -234,6 +234,21 @@ def bcc() -> Feature:
 
 
 @functools.cache
+def vxlan() -> Feature:
+    def body() -> str:
+        with _scratch() as (ipr, _):
+            _refused("adding a VXLAN device",
+                     lambda: ipr.link("add", ifname="tcprobevx", kind="vxlan", vxlan_id=1,
+                                      vxlan_port=4789, vxlan_learning=0),
+                     {errno.EOPNOTSUPP: "the kernel has no vxlan driver"})
+        return "added a VXLAN device"
+    return _probe("vxlan", body,
+                  "on Kubernetes, a job's racks on different nodes are joined by VXLAN",
+                  "on Kubernetes, a job whose racks are placed on several nodes cannot "
+                  "join them here (the agent fails to build its spine); one node works")
+
+
+@functools.cache
 def bpftool() -> Feature:
     def body() -> str:
         path = shutil.which("bpftool")
@@ -251,7 +266,7 @@ def bpftool() -> Feature:
 
 
 ALL: tuple[Callable[[], Feature], ...] = (
-    root, netem, htb, clsact_bpf, xdp_native, xdp_generic, ringbuf, bcc, bpftool)
+    root, netem, htb, clsact_bpf, xdp_native, xdp_generic, ringbuf, bcc, vxlan, bpftool)
 
 
 def clear_cache() -> None:

@@ -48,6 +48,12 @@ def test_netem_is_detected_as_absent_as_the_kernel_config_says(fresh: None) -> N
 
 
 @pytest.mark.netns
+def test_vxlan_is_detected_as_the_kernel_config_says(fresh: None) -> None:
+    assert features.vxlan().available == (kernel_config("CONFIG_VXLAN") in ("y", "m"))
+    assert netns.list_names(features.SCRATCH_PREFIX) == [], "the probe cleans up"
+
+
+@pytest.mark.netns
 def test_htb_is_detected_as_present(fresh: None) -> None:
     assert kernel_config("CONFIG_NET_SCH_HTB") == "y"
     assert features.htb().available
