@@ -98,11 +98,11 @@ def run_local(job: spec.TrainingJob, configs: dict[str, dict]) -> list[float]:
 
 
 def manifests(job: spec.TrainingJob, configs: dict[str, dict],
-              nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+              nodes: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
     """The job's spec config map, one with bl_role.py, and the job's pods running
     bl_role.py once their address is on tc0, placed on `nodes` as the operator
     places a TrainingJob's (tailcut.k8s.placement)."""
-    where = placement.place(job, placement.schedulable(nodes))
+    where = placement.place(job, namespace, placement.schedulable(nodes))
     unowned = {"apiVersion": "v1", "kind": "ConfigMap", "name": "none", "uid": "none"}
     spec_map = resources.config_map(job, unowned, where)
     del spec_map["metadata"]["ownerReferences"]
@@ -131,7 +131,7 @@ def run_cluster(kubeconfig: str, namespace: str, job: spec.TrainingJob,
                 configs: dict[str, dict]) -> list[float]:
     name = job.name
     nodes = json.loads(kubectl(kubeconfig, "get", "nodes", "-o", "json"))["items"]
-    objects = manifests(job, configs, nodes)
+    objects = manifests(job, configs, nodes, namespace)
     kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-",
             input=yaml.safe_dump_all(objects))
     ps = resources.pod_name(job, "ps-0")

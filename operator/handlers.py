@@ -117,7 +117,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
         return
     owner = resources.owner_reference(body)
     core = kubernetes.client.CoreV1Api()
-    where = _placement(core, job)
+    where = _placement(core, job, namespace)
     _create(core.create_namespaced_config_map, namespace,
             resources.config_map(job, owner, where))
     _create(core.create_namespaced_service, namespace, resources.service(job, owner))
@@ -302,10 +302,18 @@ def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
                 f"{err.status} {err.reason}", delay=5) from err
 
 
-def _placement(core: Any, job: spec.TrainingJob) -> placement.Placement:
-    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node."""
+def _placement(core: Any, job: spec.TrainingJob, namespace: str) -> placement.Placement:
+    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node. Once
+    the job's config map holds one (an earlier reconcile wrote it), that one stays:
+    pods created by a retry must land where the agents expect them."""
+    try:
+        cm = core.read_namespaced_config_map(resources.spec_map_name(job), namespace)
+        return placement.from_config(cm.data or {})
+    except kubernetes.client.ApiException as err:
+        if err.status != 404:
+            raise
     nodes = core.list_node().items
-    return placement.place(job, placement.schedulable(
+    return placement.place(job, namespace, placement.schedulable(
         [kubernetes.client.ApiClient().sanitize_for_serialization(n) for n in nodes]))
 
 

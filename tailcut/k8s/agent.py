@@ -126,6 +126,7 @@ class Fabric:
     node: str
     network: build.Network
     enforcement: Optional[enforce.Enforcement] = None   # cadentflow on the uplinks
+    spec_uid: str = ""   # of the job's config map: which incarnation of the job
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
 
@@ -168,7 +169,7 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
                          f"{node} ({', '.join(f'{r}: {n.name}' for r, n in where.items())})")
     stale = [n for n in [topo.spine_netns] + [r.netns for r in topo.racks]
              if netns.exists(n)]
-    for name in stale:   # a fabric this agent lost track of (it relisted): rebuild
+    for name in stale:   # left by a first pod that failed to wire half-way: rebuild
         netns.remove(name)
     network = build.build_fabric(topo, here, has_netem)
     fabric = Fabric(namespace=namespace, job=job, node=node, network=network)
@@ -301,7 +302,7 @@ class Agent:
                         "would be the node's; set agent.dangerouslyShapeHostNetworkPods "
                         "to allow)")
             return
-        job, racks_at = self._job(pod)
+        job, racks_at, spec_uid = self._job(pod)
         try:
             policy.check_enforceable(job)   # the operator refused these already
         except TailcutError as err:
@@ -315,7 +316,8 @@ class Agent:
             log.warning(f"{where}: running but no process found in /proc; retrying later")
             return
         try:
-            wired = self._wire(pod.metadata.namespace, job, racks_at, uid, replica, pid)
+            wired = self._wire(pod.metadata.namespace, job, racks_at, spec_uid, uid,
+                               replica, pid)
             wired.where = where
         except Exception:
             metrics.shaping_failures.inc()
@@ -325,12 +327,19 @@ class Agent:
         log.info(f"{where}: {wired.description}")
         self._annotate(pod, wired)
 
-    def _wire(self, namespace: str, job: TrainingJob, where: placement.Placement, uid: str,
-              replica: str, pid: int) -> Wired:
+    def _wire(self, namespace: str, job: TrainingJob, where: placement.Placement,
+              spec_uid: str, uid: str, replica: str, pid: int) -> Wired:
         key = (namespace, job.name)
         fabric = self.fabrics.get(key)
+        if fabric is not None and fabric.spec_uid != spec_uid:
+            # The job was deleted and created again while the old one's pods were
+            # still going: theirs is a dead job's fabric.
+            for old in list(fabric.pods):
+                self.release(old)
+            fabric = self.fabrics.get(key)
         if fabric is None:
             fabric = build_fabric(namespace, job, self.has_netem, self.node, where)
+            fabric.spec_uid = spec_uid
             self.fabrics[key] = fabric
             log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "
                      + "; ".join(f"{readable(fabric, {}, k)}: {v}"
@@ -401,13 +410,15 @@ class Agent:
             remove_fabric(fabric)
             log.info(f"{key[0]}/{key[1]}: no pod left on this node: spine and racks removed")
 
-    def _job(self, pod: Any) -> tuple[TrainingJob, placement.Placement]:
-        """The pod's job and its racks' nodes, from the job's config map."""
+    def _job(self, pod: Any) -> tuple[TrainingJob, placement.Placement, str]:
+        """The pod's job, its racks' nodes and the config map's UID (a job deleted and
+        created again under its name has a new one), from the job's config map."""
         cm_name = (pod.metadata.annotations or {}).get(resources.ANNOTATION_SPEC_MAP)
         cm = self.core.read_namespaced_config_map(cm_name, pod.metadata.namespace)
         job = spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
                              source=f"configmap {pod.metadata.namespace}/{cm_name}")
-        return job, placement.from_config(cm.data)
+        uid = getattr(getattr(cm, "metadata", None), "uid", None) or ""
+        return job, placement.from_config(cm.data), str(uid)
 
     def release_all(self) -> None:
         """Unwire every pod and remove every fabric (the agent is stopping)."""
@@ -474,6 +485,10 @@ def main() -> int:
                         agent.handle(event_type, pod)
                     except TailcutError as err:
                         log.error(f"{pod.metadata.namespace}/{pod.metadata.name}: {err}")
+                    except Exception:   # noqa: BLE001 - one pod must not end the agent
+                        # (and with it every job's links on the node): log, go on.
+                        log.exception(f"{pod.metadata.namespace}/{pod.metadata.name}: "
+                                      "not wired")
             except kubernetes.client.ApiException as err:
                 log.warning(f"watch ended: {err.status} {err.reason}; reconnecting")
                 time.sleep(2)

@@ -1,8 +1,9 @@
 """Which node holds each rack of a job, on a cluster of several nodes.
 
 A rack's pods hang off its ToR bridge by veths (tailcut.k8s.agent), so a rack lives on
-one node: the operator places rack i on the i-th of the schedulable nodes (sorted by
-name, round robin), pins the rack's pods there with a nodeSelector, and writes the
+one node: the operator places the job's racks round robin on the schedulable nodes
+(sorted by name, starting at one chosen by a hash of the job, so that jobs do not all
+put their first rack on the same node), pins the rack's pods there with a nodeSelector, and writes the
 placement into the job's config map (placement.json) with each node's InternalIP. The
 node agents read it: each builds the racks placed on its node and the job's spine,
 and joins its spine to the other nodes' spines of the job by VXLAN to those addresses.
@@ -12,6 +13,7 @@ without a cluster. No schedulable node (an API server without kubelets): no plac
 and the pods keep the preferred rack affinity of tailcut.k8s.resources.
 """
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
@@ -52,11 +54,13 @@ def schedulable(nodes: list[Mapping[str, Any]]) -> list[NodeAddress]:
     return sorted(found, key=lambda n: n.name)
 
 
-def place(job: TrainingJob, nodes: list[NodeAddress]) -> Placement:
-    """Rack i of the job on node i mod len(nodes); empty without nodes."""
+def place(job: TrainingJob, namespace: str, nodes: list[NodeAddress]) -> Placement:
+    """Rack i of the job on node (start + i) mod len(nodes), start from a hash of the
+    job's namespace and name; empty without nodes."""
     if not nodes:
         return {}
-    return {rack.name: nodes[i % len(nodes)]
+    start = int(hashlib.sha256(f"{namespace}/{job.name}".encode()).hexdigest(), 16)
+    return {rack.name: nodes[(start + i) % len(nodes)]
             for i, rack in enumerate(job.spec.network.racks)}
 
 

@@ -8,7 +8,7 @@ address (EADDRNOTAVAIL) or no route. The pod entrypoints wait here first.
 
 import time
 
-from pyroute2 import IPRoute
+from pyroute2 import IPRoute, NetlinkError
 
 from tailcut.errors import NetError
 
@@ -20,7 +20,10 @@ def find(ip: str | None = None, ifname: str | None = None) -> tuple[str, str] | 
     interface named `ifname` (or any) that is up; None if there is none yet."""
     with IPRoute() as ipr:
         for addr in ipr.get_addr(family=2):
-            link = ipr.get_links(addr["index"])[0]
+            try:
+                link = ipr.get_links(addr["index"])[0]
+            except NetlinkError:
+                continue   # the link went away since the address was listed
             name, found = link.get_attr("IFLA_IFNAME"), addr.get_attr("IFA_ADDRESS")
             if (ip in (None, found) and ifname in (None, name)
                     and link.get_attr("IFLA_OPERSTATE") in ("UP", "UNKNOWN")):

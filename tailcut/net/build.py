@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from pyroute2 import IPRoute
+from pyroute2 import IPRoute, NetlinkError
 
 from tailcut.errors import AlreadyExists, NetError
 from tailcut.net import clean, forwarding, naming, netns, shaping
@@ -71,6 +71,7 @@ class Network:
     droppers: list[object] = field(default_factory=list)    # on the fabric's links
     pods: dict[str, str] = field(default_factory=dict)      # wired pod -> its namespace
     pod_droppers: dict[str, list[object]] = field(default_factory=dict)
+    racks: list[int] = field(default_factory=list)          # built here (build_fabric)
 
     def destroy(self) -> None:
         """Detach the eBPF droppers (releasing our hold on their programs) and remove
@@ -79,9 +80,9 @@ class Network:
         teardown(self.topology.job)
 
     def _detach_all(self) -> None:
-        for d in self.droppers + [d for ds in self.pod_droppers.values() for d in ds]:
-            d.detach()  # type: ignore[attr-defined]
+        everything = self.droppers + [d for ds in self.pod_droppers.values() for d in ds]
         self.droppers, self.pod_droppers = [], {}
+        _detach(everything)
 
     def dropper_counts(self) -> tuple[int, int]:
         """(passed, dropped) packets summed over every eBPF dropper of the run."""
@@ -90,6 +91,18 @@ class Network:
             p, q = d.counts()  # type: ignore[attr-defined]
             passed, dropped = passed + p, dropped + q
         return passed, dropped
+
+
+def _detach(droppers: list[object]) -> None:
+    """Detach every dropper, even if one fails; the first error is raised at the end."""
+    failed: BaseException | None = None
+    for d in droppers:
+        try:
+            d.detach()  # type: ignore[attr-defined]
+        except Exception as err:   # noqa: BLE001 - the others must still go
+            failed = failed or err
+    if failed is not None:
+        raise failed
 
 
 def link_ops(topo: Topology, has_netem: bool) -> tuple[list[shaping.Op], list[shaping.Op]]:
@@ -144,13 +157,25 @@ def build_fabric(topo: Topology, racks: Iterable[Rack], has_netem: bool,
 
 
 def remove_fabric(network: Network) -> None:
-    """Undo build_fabric: droppers detached, spine and rack namespaces removed (the
-    pods' access links go with their rack)."""
-    network._detach_all()
+    """Undo build_fabric: droppers detached, the links deleted (the kernel frees an
+    unnamed namespace only later, and a VXLAN device left registered until then
+    would refuse its successor), the spine and rack namespaces it built removed."""
     topo = network.topology
-    for ns in [r.netns for r in topo.racks] + [topo.spine_netns]:
-        netns.remove(ns)
-    network.pods.clear()
+    mine = [topo.racks[i].netns for i in network.racks] + [topo.spine_netns]
+    try:
+        network._detach_all()
+    finally:
+        network.pods.clear()
+        for ns in mine:
+            if netns.exists(ns):
+                with netns.ipr(ns) as ipr:
+                    for link in ipr.get_links():
+                        if link.get_attr("IFLA_IFNAME") != "lo":
+                            try:
+                                ipr.link("del", index=link["index"])
+                            except NetlinkError:
+                                pass   # gone with its peer meanwhile
+            netns.remove(ns)
 
 
 def wire_pod(network: Network, pod: Pod, pod_ns: str) -> dict[str, str]:
@@ -161,7 +186,11 @@ def wire_pod(network: Network, pod: Pod, pod_ns: str) -> dict[str, str]:
     try:
         before = set(network.applied)
         _wire_pod(network, pod, pod_ns, sockets)
-        _wait_until_up(sockets)
+        rack = network.topology.racks[pod.rack]
+        # Only its two ends: a pod's namespace may hold links of others (a CNI's
+        # tunnel devices are often down), which are not ours to wait for.
+        _wait_until_up(sockets, [(pod_ns, network.wiring.ifname),
+                                 (rack.netns, naming.rack_port(pod.slot))])
         return {k: v for k, v in network.applied.items() if k not in before}
     except BaseException:
         unwire_pod(network, pod)
@@ -173,8 +202,13 @@ def wire_pod(network: Network, pod: Pod, pod_ns: str) -> dict[str, str]:
 def unwire_pod(network: Network, pod: Pod) -> None:
     """Remove `pod`'s access link (both ends go with the veth); its pod namespace and
     everything else stay. Already gone is fine."""
-    for d in network.pod_droppers.pop(pod.name, []):
-        d.detach()  # type: ignore[attr-defined]
+    try:
+        _detach(network.pod_droppers.pop(pod.name, []))
+    finally:
+        _delete_access_link(network, pod)
+
+
+def _delete_access_link(network: Network, pod: Pod) -> None:
     rack = network.topology.racks[pod.rack]
     port = naming.rack_port(pod.slot)
     pod_ns = network.pods.pop(pod.name, None)
@@ -191,9 +225,10 @@ def unwire_pod(network: Network, pod: Pod) -> None:
 
 def _build_fabric(network: Network, racks: tuple[Rack, ...], sockets: Sockets) -> None:
     topo = network.topology
-    for name in [topo.spine_netns] + [r.netns for r in racks]:
-        netns.create(name)
+    netns.create(topo.spine_netns)
     for rack in racks:
+        netns.create(rack.netns)
+        network.racks.append(rack.index)
         _build_rack(topo, rack, sockets)
         forwarding.enable(topo.spine_netns, naming.spine_port(rack.index))
         _shape(network, sockets, rack.netns, naming.RACK_UPLINK_IF,
@@ -290,25 +325,26 @@ def _pin_neighbours(network: Network, pod: Pod, sockets: Sockets) -> None:
         pin(other_ns, other_index, pod.ip, own_mac)
 
 
-def _wait_until_up(sockets: Sockets) -> None:
-    """Wait for every veth in the namespaces of `sockets` to be operationally up and
-    every bridge port forwarding: a packet sent earlier can wait a second for an ARP
-    retry."""
+def _wait_until_up(sockets: Sockets, only: list[tuple[str, str]] | None = None) -> None:
+    """Wait for every veth in the namespaces of `sockets` (or only the (namespace,
+    interface) pairs `only`) to be operationally up and every bridge port forwarding:
+    a packet sent earlier can wait a second for an ARP retry."""
     deadline = time.monotonic() + UP_TIMEOUT_S
-    pending = _not_ready(sockets)
+    pending = _not_ready(sockets, only)
     while pending and time.monotonic() < deadline:
         time.sleep(0.01)
-        pending = _not_ready(sockets)
+        pending = _not_ready(sockets, only)
     if pending:
         raise NetError(f"links not up after {UP_TIMEOUT_S} s: {', '.join(pending)}")
 
 
-def _not_ready(sockets: Sockets) -> list[str]:
+def _not_ready(sockets: Sockets, only: list[tuple[str, str]] | None = None) -> list[str]:
     pending = []
-    for ns, ipr in sockets.items():
+    for ns, ipr in list(sockets.items()):
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
-            if name == "lo" or name == naming.TOR_BRIDGE:
+            if name == "lo" or name == naming.TOR_BRIDGE or (
+                    only is not None and (ns, name) not in only):
                 continue
             # (a VXLAN device has no carrier to report: UNKNOWN once up)
             if link.get_attr("IFLA_OPERSTATE") not in ("UP", "UNKNOWN"):

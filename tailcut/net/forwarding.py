@@ -4,8 +4,9 @@ The spine routes between the racks, so each of its ports forwards what it receiv
 (Linux checks the receiving interface's `forwarding`). Writing
 /proc/sys/net/ipv4/conf/<if>/forwarding would do it, but a container's /proc/sys is
 read-only, and the Kubernetes node agent builds the spine from one: RTM_SETLINK with
-the interface's IPv4 settings (IFLA_AF_SPEC / AF_INET / IFLA_INET_CONF) needs only
-CAP_NET_ADMIN. Only the namespace's own interface changes; the host's settings and
+the interface's IPv4 settings (IFLA_AF_SPEC / AF_INET / IFLA_INET_CONF) needs
+CAP_NET_ADMIN only (entering the namespace takes CAP_SYS_ADMIN, as everything the
+agent builds does). Only the namespace's own interface changes; the host's settings and
 the namespace's `all` and `default` are left alone.
 """
 
@@ -44,12 +45,15 @@ def request(ifindex: int, seq: int = 1) -> bytes:
 
 def enable(ns: str, ifname: str) -> None:
     """Forward what interface `ifname` of namespace `ns` receives."""
-    with netns.entered(ns):
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        index = socket.if_nametoindex(ifname)
-    with sock:
-        sock.sendall(request(index))
-        reply = sock.recv(65536)
+    try:
+        with netns.entered(ns):   # the socket and the name lookup belong to `ns`
+            index = socket.if_nametoindex(ifname)
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        with sock:
+            sock.sendall(request(index))
+            reply = sock.recv(65536)
+    except OSError as err:
+        raise NetError(f"{ns}/{ifname}: cannot turn on IPv4 forwarding: {err}") from err
     kind, = struct.unpack_from("=H", reply, 4)
     code, = struct.unpack_from("=i", reply, 16) if kind == NLMSG_ERROR else (0,)
     if code != 0:

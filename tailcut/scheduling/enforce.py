@@ -50,8 +50,15 @@ class Enforcement:
                 for c in self.classifiers}
 
     def detach(self) -> None:
+        """Detach every classifier, even if one fails; the first error is raised."""
+        failed: Optional[BaseException] = None
         for c in self.classifiers:
-            c.detach()  # type: ignore[attr-defined]
+            try:
+                c.detach()  # type: ignore[attr-defined]
+            except Exception as err:   # noqa: BLE001 - the others must still go
+                failed = failed or err
+        if failed is not None:
+            raise failed
 
 
 def weights_of(scheduling: Scheduling) -> Optional[list[float]]:

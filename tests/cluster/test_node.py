@@ -94,31 +94,35 @@ def leftovers(node: Node) -> list[str]:
 
 
 def test_up_then_down_leaves_nothing_behind(short_workdir):
-    """A second cluster beside the session's (node 3: its own names and addresses)
-    runs a pod; `down` then removes every process, mount, namespace, link, cgroup and
-    file it had."""
+    """A second cluster of two nodes beside the session's (nodes 3 and 4: their own
+    names and addresses) runs a pod on its second node; `down` then removes every
+    process, mount, namespace, link, cgroup and file it had, and its LAN."""
     workdir = short_workdir / "second"
-    second = Cluster.up(workdir, progress=lambda line: None, index=3)
+    second = Cluster.up(workdir, progress=lambda line: None, index=3, nodes=2)
     try:
-        second.kubectl("run", "paused", f"--image={configs.PAUSE_IMAGE}",
-                       "--image-pull-policy=Never")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "paused"},
+               "spec": {"nodeName": "tcnode-4", "containers": [{
+                   "name": "p", "image": configs.PAUSE_IMAGE, "imagePullPolicy": "Never"}]}}
+        second.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
         assert until(lambda: (chart.get(second, "default", "pod", "paused") or {}).get(
             "status", {}).get("phase") == "Running", within_s=90, every_s=1)
         assert netns.list_names("cni-"), "the pod has no network namespace"
+        assert netns.exists("tcnode-lan-3")
     finally:
         Cluster.down(workdir, progress=lambda line: None)
-    assert leftovers(second.node) == []
+    assert leftovers(second.nodes[0]) == [] and leftovers(second.nodes[1]) == []
+    assert not netns.exists("tcnode-lan-3")
 
 
 def test_a_component_that_fails_is_named_with_the_end_of_its_log(short_workdir, monkeypatch):
     monkeypatch.setattr(configs, "corefile", lambda node, kubeconfig: "this is not a Corefile {\n")
     workdir = short_workdir / "broken"
     with pytest.raises(ClusterError) as err:
-        Cluster.up(workdir, progress=lambda line: None, index=4)
+        Cluster.up(workdir, progress=lambda line: None, index=5)
     message = str(err.value)
     assert message.startswith("coredns exited during start-up")
     assert "coredns.log" in message and "Corefile" in message
-    assert leftovers(Node(4, workdir)) == []
+    assert leftovers(Node(5, workdir)) == []
 
 
 def test_a_cluster_whose_node_names_are_taken_is_refused_and_the_other_left_alone(

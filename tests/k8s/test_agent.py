@@ -7,11 +7,13 @@ lets go when the pod goes and leaves the pod itself running."""
 import json
 import re
 import subprocess
+import time
 import uuid
 from types import SimpleNamespace
 
 import pytest
 import yaml
+from pyroute2 import IPRoute
 
 from tailcut import spec
 from tailcut.k8s import agent, placement, resources
@@ -232,6 +234,18 @@ def test_a_lossy_link_drops_both_ways_and_pins_the_neighbours(pods, agents):
     neighbours = in_pod(worker, "ip", "neigh", "show", "dev", "tc0")
     assert f"{topo.pod('ps-0').ip} " in neighbours and "PERMANENT" in neighbours
     assert "gso_max_segs 1" in node_agent.wired[worker.uid].description
+
+
+@pytest.mark.netns
+def test_a_pod_with_other_links_down_is_wired_without_waiting_for_them(pods, agents):
+    """A CNI may leave tunnel devices down in every pod's namespace: not ours."""
+    node_agent = agents(as_yaml(job("k8-extra")))
+    ps = pods("ps-0")
+    with IPRoute(netns=f"/proc/{ps.pid}/ns/net") as ipr:
+        ipr.link("add", ifname="extra0", kind="veth", peer="extra1")   # left down
+    started = time.monotonic()
+    node_agent.handle("ADDED", pod_event(ps, "Running", "k8-extra"))
+    assert ps.uid in node_agent.wired and time.monotonic() - started < 4
 
 
 @pytest.mark.netns

@@ -1,7 +1,7 @@
 """Racks of one job on two "nodes" (namespaces joined by a veth, as the nodes of a
 cluster are joined by their LAN), each node with its own spine, the spines joined by
-VXLAN (tailcut.net.overlay): pods reach each other across the nodes, and only through
-the job's links."""
+VXLAN (tailcut.net.overlay): pods reach each other across the nodes, encapsulated on
+the nodes' link."""
 
 import dataclasses
 import subprocess
@@ -63,4 +63,9 @@ def test_pods_of_racks_on_two_nodes_reach_each_other_over_the_spines_vxlan(two_n
     shown = subprocess.run(["ip", "-n", two_nodes[0], "-s", "-j", "link", "show", "lan0"],
                            capture_output=True, text=True).stdout
     assert '"packets":' in shown and int(shown.split('"packets":')[1].split(",")[0]) >= 200
-    assert overlay.vni("lab/ovl") == overlay.vni("lab/ovl") != overlay.vni("lab/other")
+
+
+def test_a_jobs_vni_is_24_bits_and_differs_between_jobs():
+    vnis = {overlay.vni(f"lab/job-{i}") for i in range(1000)}
+    assert len(vnis) == 1000 and all(0 < v < 1 << 24 for v in vnis)
+    assert overlay.vni("lab/a") == overlay.vni("lab/a")
