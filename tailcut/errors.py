@@ -45,3 +45,16 @@ class DatapathError(TailcutError):
 
 class RunError(TailcutError):
     """A training run failed."""
+
+
+def detach_all(handles: "list[object]") -> None:
+    """Call `detach()` on every handle (BPF droppers, classifiers), even if one fails;
+    the first error is raised once all were tried, so one failure leaks nothing else."""
+    failed: BaseException | None = None
+    for handle in handles:
+        try:
+            handle.detach()  # type: ignore[attr-defined]
+        except Exception as err:   # noqa: BLE001 - the others must still go
+            failed = failed or err
+    if failed is not None:
+        raise failed

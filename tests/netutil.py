@@ -1,9 +1,11 @@
 """Traffic for tests: small Python senders and receivers run inside pod namespaces."""
 
+import contextlib
 import subprocess
 import sys
 import textwrap
 
+from tailcut.net import netns
 from tailcut.runtime import procs
 
 TCP_RECEIVER = """
@@ -91,3 +93,24 @@ def udp_delivered(src_ns: str, dst_ns: str, dst_ip: str, count: int,
     tx = start(src_ns, UDP_SENDER.format(ip=dst_ip, port=port, count=count))
     _finish(tx, 60)
     return int(_finish(rx, 30))
+
+
+@contextlib.contextmanager
+def linked_namespaces(names: tuple[str, str], ips: tuple[str, str]):
+    """Two namespaces joined by a veth (lan0 in each, ips/24): two nodes and their
+    LAN. Both are removed afterwards."""
+    for name in names:
+        netns.create(name)
+    try:
+        with netns.ipr(names[0]) as ipr:
+            ipr.link("add", ifname="lan0", kind="veth",
+                     peer={"ifname": "lan0", "net_ns_fd": netns.path(names[1])})
+        for name, ip in zip(names, ips):
+            with netns.ipr(name) as ipr:
+                index = ipr.link_lookup(ifname="lan0")[0]
+                ipr.addr("add", index=index, address=ip, prefixlen=24)
+                ipr.link("set", index=index, state="up")
+        yield names
+    finally:
+        for name in names:
+            netns.remove(name)

@@ -182,9 +182,7 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
                 topo.spine_netns, job.name, overlay.vni(key), me, list(spines.values()))
         if _cadentflow(job):
             fabric.enforcement = enforce.apply_to(
-                [e for r in here for e in (
-                    (r.netns, naming.RACK_UPLINK_IF, topo.uplink.bandwidth),
-                    (topo.spine_netns, naming.spine_port(r.index), topo.uplink.bandwidth))],
+                [e for r in here for e in enforce.uplink_egresses(topo, r)],
                 job.spec.scheduling)
     except BaseException:
         build.remove_fabric(network)
@@ -224,11 +222,8 @@ def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
     wired.applied = build.wire_pod(fabric.network, pod, name)
     try:
         if _cadentflow(fabric.job):
-            rack = topo.racks[pod.rack]
             wired.enforcement = enforce.apply_to(
-                [(name, DATA_IF, topo.access_link.bandwidth),
-                 (rack.netns, naming.rack_port(pod.slot), topo.access_link.bandwidth)],
-                fabric.job.spec.scheduling)
+                enforce.access_egresses(topo, pod, name, DATA_IF), fabric.job.spec.scheduling)
             for key, classes in wired.enforcement.applied.items():
                 wired.applied[key] += f"; {fabric.job.spec.scheduling.policy}: {classes}"
     except BaseException:
@@ -377,8 +372,7 @@ class Agent:
         network = wired.fabric.network
         topo = network.topology
         rack = topo.racks[topo.pod(wired.replica).rack]
-        ends = (f"{rack.netns}/{naming.RACK_UPLINK_IF}",
-                f"{topo.spine_netns}/{naming.spine_port(rack.index)}")
+        ends = [f"{ns}/{ifname}" for ns, ifname, _ in enforce.uplink_egresses(topo, rack)]
         enforced = wired.fabric.enforcement.applied if wired.fabric.enforcement else {}
         links = {end: network.applied[end] + (f"; cadentflow: {enforced[end]}"
                                               if end in enforced else "")

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from pyroute2 import IPRoute, NetlinkError
+from pyroute2 import IPRoute
 
-from tailcut.errors import AlreadyExists, NetError
+from tailcut.errors import AlreadyExists, NetError, detach_all
 from tailcut.net import clean, forwarding, naming, netns, shaping
 from tailcut.net.topology import Pod, Rack, Topology
 
@@ -82,7 +82,7 @@ class Network:
     def _detach_all(self) -> None:
         everything = self.droppers + [d for ds in self.pod_droppers.values() for d in ds]
         self.droppers, self.pod_droppers = [], {}
-        _detach(everything)
+        detach_all(everything)
 
     def dropper_counts(self) -> tuple[int, int]:
         """(passed, dropped) packets summed over every eBPF dropper of the run."""
@@ -91,18 +91,6 @@ class Network:
             p, q = d.counts()  # type: ignore[attr-defined]
             passed, dropped = passed + p, dropped + q
         return passed, dropped
-
-
-def _detach(droppers: list[object]) -> None:
-    """Detach every dropper, even if one fails; the first error is raised at the end."""
-    failed: BaseException | None = None
-    for d in droppers:
-        try:
-            d.detach()  # type: ignore[attr-defined]
-        except Exception as err:   # noqa: BLE001 - the others must still go
-            failed = failed or err
-    if failed is not None:
-        raise failed
 
 
 def link_ops(topo: Topology, has_netem: bool) -> tuple[list[shaping.Op], list[shaping.Op]]:
@@ -166,16 +154,7 @@ def remove_fabric(network: Network) -> None:
         network._detach_all()
     finally:
         network.pods.clear()
-        for ns in mine:
-            if netns.exists(ns):
-                with netns.ipr(ns) as ipr:
-                    for link in ipr.get_links():
-                        if link.get_attr("IFLA_IFNAME") != "lo":
-                            try:
-                                ipr.link("del", index=link["index"])
-                            except NetlinkError:
-                                pass   # gone with its peer meanwhile
-            netns.remove(ns)
+        clean.remove([ns for ns in mine if netns.exists(ns)])
 
 
 def wire_pod(network: Network, pod: Pod, pod_ns: str) -> dict[str, str]:
@@ -203,7 +182,7 @@ def unwire_pod(network: Network, pod: Pod) -> None:
     """Remove `pod`'s access link (both ends go with the veth); its pod namespace and
     everything else stay. Already gone is fine."""
     try:
-        _detach(network.pod_droppers.pop(pod.name, []))
+        detach_all(network.pod_droppers.pop(pod.name, []))
     finally:
         _delete_access_link(network, pod)
 

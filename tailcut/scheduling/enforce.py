@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from tailcut.errors import SpecError
+from tailcut.errors import SpecError, detach_all
 from tailcut.net import naming, netns, shaping
-from tailcut.net.topology import Topology
+from tailcut.net.topology import Pod, Rack, Topology
 from tailcut.spec.model import Scheduling
 
 if TYPE_CHECKING:
@@ -51,14 +51,7 @@ class Enforcement:
 
     def detach(self) -> None:
         """Detach every classifier, even if one fails; the first error is raised."""
-        failed: Optional[BaseException] = None
-        for c in self.classifiers:
-            try:
-                c.detach()  # type: ignore[attr-defined]
-            except Exception as err:   # noqa: BLE001 - the others must still go
-                failed = failed or err
-        if failed is not None:
-            raise failed
+        detach_all(self.classifiers)
 
 
 def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
@@ -110,21 +103,32 @@ def _check_coflow(job: "TrainingJob") -> None:
             "workers pace; run coflow without them")
 
 
+Egress = tuple[str, str, int]   # (netns, ifname, link rate in bit/s)
+
+
+def access_egresses(topo: Topology, pod: Pod, pod_ns: str,
+                    ifname: str = POD_IFNAME) -> list[Egress]:
+    """Both ends of `pod`'s access link: its own interface, and its rack's port."""
+    rack = topo.racks[pod.rack]
+    return [(pod_ns, ifname, topo.access_link.bandwidth),
+            (rack.netns, naming.rack_port(pod.slot), topo.access_link.bandwidth)]
+
+
+def uplink_egresses(topo: Topology, rack: Rack) -> list[Egress]:
+    """Both ends of `rack`'s uplink: the rack's, and the spine's."""
+    return [(rack.netns, naming.RACK_UPLINK_IF, topo.uplink.bandwidth),
+            (topo.spine_netns, naming.spine_port(rack.index), topo.uplink.bandwidth)]
+
+
 def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
     """Add what `scheduling.policy` needs to every pod of a built topology."""
-    egresses: list[tuple[str, str, int]] = []
-    for rack in topo.racks:
-        for pod in rack.pods:
-            egresses.append((pod.netns, POD_IFNAME, topo.access_link.bandwidth))
-            egresses.append((rack.netns, naming.rack_port(pod.slot),
-                             topo.access_link.bandwidth))
-        egresses.append((rack.netns, naming.RACK_UPLINK_IF, topo.uplink.bandwidth))
-        egresses.append((topo.spine_netns, naming.spine_port(rack.index),
-                         topo.uplink.bandwidth))
+    egresses = [e for rack in topo.racks for e in (
+        [a for pod in rack.pods for a in access_egresses(topo, pod, pod.netns)]
+        + uplink_egresses(topo, rack))]
     return apply_to(egresses, scheduling)
 
 
-def apply_to(egresses: list[tuple[str, str, int]], scheduling: Scheduling) -> Enforcement:
+def apply_to(egresses: list[Egress], scheduling: Scheduling) -> Enforcement:
     """Add what `scheduling.policy` needs to each egress (netns, ifname, link rate in
     bit/s) whose HTB tree tailcut.net.shaping.apply built: the local runtime's every
     shaped egress, the node agent's per pod and per node. All or nothing: if one fails, the

@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from tailcut.net import address
 from tailcut.transports import base, batch, control, cutlayout, receiver, sender, wire
 from tailcut.transports.base import Kind, Message
 from tailcut.transports.control import Frame, FrameType
@@ -662,12 +663,10 @@ def _in_order(values: np.ndarray) -> list[int]:
 
 def _ifname_of(ip: str) -> str:
     """The interface in this network namespace that holds address ``ip``."""
-    from pyroute2 import IPRoute
-    with IPRoute() as ipr:
-        for addr in ipr.get_addr(family=socket.AF_INET):
-            if addr.get_attr("IFA_ADDRESS") == ip:
-                return str(ipr.get_links(addr["index"])[0].get_attr("IFLA_IFNAME"))
-    raise base.TransportError(f"no interface holds {ip} in this network namespace")
+    found = address.find(ip=ip)
+    if found is None:
+        raise base.TransportError(f"no interface holds {ip} in this network namespace")
+    return found[0]
 
 
 def _link_rate_bit(ip: str) -> float | None:

@@ -163,24 +163,10 @@ def test_agent_wires_pods_into_their_racks_with_the_planned_addresses_and_both_w
 
 @pytest.fixture
 def two_nodes():
-    """Namespaces node-a 192.168.78.1 and node-b 192.168.78.2 joined by a veth: the
-    network namespaces of two nodes and their LAN."""
-    nodes = ("tck8s-test.node-a", "tck8s-test.node-b")
-    for name in nodes:
-        netns.create(name)
-    try:
-        with netns.ipr(nodes[0]) as ipr:
-            ipr.link("add", ifname="lan0", kind="veth",
-                     peer={"ifname": "lan0", "net_ns_fd": netns.path(nodes[1])})
-        for name, ip in zip(nodes, ("192.168.78.1", "192.168.78.2")):
-            with netns.ipr(name) as ipr:
-                index = ipr.link_lookup(ifname="lan0")[0]
-                ipr.addr("add", index=index, address=ip, prefixlen=24)
-                ipr.link("set", index=index, state="up")
+    """The network namespaces of two nodes and their LAN."""
+    with netutil.linked_namespaces(("tck8s-test.node-a", "tck8s-test.node-b"),
+                                   ("192.168.78.1", "192.168.78.2")) as nodes:
         yield nodes
-    finally:
-        for name in nodes:
-            netns.remove(name)
 
 
 @pytest.mark.netns

@@ -20,18 +20,9 @@ JOB = "ovl"
 @pytest.fixture
 def two_nodes():
     """Namespaces node-a 192.168.77.1 and node-b 192.168.77.2 joined by a veth."""
-    nodes = ("tailcut-ovl.node-a", "tailcut-ovl.node-b")
-    for name in nodes:
-        netns.create(name)
-    with netns.ipr(nodes[0]) as ipr:
-        ipr.link("add", ifname="lan0", kind="veth",
-                 peer={"ifname": "lan0", "net_ns_fd": netns.path(nodes[1])})
-    for name, ip in zip(nodes, ("192.168.77.1", "192.168.77.2")):
-        with netns.ipr(name) as ipr:
-            index = ipr.link_lookup(ifname="lan0")[0]
-            ipr.addr("add", index=index, address=ip, prefixlen=24)
-            ipr.link("set", index=index, state="up")
-    yield nodes
+    with netutil.linked_namespaces(("tailcut-ovl.node-a", "tailcut-ovl.node-b"),
+                                   ("192.168.77.1", "192.168.77.2")) as nodes:
+        yield nodes
     build.teardown(JOB)
 
 
