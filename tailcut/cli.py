@@ -73,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
 
     from tailcut.simulate import cli as simulate_cli
     simulate_cli.add_parser(sub)
+    from tailcut.reproduce import cli as reproduce_cli
+    reproduce_cli.add_parser(sub)
     decode = sub.add_parser("decode", help="print the bounded-loss packets of a pcap capture")
     decode.add_argument("pcap", type=Path, help="capture written by tcpdump -w")
     decode.add_argument("--message", type=lambda v: int(v, 0),

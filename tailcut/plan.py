@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal
 
 from tailcut.background import plan as bgplan
 from tailcut.errors import SpecError
-from tailcut.net import topology
+from tailcut.net import naming, topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import TrainingJob
@@ -62,7 +62,8 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
             ("spec.scheduling.policy", lambda: enforce.check_runnable(job.spec.scheduling,
                                                                       job)),
             ("spec.scheduling.flows", lambda: role_flows(job)),
-            ("spec.backgroundLoad", lambda: bgplan.plan(job, topology.plan(job)))):
+            ("spec.backgroundLoad", lambda: bgplan.plan(job, topology.plan(job))),
+            ("spec.network.inNetwork", lambda: _check_hot_parameters(job))):
         try:
             checked()
         except SpecError as err:
@@ -81,10 +82,27 @@ def check(job: TrainingJob, executor: Executor) -> None:
 
 
 def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
-    """Nothing so far: every transport and role runs in pods. (Whether a cluster lets
-    bounded-loss pods attach XDP is its chart's setting, not the job's: the operator
-    says so, naming the setting.)"""
+    """Nothing so far: every transport and role runs in pods, and the node agent loads
+    the ToR's hot-parameter store. (Whether a cluster lets bounded-loss pods attach XDP
+    is its chart's setting, not the job's: the operator says so, naming the setting.)"""
     return []
+
+
+def _check_hot_parameters(job: TrainingJob) -> None:
+    """The hot parameters must exist in the model (building it tells how many it has)."""
+    in_network = job.spec.network.in_network
+    if in_network is None:
+        return
+    from tailcut.training import models   # numpy and the model: only for such jobs
+    t = job.spec.training
+    size = models.create(t.model, models.dataset(t.model, t.seed)).num_params
+    hot = in_network.hot_parameters
+    wanted = hot.top_k if hot.top_k is not None else max(hot.indices or [0]) + 1
+    if wanted > size:
+        what = (f"topK: {hot.top_k}" if hot.top_k is not None
+                else f"indices: {wanted - 1}")
+        raise SpecError(f"spec.network.inNetwork.hotParameters.{what} is past model "
+                        f"{t.model}'s {size} parameters")
 
 
 def needs_xdp(job: TrainingJob) -> bool:
@@ -116,7 +134,19 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
         aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
                      for a, agg in enumerate(r.aggregators)],
         staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
-        flows=flows if flows is not None else role_flows(job))
+        flows=flows if flows is not None else role_flows(job), hot=hot_config(job))
+
+
+def hot_config(job: TrainingJob) -> dict[str, Any] | None:
+    """What the roles need of spec.network.inNetwork: the store's address (in ps-0's
+    rack) and which parameters it holds (each role selects them the same way)."""
+    in_network = job.spec.network.in_network
+    if in_network is None:
+        return None
+    hot = in_network.hot_parameters
+    rack = topology.plan(job).pod("ps-0").rack
+    return {"address": naming.hot_store_ip(rack), "top_k": hot.top_k,
+            "indices": None if hot.indices is None else list(hot.indices)}
 
 
 def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:

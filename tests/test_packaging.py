@@ -46,3 +46,9 @@ def test_the_wire_formats_header_and_the_node_pause_program_are_in_the_wheel(whe
 def test_every_python_package_is_in_the_wheel(wheel_names):
     for init in (REPO / "tailcut").rglob("__init__.py"):
         assert str(init.relative_to(REPO)) in wheel_names, init
+
+
+def test_the_papers_numbers_are_in_the_wheel(wheel_names):
+    # read by tailcut reproduce, the sweep's paper columns and the simulator's headlines
+    for name in ("apnet19", "cadentflow", "imc20", "mlfabric"):
+        assert f"tailcut/papers/data/{name}.yaml" in wheel_names, name

@@ -95,3 +95,15 @@ def test_run(prog_fd: int, packet: bytes, repeat: int = 1) -> tuple[int, int]:
                         data_in=ctypes.addressof(buf), repeat=repeat)
     _bpf(BPF_PROG_TEST_RUN, attr)
     return int(attr.retval), int(attr.duration)
+
+
+def test_run_output(prog_fd: int, packet: bytes, room: int = 4096) -> tuple[int, bytes]:
+    """Run a loaded program once on `packet`; return its return value and the packet as
+    the program left it (a reply written in place, a cut tail)."""
+    buf = ctypes.create_string_buffer(packet, len(packet))
+    out = ctypes.create_string_buffer(room)
+    attr = _TestRunAttr(prog_fd=prog_fd, data_size_in=len(packet),
+                        data_in=ctypes.addressof(buf), data_size_out=room,
+                        data_out=ctypes.addressof(out), repeat=1)
+    _bpf(BPF_PROG_TEST_RUN, attr)
+    return int(attr.retval), out.raw[:attr.data_size_out]

@@ -46,7 +46,9 @@ from typing import Any, Iterator, Optional
 import yaml
 
 from tailcut import features, spec
+from tailcut.datapath import tor
 from tailcut.errors import TailcutError
+from tailcut.innetwork import hotstore
 from tailcut.k8s import metrics, placement, policy, resources
 from tailcut.net import build, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
@@ -126,6 +128,7 @@ class Fabric:
     node: str
     network: build.Network
     enforcement: Optional[enforce.Enforcement] = None   # cadentflow on the uplinks
+    store: Optional[tor.Store] = None   # the hot-parameter store, on ps-0's node
     spec_uid: str = ""   # of the job's config map: which incarnation of the job
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
@@ -184,8 +187,16 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
             fabric.enforcement = enforce.apply_to(
                 [e for r in here for e in enforce.uplink_egresses(topo, r)],
                 job.spec.scheduling)
+        if topo.pod("ps-0").rack in [r.index for r in here]:
+            fabric.store = hotstore.create(job, network)   # None without inNetwork
+            if fabric.store is not None:
+                hotstore.serve_uplink(fabric.store, job, network)
+                rack = topo.racks[hotstore.home_rack(job, network)]
+                network.applied[f"{rack.netns}/{naming.RACK_UPLINK_IF}"] += (
+                    f"; hot-parameter store ({fabric.store.elements} parameters at "
+                    f"{fabric.store.address})")
     except BaseException:
-        build.remove_fabric(network)
+        remove_fabric(fabric)
         raise
     return fabric
 
@@ -200,10 +211,16 @@ def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, ov
 
 def remove_fabric(fabric: Fabric) -> None:
     try:
-        if fabric.enforcement is not None:
-            fabric.enforcement.detach()
+        if fabric.store is not None:
+            log.info("%s/%s: hot-parameter store: %s", fabric.namespace, fabric.job.name,
+                     hotstore.summary(fabric.store))
+            fabric.store.detach()
     finally:
-        build.remove_fabric(fabric.network)
+        try:
+            if fabric.enforcement is not None:
+                fabric.enforcement.detach()
+        finally:
+            build.remove_fabric(fabric.network)
 
 
 def _cadentflow(job: TrainingJob) -> bool:
@@ -226,6 +243,8 @@ def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
                 enforce.access_egresses(topo, pod, name, DATA_IF), fabric.job.spec.scheduling)
             for key, classes in wired.enforcement.applied.items():
                 wired.applied[key] += f"; {fabric.job.spec.scheduling.policy}: {classes}"
+        if fabric.store is not None:
+            hotstore.serve_pods(fabric.store, fabric.job, fabric.network, [pod])
     except BaseException:
         build.unwire_pod(fabric.network, pod)
         raise

@@ -17,7 +17,7 @@ the same thing in two steps with the same functions: the spine and racks of a jo
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from pyroute2 import IPRoute
 
@@ -339,3 +339,25 @@ def teardown(job: str, wait_s: float = 5.0) -> list[str]:
     """Remove every namespace of `job` (and so every link, qdisc and tc program in
     them) after ending the processes inside. Returns the namespaces removed."""
     return clean.remove_job(job, wait_s)
+
+
+def point_at_hot_store(network: Network, rack_index: int, pods: Sequence[Pod],
+                       spine: bool) -> None:
+    """Make the ToR's hot-parameter store of rack ``rack_index`` reachable from these
+    pods of the rack (and from the spine, for the other racks): a permanent neighbour
+    entry for its address (naming.hot_store_ip) with its fixed MAC. No host owns the
+    address; packets for it reach the rack's ports, where the store's ingress program
+    takes them."""
+    topo, ifname = network.topology, network.wiring.ifname
+    address = naming.hot_store_ip(rack_index)
+    targets = [(network.pods[p.name], ifname) for p in pods]
+    if spine:
+        targets.append((topo.spine_netns, naming.spine_port(rack_index)))
+    sockets = Sockets()
+    try:
+        for ns, name in targets:
+            index = sockets[ns].link_lookup(ifname=name)[0]
+            sockets[ns].neigh("replace", dst=address, lladdr=naming.HOT_STORE_MAC,
+                              ifindex=index, state=NUD_PERMANENT)
+    finally:
+        sockets.close()

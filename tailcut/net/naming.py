@@ -82,3 +82,14 @@ def gateway_ip(rack_index: int) -> str:
 
 def pod_ip(rack_index: int, pod_slot: int) -> str:
     return f"10.{rack_index + 1}.0.{pod_slot + 2}"
+
+
+# The ToR's hot-parameter store answers at this address of its rack's subnet (past
+# every pod's: at most 250 pods a rack, .2 to .251), through a fixed MAC that every pod
+# of the rack and the spine know as a permanent neighbour: no host owns the address,
+# the rack's ports' ingress program takes its packets.
+def hot_store_ip(rack_index: int) -> str:
+    return f"10.{rack_index + 1}.0.254"
+
+
+HOT_STORE_MAC = "02:74:63:68:6f:74"   # locally administered; "tchot"

@@ -63,7 +63,21 @@ def update_counts(results_dir: Path) -> np.ndarray:
     if not parts:
         raise ValueError(f"{results_dir} has no updates-*.npz (no PS finished?)")
     parts.sort(key=lambda p: p[0])
-    return np.concatenate([c for _, c in parts])
+    counts = np.concatenate([c for _, c in parts])
+    tor = tor_counts(results_dir)
+    if tor is not None:   # the hot parameters were updated in the ToR, not at the PS
+        index, served = tor
+        counts[index] += served
+    return counts
+
+
+def tor_counts(results_dir: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ToR store's (indices, update counts) of its hot parameters, if it held any."""
+    path = results_dir / "updates-tor.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        return z["index"], z["counts"]
 
 
 def _connections(results_dir: Path) -> dict[str, list[int]]:
@@ -148,6 +162,11 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
         "never_updated": int(np.count_nonzero(counts == 0)),
         "top_k_share": {str(k): v for k, v in shares.items()},
     }
+    tor = tor_counts(results)
+    if tor is not None:
+        summary["hot_parameters"]["served_by_tor"] = (
+            float(tor[1].sum()) / float(counts.sum()) if counts.sum() else 0.0)
+        summary["hot_parameters"]["tor_parameters"] = int(tor[0].size)
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
     ordered = np.sort(counts)[::-1]
     if ordered.sum() > 0:

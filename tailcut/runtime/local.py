@@ -23,6 +23,8 @@ from tailcut.errors import RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut.reports import plots
+from tailcut.datapath import tor
+from tailcut.innetwork import hotstore
 from tailcut.runtime import background, procs
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits
@@ -72,9 +74,14 @@ def run(job: TrainingJob, results_dir: Path,
         running: list[subprocess.Popen[bytes]] = []
         bg: Optional[background.Background] = None
         scheduled: Optional[enforce.Enforcement] = None
+        store: Optional[tor.Store] = None
         try:
             _write_json(results_dir / "network.json", {"applied": network.applied})
             scheduled = _enforce(job, topo, progress)
+            store = hotstore.start(job, network)
+            if store is not None:
+                progress(f"ToR hot-parameter store: {store.elements} parameters at "
+                         f"{store.address}, in {topo.racks[topo.pod('ps-0').rack].netns}")
             bg = background.start(job, topo, results_dir, progress)
             roles = _launch(job, topo, results_dir, running)
             done = _watch(job, roles, results_dir, progress)
@@ -97,6 +104,9 @@ def run(job: TrainingJob, results_dir: Path,
             if scheduled is not None:  # before the namespaces go: counts, then detach
                 _record_scheduling(scheduled, results_dir)
                 scheduled.detach()
+            if store is not None:
+                _record_hot_store(store, results_dir)
+                store.detach()
             network.destroy()
 
     result = RunResult(job=job.name, results_dir=str(results_dir),
@@ -270,6 +280,14 @@ def _enforce(job: TrainingJob, topo: Topology,
         progress(f"cadentflow: {job.spec.scheduling.priority_levels} priority classes and "
                  f"the DSCP classifier on {len(handle.classifiers)} egresses")
     return handle
+
+
+def _record_hot_store(store: tor.Store, results_dir: Path) -> None:
+    """Add what the ToR's store did (packets per reason) to network.json."""
+    path = results_dir / "network.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data["hot_store"] = hotstore.summary(store)
+    _write_json(path, data)
 
 
 def _record_scheduling(handle: Any, results_dir: Path) -> None:

@@ -54,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"--models: {err}") from err
     out = args.results_dir or Path("results") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.perf_counter()
+    print("Fig. 1: the toy example, completion time of node C's three computations")
+    toy = experiments.toy()
+    experiments.write(toy, out, "fig1-toy", text=False)
+    print("\n".join(f"  {r['variant']:<20} {r['completion_s']:.3f} s" for r in toy) + "\n")
     print("Fig. 2: training, iteration time relative to TCP (ordered connections)")
     rows = experiments.single_app(args.models, args.workers, bandwidths, args.compute_scale)
     experiments.write(rows, out, "fig2-training")

@@ -21,17 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tailcut import papers
 from tailcut.simulate import architectures, engine, topology
-
-# The paper's numbers that its text states (its figures are not in the text we have).
-PAPER_HEADLINES = [
-    ("training, cadentflow vs TCP, best case", "-25% (ResNet-v1-200, 8W/8PS, 10 Gbit/s)"),
-    ("training, cadentflow vs TCP, Inception-v3", "-20%"),
-    ("training, coflow vs TCP, worst case", "+11% (CifarNet, 8W/8PS)"),
-    ("inference, coflow vs TCP, worst case", "+68.5% (ResNet-v1-101, 16W/16PS)"),
-    ("two jobs on a shared link, coflow vs cadentflow", "up to +46.3% (ResNet-v2-50)"),
-    ("cadentflow vs TCP, every case", "never worse"),
-]
 
 VARIANTS = [  # column, policy, tags, tcp
     ("tcp", "fair", "priority", "ordered"),
@@ -143,17 +134,40 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines)
 
 
+def toy() -> list[dict[str, Any]]:
+    """Fig. 1: node C computes c1 after flow f1, then c2 and c3 after f2 (0.5 s each);
+    f1 and f2 are 500 Mb each over one 1 Gbit/s link. As inference of a two-layer model
+    (layer 1: f1 then c1; layer 2: f2 then c2 + c3), the completion time is 2 s when f1
+    goes first and 2.5 s when both finish together (a coflow-optimal schedule)."""
+    megabits = 500e6
+    params = int(megabits / 8 / architectures.BYTES_PER_PARAM)
+    arch = architectures.Architecture("fig1-toy", (
+        architectures.Layer("f1", params, 0, fwd_s=0.5),
+        architectures.Layer("f2", params, 0, fwd_s=1.0)), 1, "the paper's Fig. 1")
+    rows = []
+    for column, policy, tags, tcp in VARIANTS:
+        job = engine.Job("fig1", arch, [0], [1], inference=True)
+        rows.append({"variant": column, "policy": policy, "tcp_order": tcp,
+                     "completion_s": _iteration_s(topology.star(2, 1e9), [job], policy,
+                                                  tags, tcp, 0)[0]})
+    return rows
+
+
 def format_headlines() -> str:
-    width = max(len(k) for k, _ in PAPER_HEADLINES)
-    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in PAPER_HEADLINES)
+    """The paper's numbers its text states (tailcut/papers/data/cadentflow.yaml)."""
+    results = papers.get("cadentflow").results
+    width = max(len(r.id) for r in results)
+    return "\n".join(f"  {r.id.ljust(width)}  {r.paper:g} {r.unit.split(' (')[0]}: {r.what}"
+                     for r in results)
 
 
-def write(rows: list[dict[str, Any]], out: Path, stem: str) -> None:
-    """rows as CSV and JSON under `out`."""
+def write(rows: list[dict[str, Any]], out: Path, stem: str, text: bool = True) -> None:
+    """rows as CSV and JSON under `out`, and (``text``) as format_table's table."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{stem}.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
-    (out / f"{stem}.txt").write_text(format_table(rows) + "\n")
+    if text:
+        (out / f"{stem}.txt").write_text(format_table(rows) + "\n")

@@ -177,6 +177,44 @@ class Rack(_Model):
     name: _Name
 
 
+MAX_HOT_PARAMETERS = 65_520   # the ToR store's maps (ebpf/tor.h: 182 slots of 360)
+MAX_HOT_WORKERS = 32          # one bit each in a slot's claim word
+
+
+class HotParameters(_Model):
+    """Which parameters the ToR holds: the top_k most often updated (measured on the
+    job's own data before training), or these flat indices of the model's vector."""
+
+    top_k: Optional[int] = Field(default=None, ge=1, le=MAX_HOT_PARAMETERS,
+                                 description="the k parameters updated most often")
+    indices: Optional[list[int]] = Field(default=None, min_length=1,
+                                         max_length=MAX_HOT_PARAMETERS,
+                                         description="flat indices into the model's vector")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "HotParameters":
+        if (self.top_k is None) == (self.indices is None):
+            raise ValueError("give exactly one of topK (the k most often "
+                             "updated) or indices")
+        if self.indices is not None:
+            negative = [i for i in self.indices if i < 0]
+            if negative:
+                raise ValueError(f"indices: {negative[0]} is negative")
+            seen: set[int] = set()
+            for i in self.indices:
+                if i in seen:
+                    raise ValueError(f"indices: {i} appears twice")
+                seen.add(i)
+        return self
+
+
+class InNetwork(_Model):
+    """Work the ToR of the PS's rack does for the job, in BPF (docs/in-network.md)."""
+
+    hot_parameters: HotParameters = Field(
+        description="parameters the ToR keeps, serves to pulls and updates with pushes")
+
+
 class Network(_Model):
     racks: list[Rack] = Field(default_factory=lambda: [Rack(name="rack-0")], min_length=1,
                               max_length=MAX_RACKS)
@@ -185,6 +223,8 @@ class Network(_Model):
         description="pod name -> rack name; pods not listed fill the racks in order")
     access_link: Link = Field(default_factory=Link, description="each pod to its rack")
     uplink: Link = Field(default_factory=Link, description="each rack to the spine")
+    in_network: Optional[InNetwork] = Field(
+        default=None, description="hot parameters held by the PS's ToR (BPF)")
 
     @field_validator("racks")
     @classmethod
@@ -293,6 +333,31 @@ class JobSpec(_Model):
         if self.replicas.aggregators and t.sync_mode != "bsp":
             raise ValueError(f"training.syncMode: aggregators sum one iteration's updates, "
                              f"so they need bsp, not {t.sync_mode}")
+        return self
+
+    @model_validator(mode="after")
+    def _in_network_fits(self) -> "JobSpec":
+        if self.network.in_network is None:
+            return self
+        where = "network.inNetwork"
+        r, t = self.replicas, self.training
+        for wrong, why in (
+                (t.sync_mode != "bsp", f"training.syncMode is {t.sync_mode}: the ToR folds "
+                 "an iteration's pushes once every worker's is in, so it needs bsp"),
+                (r.parameter_servers != 1, f"replicas.parameterServers is "
+                 f"{r.parameter_servers}: the hot parameters sit beside one PS"),
+                (r.ps_replica, "replicas.psReplica: a replica would not see the ToR's "
+                 "parameters"),
+                (bool(r.aggregators), "replicas.aggregators: aggregated pushes would carry "
+                 "the hot parameters past the ToR"),
+                (r.workers > MAX_HOT_WORKERS, f"replicas.workers is {r.workers}: the ToR "
+                 f"tracks at most {MAX_HOT_WORKERS}"),
+                (self.transport.type != "tcp", f"transport.type is {self.transport.type}: "
+                 "the PS's share goes over tcp (the hot share is its own datagrams)"),
+                (self.scheduling.policy != "fair", f"scheduling.policy is "
+                 f"{self.scheduling.policy}: it cuts and tags the whole vector")):
+            if wrong:
+                raise ValueError(f"{where}: not with {why}")
         return self
 
     @model_validator(mode="after")

@@ -77,6 +77,8 @@ class RoleConfig:
     ordering: str = "fifo"  # which waiting update a PS takes first: fifo or stf
     window_us: int = 1000  # concurrent connections are counted per window of this length
     flows: dict[str, Any] | None = None  # CadentFlow cuts and tags (tailcut.training.flows)
+    # The ToR's hot parameters: {"address", "top_k" or "indices"} (tailcut.training.hotset)
+    hot: dict[str, Any] | None = None
 
     @property
     def shards(self) -> list[tuple[str, int]]:

@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import flows, inbox, models, peers, records, rpc
+from tailcut.training import flows, hotset, inbox, models, peers, records, rpc
 from tailcut.training.config import RoleConfig
-from tailcut.transports import base
+from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message
 
 Emit = Callable[[dict[str, Any]], None]
@@ -135,6 +135,12 @@ class _Server:
         full = self.model.init_params(np.random.default_rng(cfg.seed))
         self.full = full  # shard 0 assembles the whole model here to evaluate it
         self.params = full[self.lo : self.hi].copy()
+        # The ToR holds the hot parameters (spec.network.inNetwork); the evaluating PS
+        # reads them to evaluate the whole model. Its own copies of them never move:
+        # workers push zeros there.
+        self.hot = (hotset.HotShare(cfg, self.model, self.dataset, worker=hot.PS_WORKER)
+                    if cfg.hot is not None and self.evaluates else None)
+        self.hot_summary: dict[str, Any] | None = None
         self.per_epoch = iterations_per_epoch(
             len(self.dataset.x_train), cfg.batch_size, cfg.num_workers
         )
@@ -529,6 +535,8 @@ class _Server:
     def _assemble(self) -> None:
         """Put every shard's range into ``self.full`` (shard 0: ask the others' at an end)."""
         self.full[self.lo : self.hi] = self.params
+        if self.hot is not None:
+            self.hot.pull_into(self.full, self.iteration)
         for s in range(1, self.cfg.num_shards):
             ev = self._take_from(f"ps-{s}")
             msg = ev.msg
@@ -608,13 +616,17 @@ class _Server:
                     pass  # after a timeout or a stop some peers are gone already
         self.jct_s = time.monotonic() - self.train_start
         if self.evaluates and self.last_eval is None:
-            if self.cfg.num_shards > 1:
+            if self.cfg.num_shards > 1 or self.hot is not None:
                 self._assemble()
             else:
                 self.full[self.lo : self.hi] = self.params
             self.last_eval = self.model.evaluate(self.full, self.dataset.x_test, self.dataset.y_test)
         np.savez(self.results / f"updates-{self.name}.npz", counts=self.updates, lo=self.lo,
                  hi=self.hi)
+        if self.hot is not None:   # the ToR's counts of its parameters' updates
+            np.savez(self.results / "updates-tor.npz", counts=self.hot.client.counts(),
+                     index=self.hot.index)
+            self.hot_summary = self.hot.finish(self.results / "hot-ps-0.csv")
         rpc.write_connections(
             self.results / f"connections-{self.name}.csv", self.arrivals, self.cfg.window_us
         )
@@ -637,5 +649,7 @@ class _Server:
         }
         if self.takeover is not None:
             done["takeover"] = self.takeover
+        if self.hot_summary is not None:
+            done["hot"] = self.hot_summary
         self.emit(done)
         return done

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 
+from tailcut import papers
 from tailcut.training import data, emulate, models
 
 Progress = Callable[[str], None]
@@ -234,11 +235,14 @@ def _show(value: float) -> str:
     return "-" if math.isinf(value) else f"{value:g}" if value == int(value) else f"{value:.2f}"
 
 
-# The APNet'19 paper's loss tolerance bounds (its Table 3) and x2 where its Fig. 2
-# gives one, for the table printed beside ours. The paper's models are bigger and
-# trained on real data; see docs/models-and-sweeps.md for why numbers differ.
-PAPER_X1 = {"rnn": 0.10, "mlp": 0.15, "mf": 0.35, "cnn": 0.15}
-PAPER_X2 = {"mlp": 0.55, "rnn": 0.90}
+def paper_bound(model: str, bound: str) -> float | str:
+    """The APNet'19 paper's x1 (its Table 3) or x2 (where its Fig. 2 text gives one) for
+    the table printed beside ours; "" where it prints none. Its models are bigger and
+    trained on real data; see docs/models-and-sweeps.md for why numbers differ."""
+    where = "table3" if bound == "x1" else "fig2"
+    value = papers.number("apnet19", f"{where}.{model}.{bound}")
+    return "" if value is None else value
+
 
 POINT_FIELDS = (
     "model", "p", "runs", "converged_runs", "median_epochs", "epochs_per_run",
@@ -284,8 +288,8 @@ def table_row(result: Result) -> dict[str, object]:
         "baseline_epochs": _num(result.baseline_epochs),
         "baseline_jct_s": _num(result.points[0].jct_s, 3),
         "jct_at_x1_s": "" if x1 is None else _num(by_p[x1].jct_s, 3),
-        "paper_x1": PAPER_X1.get(result.model, ""),
-        "paper_x2": PAPER_X2.get(result.model, ""),
+        "paper_x1": paper_bound(result.model, "x1"),
+        "paper_x2": paper_bound(result.model, "x2"),
         # Empty when every p up to p_max converged: x2 is then only a lower bound.
         "first_failure_p": next((pt.p for pt in result.points if not pt.converged), ""),
         "granularity": result.loss.granularity,

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import data, flows, inbox, layerwise, models, peers, ps, records
+from tailcut.training import (data, flows, hotset, inbox, layerwise, models, peers, ps,
+                              records)
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -93,6 +94,9 @@ class _Worker:
         # Same seed as the PS's init: a coordinate missing from the first PARAMS then
         # still has the value the PS started from.
         self.params = self.model.init_params(np.random.default_rng(cfg.seed))
+        # The ToR's hot parameters (spec.network.inNetwork): pulled and pushed there.
+        self.hot = (hotset.HotShare(cfg, self.model, dataset, worker=cfg.index)
+                    if cfg.hot is not None else None)
         self.batches = minibatches(
             len(self.x), cfg.batch_size, np.random.default_rng([cfg.seed, 1 + cfg.index])
         )
@@ -201,6 +205,8 @@ class _Worker:
             summary["layerwise"] = {"early_forward_iterations": self.early_forwards}
         if self.failed_over is not None:
             summary["failed_over"] = self.failed_over
+        if self.hot is not None:
+            summary["hot"] = self.hot.finish(Path(cfg.results_dir) / f"hot-{self.name}.csv")
         return summary
 
     def _servers(self) -> list[str]:
@@ -259,10 +265,14 @@ class _Worker:
             return self._layerwise_step(step)
         if not self._pull_all(step):
             return False
+        if self.hot is not None:
+            self.hot.pull_into(self.params, step)
         rows = next(self.batches)
         started = time.perf_counter()
         _, grad = self.model.loss_and_grad(self.params, self.x[rows], self.y[rows])
         self.compute_s.append(time.perf_counter() - started)
+        if self.hot is not None:   # first: the PS's barrier then implies the ToR's
+            self.hot.push_from(grad, step)
         self._push_all(step, grad)
         return True
 

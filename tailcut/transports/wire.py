@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import re
 import struct
 from collections.abc import Iterator
 from functools import cache
@@ -24,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tailcut.datapath import bcc
+from tailcut.datapath import bcc, cheader
 from tailcut.transports import base
 
 HEADER_FILE = bcc.EBPF_DIR / "partial.h"
@@ -36,43 +35,15 @@ DEFAULT_MTU = 1500
 # Largest total a receiver accepts before allocating; 2**26 floats is 256 MiB.
 DEFAULT_MAX_ELEMENTS = 1 << 26
 
-# C fixed-width types the header may use, as ctypes types (big-endian in the struct).
-_CTYPES = {"__u8": ctypes.c_uint8, "__be16": ctypes.c_uint16, "__be32": ctypes.c_uint32,
-           "__be64": ctypes.c_uint64}
-_FIELD = re.compile(r"^\s*(\w+)\s+(\w+)\s*;")
-
-
 class BadPacket(base.ProtocolError):
     """A datagram that is not a well-formed bounded-loss packet; says which field."""
-
-
-def _defines(text: str) -> dict[str, int]:
-    found = {}
-    for name, value in re.findall(r"^#define\s+(TAILCUT_BL_\w+)\s+(0x[0-9a-fA-F]+|\d+)\b",
-                                  text, flags=re.M):
-        found[name] = int(value, 0)
-    return found
 
 
 @cache
 def _layout() -> tuple[type[ctypes.BigEndianStructure], dict[str, int]]:
     """The ctypes view of struct tailcut_bl_hdr and the TAILCUT_BL_* constants."""
-    text = HEADER_FILE.read_text()
-    body = re.search(r"struct\s+" + STRUCT + r"\s*\{(.*?)\}", text, flags=re.S)
-    if body is None:
-        raise RuntimeError(f"{HEADER_FILE} declares no struct {STRUCT}")
-    fields = []
-    for line in body.group(1).splitlines():
-        line = line.split("/*")[0]
-        if not line.strip():
-            continue
-        m = _FIELD.match(line)
-        if m is None or m.group(1) not in _CTYPES:
-            raise RuntimeError(f"{HEADER_FILE}: struct {STRUCT}: cannot read {line.strip()!r}; "
-                               f"only {', '.join(_CTYPES)} fields, one per line")
-        fields.append((m.group(2), _CTYPES[m.group(1)]))
-    header = type("Header", (ctypes.BigEndianStructure,), {"_pack_": 1, "_fields_": fields})
-    consts = _defines(text)
+    header = cheader.struct_type(HEADER_FILE, STRUCT)
+    consts = cheader.defines(HEADER_FILE, "TAILCUT_BL_")
     if ctypes.sizeof(header) != consts["TAILCUT_BL_HDR_BYTES"]:
         raise RuntimeError(f"{HEADER_FILE}: struct {STRUCT} is {ctypes.sizeof(header)} bytes, "
                            f"TAILCUT_BL_HDR_BYTES says {consts['TAILCUT_BL_HDR_BYTES']}")

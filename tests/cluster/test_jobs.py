@@ -241,3 +241,5 @@ def test_every_other_example_ends_on_the_cluster_as_under_tailcut_run(cluster, r
     target = loaded.spec.training.target_accuracy
     if target is not None:
         assert status["converged"] and status["accuracy"] >= target, status
+    if loaded.spec.network.in_network is not None:   # the agent loaded the ToR's store
+        assert "hot-parameter store" in status["network"]["rack-0/up"], status["network"]

@@ -83,3 +83,14 @@ def test_random_tcp_order_is_seeded_and_never_beats_the_best_order():
     assert times[0] == times[1]
     assert min(times) >= ordered * (1 - 1e-9)
     assert max(times) > ordered * 1.01
+
+
+def test_the_papers_toy_example_gives_its_two_completion_times():
+    # CadentFlow's Fig. 1: f1 first finishes C's work at 2 s; the coflow-optimal
+    # schedule (both flows end together) at 2.5 s; per-tensor TCP shares like coflow.
+    from tailcut.simulate import experiments
+    times = {row["variant"]: row["completion_s"] for row in experiments.toy()}
+    assert times["cadentflow_priority"] == pytest.approx(2.0, rel=1e-6)
+    assert times["tcp"] == pytest.approx(2.0, rel=1e-6)
+    assert times["coflow"] == pytest.approx(2.5, rel=1e-6)
+    assert times["tcp_per_tensor"] == pytest.approx(2.5, rel=1e-6)

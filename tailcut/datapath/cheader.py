@@ -1,0 +1,38 @@
+"""Read a wire header's layout and constants from the C header a BPF program compiles
+with, so that Python and the program cannot drift apart (tor.h, partial.h)."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+
+# C fixed-width types a header struct may use, as ctypes types (big-endian in the struct).
+_CTYPES = {"__u8": ctypes.c_uint8, "__be16": ctypes.c_uint16, "__be32": ctypes.c_uint32,
+           "__be64": ctypes.c_uint64}
+_FIELD = re.compile(r"^\s*(\w+)\s+(\w+)\s*;")
+
+
+def defines(path: Path, prefix: str) -> dict[str, int]:
+    """Every ``#define <prefix>NAME <number>`` of the file, by full name."""
+    pattern = r"^#define\s+(" + prefix + r"\w+)\s+(0x[0-9a-fA-F]+|\d+)\b"
+    return {name: int(value, 0)
+            for name, value in re.findall(pattern, path.read_text(), flags=re.M)}
+
+
+def struct_type(path: Path, name: str) -> type[ctypes.BigEndianStructure]:
+    """The packed big-endian ctypes view of ``struct <name>``: one field per line."""
+    body = re.search(r"struct\s+" + name + r"\s*\{(.*?)\}", path.read_text(), flags=re.S)
+    if body is None:
+        raise RuntimeError(f"{path} declares no struct {name}")
+    fields = []
+    for line in body.group(1).splitlines():
+        line = line.split("/*")[0]
+        if not line.strip():
+            continue
+        m = _FIELD.match(line)
+        if m is None or m.group(1) not in _CTYPES:
+            raise RuntimeError(f"{path}: struct {name}: cannot read {line.strip()!r}; "
+                               f"only {', '.join(_CTYPES)} fields, one per line")
+        fields.append((m.group(2), _CTYPES[m.group(1)]))
+    return type("Header", (ctypes.BigEndianStructure,), {"_pack_": 1, "_fields_": fields})

@@ -1,0 +1,70 @@
+"""spec.network.inNetwork: what it takes, what it refuses (naming the field), and the
+plan's model-dependent checks."""
+
+import pytest
+
+from tailcut import plan, spec
+from tailcut.errors import SpecError
+
+
+def job(in_network, **spec_overrides):
+    s = {"replicas": {"workers": 8},
+         "training": {"model": "sparse"},
+         "network": {"racks": [{"name": "rack-0"}, {"name": "rack-1"}],
+                     "inNetwork": in_network}}
+    for key, value in spec_overrides.items():
+        s[key] = {**s.get(key, {}), **value}
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "hot"}, "spec": s})
+
+
+def test_top_k_or_a_list_is_taken_and_reaches_every_role_with_the_stores_address():
+    j = job({"hotParameters": {"topK": 900}})
+    assert j.spec.network.in_network.hot_parameters.top_k == 900
+    config = plan.hot_config(j)
+    assert config == {"address": "10.1.0.254", "top_k": 900, "indices": None}
+    for pod in ("ps-0", "worker-7"):
+        assert plan.role_config(j, pod, "/r", plan.hosts(
+            __import__("tailcut.net.topology", fromlist=["plan"]).plan(j))).hot == config
+    listed = job({"hotParameters": {"indices": [3, 1, 2]}})
+    assert plan.hot_config(listed)["indices"] == [3, 1, 2]
+    assert plan.hot_config(job(None)) is None
+
+
+@pytest.mark.parametrize("hot, says", [
+    ({"topK": 5, "indices": [1]}, "exactly one of topK"),
+    ({}, "exactly one of topK"),
+    ({"indices": [4, 2, 4]}, "4 appears twice"),
+    ({"indices": [-1]}, "-1 is negative"),
+    ({"topK": 70000}, "less than or equal to 65520"),
+])
+def test_a_malformed_hot_set_is_refused_naming_the_field(hot, says):
+    with pytest.raises(SpecError, match="spec.network.inNetwork.hotParameters") as err:
+        job({"hotParameters": hot})
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ({"training": {"syncMode": "async"}}, "needs bsp"),
+    ({"replicas": {"parameterServers": 2}}, "parameterServers is 2"),
+    ({"replicas": {"psReplica": True}}, "psReplica"),
+    ({"replicas": {"workers": 33}}, "at most 32"),
+    ({"transport": {"type": "bounded-loss", "p": 0.9}}, "transport.type is bounded-loss"),
+    ({"scheduling": {"policy": "cadentflow"}}, "scheduling.policy is cadentflow"),
+])
+def test_what_the_store_cannot_serve_is_refused_before_anything_runs(overrides, says):
+    with pytest.raises(SpecError, match="network.inNetwork: not with") as err:
+        job({"hotParameters": {"topK": 10}}, **overrides)
+    assert says in str(err.value)
+
+
+def test_hot_parameters_past_the_model_are_refused_by_the_plan_on_both_executors():
+    for hot, model, says in (
+            ({"indices": [0, 92113]}, "sparse", "indices: 92113 is past model sparse's "
+                                                "92113 parameters"),
+            ({"topK": 65000}, "mlp", "topK: 65000 is past model mlp's 64714 parameters")):
+        j = job({"hotParameters": hot}, training={"model": model})
+        for executor in plan.EXECUTORS:
+            assert says in plan.refusals(j, executor)[0].message
+    ok = job({"hotParameters": {"topK": 65520}})
+    assert plan.refusals(ok, "local") == plan.refusals(ok, "kubernetes") == []
