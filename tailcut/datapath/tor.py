@@ -3,14 +3,15 @@ the ingress of the rack's ports, read what it counted, detach.
 
     store = tor.Store(job=wire.job_id("j"), workers=8, address="10.1.0.250",
                       initial=params[hot])           # one program and set of maps a job
-    store.attach("tailcut-j.rack-0", "p1", "worker", worker=0)
+    store.attach("tailcut-j.rack-0", "p1", "worker", workers=[0])
     store.attach("tailcut-j.rack-0", "p0", "ps")
-    store.attach("tailcut-j.rack-0", "up", "uplink")  # workers of the other racks
+    store.attach("tailcut-j.rack-0", "up", "uplink", workers=[4, 5, 6, 7])  # other racks
     ...
     store.stats(); store.values(); store.detach()
 
-Each port's filter carries a classid naming the port's entry in tor_ports (what may
-arrive on it), so a worker cannot write as another worker through its own port.
+Each port's filter carries a classid naming the port's entry in tor_ports: which
+workers may arrive on it (a worker's port: that worker; the uplink: the workers of the
+other racks), so no pod can write as a worker of another port.
 Nothing is pinned: the program and maps live while this object (the runtime, or the
 node agent) holds them, and go with the filters when the job's namespaces go.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Literal, Optional
 
 import numpy as np
@@ -58,7 +60,8 @@ class Store:
                                 f"{fmt.const('MAX_WORKERS')}")
         self.job, self.workers, self.address, self.elements = job, workers, address, elements
         self._lock = threading.Lock()
-        self._ports: list[tuple[str, str, int]] = []   # (netns, ifname, ifindex) attached
+        # classid (tor_ports index) -> (netns, ifname, ifindex) of each attached port
+        self._ports: dict[int, tuple[str, str, int]] = {}
         self._final_stats: Optional[dict[str, int]] = None
         self.program = bcc.load(STEM, {FUNCTION: "sched_cls"})
         try:
@@ -86,24 +89,50 @@ class Store:
         leaf.address = address_key(self.address)   # last: the program serves from here on
         config[config.Key(0)] = leaf
 
-    def attach(self, netns_name: str, ifname: str, kind: PortKind, worker: int = 0) -> None:
-        """Serve requests arriving on ``ifname`` (a rack port) in ``netns_name``."""
+    def attach(self, netns_name: str, ifname: str, kind: PortKind,
+               workers: Sequence[int] = ()) -> None:
+        """Serve requests arriving on ``ifname`` (a rack port) in ``netns_name`` from
+        these workers (a "ps" port: from the PS only)."""
+        mask = 0
+        for w in workers:
+            if not 0 <= w < self.workers:
+                raise DatapathError(f"worker {w}: the job has workers 0..{self.workers - 1}")
+            mask |= 1 << w
         with self._lock:
-            index = len(self._ports) + 1
-            if index >= fmt.const("PORTS"):
+            index = next((i for i in range(1, fmt.const("PORTS")) if i not in self._ports),
+                         None)
+            if index is None:
                 raise DatapathError(f"the ToR store serves at most {fmt.const('PORTS') - 1} "
-                                    f"ports")
+                                    f"ports at once")
             ports = self.program.table("tor_ports")
             leaf = ports.Leaf()
-            leaf.kind, leaf.worker = _KINDS[kind], worker
+            leaf.kind, leaf.workers = _KINDS[kind], mask
             ports[ports.Key(index)] = leaf
-            with netns.ipr(netns_name) as ipr:
-                ifindex = clsact.ifindex(ipr, netns_name, ifname)
-                clsact.add_filter(ipr, netns_name, ifname, ifindex, direction="ingress",
-                                  prio=FILTER_PRIO, handle=FILTER_HANDLE,
-                                  fd=self.program.fds[FUNCTION], name=FUNCTION,
-                                  classid=index, what="ToR store")
-            self._ports.append((netns_name, ifname, ifindex))
+            try:
+                with netns.ipr(netns_name) as ipr:
+                    ifindex = clsact.ifindex(ipr, netns_name, ifname)
+                    clsact.add_filter(ipr, netns_name, ifname, ifindex, direction="ingress",
+                                      prio=FILTER_PRIO, handle=FILTER_HANDLE,
+                                      fd=self.program.fds[FUNCTION], name=FUNCTION,
+                                      classid=index, what="ToR store")
+            except BaseException:
+                del ports[ports.Key(index)]
+                raise
+            self._ports[index] = (netns_name, ifname, ifindex)
+
+    def release(self, netns_name: str, ifname: str) -> None:
+        """Stop serving a port (a pod unwired): its filter removed if the port is still
+        there, its tor_ports entry freed for another. Harmless if it was not served."""
+        with self._lock:
+            for index, (ns, name, ifindex) in list(self._ports.items()):
+                if (ns, name) != (netns_name, ifname):
+                    continue
+                del self._ports[index]
+                table = self.program.table("tor_ports")
+                del table[table.Key(index)]   # an array entry: zeroed, kind 0
+                clsact.remove_filter(ns, name, ifindex, direction="ingress",
+                                     prio=FILTER_PRIO, handle=FILTER_HANDLE,
+                                     what="ToR store")
 
     def stats(self) -> dict[str, int]:
         """Packets per reason since the store was loaded (summed over CPUs)."""
@@ -140,13 +169,17 @@ class Store:
 
     def detach(self) -> None:
         """Remove every filter (harmless if its namespace is gone) and unload. Twice is
-        harmless; the counters stay readable."""
+        harmless; the counters stay readable. Each step runs even if one before failed."""
         with self._lock:
             if self._final_stats is not None:
                 return
-            self._final_stats = self.stats()
             errors = []
-            for netns_name, ifname, ifindex in self._ports:
+            try:
+                self._final_stats = self.stats()
+            except Exception as err:   # noqa: BLE001 -- the filters must go regardless
+                self._final_stats = {}
+                errors.append(f"reading the store's counters: {err}")
+            for netns_name, ifname, ifindex in self._ports.values():
                 try:
                     clsact.remove_filter(netns_name, ifname, ifindex, direction="ingress",
                                          prio=FILTER_PRIO, handle=FILTER_HANDLE,

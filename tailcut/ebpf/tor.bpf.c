@@ -49,7 +49,10 @@ static __always_inline int drop(__u32 reason)
 
 /* Turn the request into its reply in place: swap the addresses and ports, set the
  * status and the iteration, and send it back out of the port it arrived on. With
- * header_only, the payload is cut off first (an ACK, NOT_READY, STALE). */
+ * header_only, the payload is cut off first (an ACK, NOT_READY, STALE). `reason` is
+ * counted first: what happened to the store happened even if the reply then fails
+ * (counted once more as reply_failed). The UDP checksum is 0 ("none", legal over
+ * IPv4): clients send without one (SO_NO_CHECK), so no hop completes it later. */
 static __always_inline int reply(struct __sk_buff *skb, __u8 status, __u32 iteration,
 				 int header_only, __u32 reason)
 {
@@ -63,8 +66,9 @@ static __always_inline int reply(struct __sk_buff *skb, __u8 status, __u32 itera
 	__be32 addr;
 	__be16 port, old_len, new_len;
 
+	count(reason);
 	if ((void *)(h + 1) > data_end)
-		return drop(TAILCUT_TOR_SHORT);
+		return drop(TAILCUT_TOR_REPLY_FAILED);
 	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
@@ -85,11 +89,10 @@ static __always_inline int reply(struct __sk_buff *skb, __u8 status, __u32 itera
 		ip->tot_len = new_len;
 		if (bpf_l3_csum_replace(skb, IP_OFF + offsetof(struct iphdr, check),
 					old_len, new_len, sizeof(__u16)) < 0)
-			return drop(TAILCUT_TOR_SHORT);
+			return drop(TAILCUT_TOR_REPLY_FAILED);
 		if (bpf_skb_change_tail(skb, PAYLOAD_OFF, 0) < 0)
-			return drop(TAILCUT_TOR_SHORT);
+			return drop(TAILCUT_TOR_REPLY_FAILED);
 	}
-	count(reason);
 	return bpf_redirect(skb->ifindex, 0);
 }
 
@@ -111,30 +114,34 @@ int tailcut_tor(struct __sk_buff *skb)
 	struct iphdr *ip;
 	struct udphdr *udp;
 	void *data, *data_end, *payload;
-	__u64 cur, old, bit, claimed, added;
+	__u64 cur, old, bit, added;
 	int tries;
+	struct {
+		struct ethhdr eth;
+		struct iphdr ip;
+		struct udphdr udp;
+	} __attribute__((packed)) peek;
 
 	cfg = tor_config.lookup(&zero);
 	if (!cfg || !cfg->address)
 		return TC_ACT_OK;
-	/* Requests are at most one MTU: make all of one readable directly. */
+	/* Is it for the store? Read the headers without touching the packet: the PS's
+	 * own traffic crosses these ports too and must pass as it came. */
+	if (bpf_skb_load_bytes(skb, 0, &peek, sizeof(peek)) < 0 ||
+	    peek.eth.h_proto != bpf_htons(ETH_P_IP) || peek.ip.protocol != IPPROTO_UDP ||
+	    peek.ip.daddr != cfg->address)
+		return TC_ACT_OK;
+	if (peek.ip.ihl != 5 || (peek.ip.frag_off & bpf_htons(0x3fff)))
+		return drop(TAILCUT_TOR_BAD_IP);
+	if (peek.udp.dest != bpf_htons(TAILCUT_TOR_PORT))
+		return TC_ACT_OK;
+	/* A request is at most one MTU: make all of it readable directly. */
 	bpf_skb_pull_data(skb, skb->len < 1514 ? skb->len : 1514);
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
-		return TC_ACT_OK;
+	eth = data;   /* the headers peeked at above, now in place */
 	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > data_end || ip->protocol != IPPROTO_UDP ||
-	    ip->daddr != cfg->address)
-		return TC_ACT_OK;
-	if (ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)))
-		return drop(TAILCUT_TOR_BAD_IP);
 	udp = (void *)(ip + 1);
-	if ((void *)(udp + 1) > data_end)
-		return drop(TAILCUT_TOR_SHORT);
-	if (udp->dest != bpf_htons(TAILCUT_TOR_PORT))
-		return TC_ACT_OK;
 	h = (void *)(udp + 1);
 	if ((void *)(h + 1) > data_end)
 		return drop(TAILCUT_TOR_SHORT);
@@ -142,7 +149,8 @@ int tailcut_tor(struct __sk_buff *skb)
 		return drop(TAILCUT_TOR_BAD_MAGIC);
 	if (h->version != TAILCUT_TOR_VERSION)
 		return drop(TAILCUT_TOR_BAD_VERSION);
-	if (h->op < TAILCUT_TOR_OP_PULL || h->op > TAILCUT_TOR_OP_COUNTS || h->status)
+	if (h->op < TAILCUT_TOR_OP_PULL || h->op > TAILCUT_TOR_OP_COUNTS || h->status ||
+	    h->reserved0 || h->reserved1)
 		return drop(TAILCUT_TOR_BAD_OP);
 	if (bpf_ntohl(h->job) != cfg->job)
 		return drop(TAILCUT_TOR_UNKNOWN_JOB);
@@ -159,7 +167,7 @@ int tailcut_tor(struct __sk_buff *skb)
 		if (worker >= cfg->workers || worker >= TAILCUT_TOR_MAX_WORKERS)
 			return drop(TAILCUT_TOR_BAD_WORKER);
 		if (h->op == TAILCUT_TOR_OP_COUNTS || port->kind == TAILCUT_TOR_PORT_PS ||
-		    (port->kind == TAILCUT_TOR_PORT_WORKER && port->worker != worker))
+		    !((port->workers >> worker) & 1))
 			return drop(TAILCUT_TOR_WRONG_PORT);
 	}
 
@@ -197,11 +205,14 @@ int tailcut_tor(struct __sk_buff *skb)
 	}
 
 	if (h->op == TAILCUT_TOR_OP_PULL) {
-		cur = st->iteration;
+		/* Only the current iteration: its buffer is the one the next fold does not
+		 * write. (Under BSP nobody needs an older one: the PS reads the values at an
+		 * epoch end before it lets any worker pull the next iteration.) */
+		cur = __sync_fetch_and_add(&st->iteration, 0);
 		if ((__u64)it > cur)
 			return reply(skb, TAILCUT_TOR_NOT_READY, (__u32)cur, 1,
 				     TAILCUT_TOR_R_NOT_READY);
-		if ((__u64)it + 1 < cur)
+		if ((__u64)it < cur)
 			return reply(skb, TAILCUT_TOR_STALE, (__u32)cur, 1, TAILCUT_TOR_R_STALE);
 		key = (it & 1) * TAILCUT_TOR_SLOTS + slot;
 		vals = tor_vals.lookup(&key);
@@ -248,7 +259,9 @@ int tailcut_tor(struct __sk_buff *skb)
 	added = __sync_fetch_and_add(&st->added, 1) + 1;
 	if (added == cfg->workers) {
 		/* The iteration's last push: no other push of it can come, and no push of the
-		 * next before a pull of it, which waits for st->iteration. Fold and move on. */
+		 * next before a pull of it, which waits for st->iteration. Fold into the
+		 * other buffer (no pull reads it), then publish: claim first (a resent push
+		 * of this iteration is then STALE), the iteration last, atomically. */
 		key = (it & 1) * TAILCUT_TOR_SLOTS + slot;
 		vals = tor_vals.lookup(&key);
 		key = ((it + 1) & 1) * TAILCUT_TOR_SLOTS + slot;
@@ -261,8 +274,8 @@ int tailcut_tor(struct __sk_buff *skb)
 		}
 		st->added = 0;
 		st->folds += 1;
-		st->claim = ((__u64)it + 1) << 32;
-		st->iteration = (__u64)it + 1;
+		__sync_lock_test_and_set(&st->claim, ((__u64)it + 1) << 32);
+		__sync_fetch_and_add(&st->iteration, 1);
 	}
 	return reply(skb, TAILCUT_TOR_OK, it, 1, TAILCUT_TOR_PUSHED);
 }

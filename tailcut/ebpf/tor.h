@@ -75,6 +75,7 @@ enum tailcut_tor_reason {
 	TAILCUT_TOR_CONTENDED,  /* the claim kept changing under us: dropped, resent */
 	TAILCUT_TOR_NO_PORT,  /* arrived on a port the loader did not describe */
 	TAILCUT_TOR_BAD_IP,  /* a fragment, or IPv4 options (senders use neither) */
+	TAILCUT_TOR_REPLY_FAILED,  /* answered, but the reply could not be built: dropped */
 	TAILCUT_TOR_REASONS
 };
 
@@ -85,10 +86,10 @@ struct tailcut_tor_hdr {
 	__u8 status;       /* 0 in a request; TAILCUT_TOR_OK ... in a reply */
 	__u8 worker;       /* 0 .. workers - 1, or TAILCUT_TOR_PS_WORKER */
 	__be32 job;        /* job id: the first 4 bytes of sha256(job name), as partial.h */
-	__be32 iteration;  /* the iteration pulled or pushed; a reply: the slot's current one */
+	__be32 iteration;  /* pulled or pushed; OK/DUPLICATE echo it, NOT_READY/STALE: the slot's */
 	__be32 slot;       /* slot of the hot vector */
 	__be32 count;      /* values in the payload (the slot's length; 0 in an ACK) */
-	__be32 reserved0;  /* 0 */
+	__be32 reserved0;  /* 0 (else the request is refused: bad_op) */
 	__be32 reserved1;  /* 0 */
 };
 
@@ -103,13 +104,15 @@ struct tailcut_tor_config {
 
 struct tailcut_tor_port {
 	__u32 kind;        /* TAILCUT_TOR_PORT_*; 0: not described */
-	__u32 worker;      /* for PORT_WORKER: the only worker it carries */
+	__u32 workers;     /* bit w set: worker w may arrive here (its own port: only its
+	                    * bit; the uplink: the workers of the other racks) */
 };
 
 /* Per slot. The claim word is iteration << 32 | bitmap of the workers whose push of
  * that iteration was taken; `added` counts pushes whose values are in `acc`; the one
- * that makes it `workers` folds acc into the next iteration's values and moves the
- * claim on. Atomics are 64-bit: BCC's clang emits no narrower fetch operations. */
+ * that makes it `workers` folds acc into the other buffer, then publishes the next
+ * iteration (atomically: pulls read the iteration, then the values). Atomics are
+ * 64-bit: BCC's clang emits no narrower fetch operations. */
 struct tailcut_tor_slot {
 	__u64 claim;
 	__u64 added;

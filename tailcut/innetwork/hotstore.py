@@ -40,10 +40,13 @@ def create(job: TrainingJob, network: Network) -> Optional[tor.Store]:
 
 
 def serve_uplink(store: tor.Store, job: TrainingJob, network: Network) -> None:
-    """Requests from the other racks: the spine's neighbour entry and the rack's `up`."""
-    rack = network.topology.racks[home_rack(job, network)]
+    """Requests from the other racks: the spine's neighbour entry and the rack's `up`,
+    which carries only the workers of the other racks."""
+    topo = network.topology
+    rack = topo.racks[home_rack(job, network)]
     build.point_at_hot_store(network, rack.index, pods=(), spine=True)
-    store.attach(rack.netns, naming.RACK_UPLINK_IF, "uplink")
+    remote = [p.index for p in topo.pods if p.role == "worker" and p.rack != rack.index]
+    store.attach(rack.netns, naming.RACK_UPLINK_IF, "uplink", workers=remote)
 
 
 def serve_pods(store: tor.Store, job: TrainingJob, network: Network,
@@ -56,9 +59,17 @@ def serve_pods(store: tor.Store, job: TrainingJob, network: Network,
     for pod in here:
         port = naming.rack_port(pod.slot)
         if pod.role == "worker":
-            store.attach(rack.netns, port, "worker", worker=pod.index)
+            store.attach(rack.netns, port, "worker", workers=[pod.index])
         elif pod.name == "ps-0":
             store.attach(rack.netns, port, "ps")
+
+
+def release_pod(store: tor.Store, job: TrainingJob, network: Network, pod: Pod) -> None:
+    """The pod was unwired: free its port's entry (the agent wires pods again and again
+    over a fabric's life)."""
+    rack = network.topology.racks[home_rack(job, network)]
+    if pod.rack == rack.index:
+        store.release(rack.netns, naming.rack_port(pod.slot))
 
 
 def start(job: TrainingJob, network: Network) -> Optional[tor.Store]:

@@ -212,8 +212,12 @@ def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, ov
 def remove_fabric(fabric: Fabric) -> None:
     try:
         if fabric.store is not None:
-            log.info("%s/%s: hot-parameter store: %s", fabric.namespace, fabric.job.name,
-                     hotstore.summary(fabric.store))
+            try:
+                log.info("%s/%s: hot-parameter store: %s", fabric.namespace,
+                         fabric.job.name, hotstore.summary(fabric.store))
+            except Exception as err:   # noqa: BLE001 -- a log line must not keep it loaded
+                log.warning("%s/%s: cannot read the hot-parameter store's counters: %s",
+                            fabric.namespace, fabric.job.name, err)
             fabric.store.detach()
     finally:
         try:
@@ -256,12 +260,17 @@ def unwire(wired: Wired) -> None:
     """Undo `wire`: the classifiers detached, the access link removed (tc0 and its
     qdiscs and filters go with it). Each step runs even if an earlier one failed."""
     wired.fabric.pods.pop(wired.uid, None)
+    fabric = wired.fabric
+    pod = fabric.network.topology.pod(wired.replica)
     try:
-        if wired.enforcement is not None:
-            wired.enforcement.detach()
+        if fabric.store is not None:
+            hotstore.release_pod(fabric.store, fabric.job, fabric.network, pod)
     finally:
-        build.unwire_pod(wired.fabric.network,
-                         wired.fabric.network.topology.pod(wired.replica))
+        try:
+            if wired.enforcement is not None:
+                wired.enforcement.detach()
+        finally:
+            build.unwire_pod(fabric.network, pod)
 
 
 def classified(wired: Wired) -> str:

@@ -56,7 +56,7 @@ def _git_commit() -> str:
     """The checkout's commit when tailcut runs from one (an installed wheel has none)."""
     source = Path(__file__).resolve().parents[2]
     try:
-        done = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"],
+        done = subprocess.run(["git", "-C", str(source), "describe", "--always", "--dirty"],
                               capture_output=True, text=True, timeout=10, check=False)
     except OSError:
         return "unknown"

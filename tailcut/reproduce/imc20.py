@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+from tailcut import spec
 from tailcut.reproduce import jobs
 from tailcut.reproduce.measure import (Figure, Files, Measured, Value, markdown_table,
                                        number)
@@ -111,11 +112,14 @@ def measure(files: Files, quick: bool) -> Measured:
     if runs:
         first = runs[0][0]
         metrics = files.json(f"{first}/metrics.json") or {}
-        m.values["setup.workers"] = Value(8.0, f"{first}/../job.yaml: spec.replicas.workers")
+        job_yaml = first.removesuffix("/results") + "/job.yaml"
+        job = spec.load_file(files.path(job_yaml)).spec
+        m.values["setup.workers"] = Value(float(job.replicas.workers),
+                                          f"{job_yaml}: spec.replicas.workers")
         m.values["setup.ps-nodes"] = files.json_value(f"{first}/metrics.json",
                                                       "parameter_servers")
-        m.values["setup.link-gbit"] = Value(1.0, f"{first}/../job.yaml: "
-                                                 f"spec.network.accessLink.bandwidth (1Gbit)")
+        m.values["setup.link-gbit"] = Value(job.network.access_link.bandwidth / 1e9,
+                                            f"{job_yaml}: spec.network.accessLink.bandwidth")
         for png, caption, label in (
                 ("rpc_latency_cdf.png", "Push and pull RPC latency CDFs", "Fig. 4"),
                 ("rpc_breakdown.png", "Where an RPC's time goes, per part", "Fig. 5"),

@@ -81,10 +81,13 @@ def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
     whys = {r.id: r.why for r in paper.results}
     found = sum(1 for r in rows if r["ours"] is not None)
     out = [f"# Reproducing {paper.paper}: {paper.title} ({paper.venue})", ""]
+    reused = sum(1 for _, record in ran if record.reused)
     out.append(f"`{invocation}` on {environment['host']}, {environment['date']}. "
-               f"{found} of the paper's {len(rows)} numbers have a counterpart measured in "
-               f"this run. The paper's numbers are in `paper.yaml` (copied from tailcut's "
-               f"data file); its text is `shared/papers/{paper.source}`.")
+               f"{found} of the paper's {len(rows)} numbers have a counterpart measured by "
+               f"the steps below ({reused} of {len(ran)} reused from an earlier run into "
+               f"this directory: see their commit and time). The paper's numbers are in "
+               f"`paper.yaml` (copied from tailcut's data file); its text is "
+               f"`shared/papers/{paper.source}`.")
     if quick:
         out += ["", "**`--quick`: a smoke run** (fewer models, seeds and epochs). Its "
                 "numbers show the pipeline works; do not cite them."]
@@ -122,11 +125,13 @@ def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
             "Run from this directory; each step wrote into its own `steps/<name>/` "
             "(`log.txt` is its output, `step.json` how it ended). A second `tailcut "
             "reproduce` reuses the steps that finished.", "",
-            "| step | what | command | exit | took | |", "|---|---|---|---:|---:|---|"]
+            "| step | what | command | exit | took | | finished | commit |",
+            "|---|---|---|---:|---:|---|---|---|"]
     for step, record in ran:
         state = "reused" if record.reused else ("ran" if record.ok else "**failed**")
         out.append(f"| {step.name} | {_cell(step.title)} | `{_cell(record.command)}` | "
-                   f"{record.exit_code} | {record.seconds:.0f} s | {state} |")
+                   f"{record.exit_code} | {record.seconds:.0f} s | {state} | "
+                   f"{record.finished} | {record.commit or '?'} |")
     out += ["", "## Raw data", ""]
     for step, _ in ran:
         files = sorted(p for p in (paper_dir / "steps" / step.name).rglob("*")

@@ -34,11 +34,11 @@ def reproduce(names: Sequence[str], results_dir: Path, quick: bool, fresh: bool,
     loaded = {name: papers.load(name) for name in names}   # a bad data file stops here
     plans = {name: module(name).steps(quick) for name in names}
     dirs = {name: results_dir / name for name in names}
-    steps.check_root([s for n in names for s in plans[n]],
-                     [dirs[n] for n in names for _ in plans[n]])
-    if fresh:
+    if fresh:   # first: the root check then sees that every step will run
         for name in names:
             shutil.rmtree(dirs[name] / "steps", ignore_errors=True)
+    steps.check_root([s for n in names for s in plans[n]],
+                     [dirs[n] for n in names for _ in plans[n]])
     todo = [(n, s) for n in names for s in plans[n] if steps.finished(dirs[n], s) is None]
     clock = Clock(left_s=sum(s.estimate_s for _, s in todo), steps_left=len(todo))
     total = sum(len(plans[n]) for n in names)
@@ -55,7 +55,7 @@ def reproduce(names: Sequence[str], results_dir: Path, quick: bool, fresh: bool,
         for step in plans[name]:
             index += 1
             ran.append((step, steps.run(step, paper_dir, f"[{index}/{total}] {name}:",
-                                        clock, progress)))
+                                        clock, progress, str(env["git_commit"]))))
         measured = module(name).measure(Files(paper_dir), quick)
         shutil.copyfile(papers.path(name), paper_dir / "paper.yaml")
         path = report.write(loaded[name], measured, ran, env, paper_dir, invocation, quick)

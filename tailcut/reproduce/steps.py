@@ -2,9 +2,11 @@
 
 A step is one `tailcut` command (sweep, simulate, run, ...) writing into
 ``<paper dir>/steps/<name>/``. When it ends, ``step.json`` records the command, its exit
-code and duration. A later reproduction reuses a step whose ``step.json`` says it
-finished with the same command and inputs; anything else runs again from an empty
-directory, so a killed step never leaves half its files to be read as results.
+code, duration and tailcut's commit. A later reproduction reuses a step whose
+``step.json`` says it finished with the same command and inputs and whose required
+outputs are there, even if tailcut changed since (the report shows each step's commit;
+``--fresh`` runs everything again); anything else runs again from an empty directory,
+so a killed step never leaves half its files to be read as results.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Record:
     reused: bool = False
     ok: bool = False
     log: str = "log.txt"
+    commit: str = ""       # tailcut's git commit when it ran (a reused step: then)
 
 
 @dataclass
@@ -100,7 +103,8 @@ def finished(paper_dir: Path, step: Step) -> Optional[Record]:
     if not all((path.parent / output).exists() for output in step.outputs):
         return None
     return Record(name=step.name, command=data["command"], exit_code=data["exit_code"],
-                  seconds=data["seconds"], finished=data["finished"], reused=True, ok=True)
+                  seconds=data["seconds"], finished=data["finished"], reused=True, ok=True,
+                  commit=data.get("commit", ""))
 
 
 def check_root(steps: Sequence[Step], paper_dirs: Sequence[Path]) -> None:
@@ -113,7 +117,8 @@ def check_root(steps: Sequence[Step], paper_dirs: Sequence[Path]) -> None:
                                f"needs root (namespaces, tc, XDP); run reproduce as root")
 
 
-def run(step: Step, paper_dir: Path, label: str, clock: Clock, progress: Progress) -> Record:
+def run(step: Step, paper_dir: Path, label: str, clock: Clock, progress: Progress,
+        commit: str = "") -> Record:
     """Reuse the step if it finished before, else run it with progress lines."""
     out = directory(paper_dir, step)
     base = paper_dir
@@ -157,7 +162,7 @@ def run(step: Step, paper_dir: Path, label: str, clock: Clock, progress: Progres
         (out / output).exists() for output in step.outputs)
     record = Record(name=step.name, command=command, exit_code=proc.returncode,
                     seconds=round(seconds, 1), finished=time.strftime("%Y-%m-%d %H:%M:%S"),
-                    ok=ok)
+                    ok=ok, commit=commit)
     (out / "step.json").write_text(json.dumps(
         {**record.__dict__, "fingerprint": fingerprint(step), "estimate_s": step.estimate_s,
          "title": step.title}, indent=2) + "\n")

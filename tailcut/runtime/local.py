@@ -96,18 +96,26 @@ def run(job: TrainingJob, results_dir: Path,
                                  f"the PS finished; stopped it (its stacks are at the end "
                                  f"of logs/{name}.log)")
         finally:
-            for proc in running:
-                procs.stop(proc)
-            if bg is not None:  # the background ends with the job, whatever ended it
-                progress(background.describe(bg.stop()))
-            _record_network(network, results_dir)
-            if scheduled is not None:  # before the namespaces go: counts, then detach
-                _record_scheduling(scheduled, results_dir)
-                scheduled.detach()
-            if store is not None:
-                _record_hot_store(store, results_dir)
-                store.detach()
-            network.destroy()
+            try:
+                for proc in running:
+                    procs.stop(proc)
+                if bg is not None:  # the background ends with the job, whatever ended it
+                    progress(background.describe(bg.stop()))
+                _record_network(network, results_dir)
+                if scheduled is not None:  # before the namespaces go: counts, then detach
+                    try:
+                        _record_scheduling(scheduled, results_dir)
+                    finally:
+                        scheduled.detach()
+            finally:
+                try:
+                    if store is not None:
+                        try:
+                            _record_hot_store(store, results_dir)
+                        finally:
+                            store.detach()
+                finally:
+                    network.destroy()   # whatever failed before: no namespace stays
 
     result = RunResult(job=job.name, results_dir=str(results_dir),
                        converged=bool(done["converged"]), jct_s=float(done["jct_s"]),

@@ -73,6 +73,9 @@ class Stats:
     seconds: list[float] = field(default_factory=list)   # per pull/push of the whole vector
 
 
+SO_NO_CHECK = 11   # <asm-generic/socket.h>; Python does not export it
+
+
 class Client:
     """Pulls and pushes one job's whole hot vector, one request per slot, resending
     what is not answered (datagrams can be lost) and asking again on NOT_READY."""
@@ -88,6 +91,10 @@ class Client:
         self.stats = Stats()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        # No UDP checksum (legal over IPv4): the ToR rewrites requests into replies and
+        # sets none either; a request sent with checksum offload pending would leave a
+        # half-done one for a later hop (a VXLAN tunnel) to finish wrongly.
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
         self.sock.setblocking(False)
 
     def close(self) -> None:
@@ -155,13 +162,16 @@ class Client:
                     self.stats.not_ready += 1
                     pending[s] = time.monotonic() + self.retry_s
                     continue
-                if header.status == STALE and op != PUSH:
-                    raise base.ProtocolError(
-                        f"hot store: iteration {iteration} of slot {s} is gone (the store "
-                        f"is at {header.iteration})")
+                if header.status == STALE:
+                    if op != PUSH:
+                        raise base.ProtocolError(
+                            f"hot store: iteration {iteration} of slot {s} is gone (the "
+                            f"store is at {header.iteration})")
+                    if header.iteration <= iteration:
+                        continue   # an answer to an earlier iteration's resend
+                elif header.iteration != iteration and op != COUNTS:
+                    continue       # an answer to an earlier iteration's resend
                 if op != PUSH:
-                    if header.iteration != iteration and op == PULL:
-                        continue
                     lo = s * STRIDE
                     values[lo:lo + header.count] = np.frombuffer(payload, dtype="<i4")
                 del pending[s]

@@ -28,15 +28,15 @@ def store():
     with tor.Store(job=JOB, workers=2, address="10.99.0.2", initial=initial) as s:
         ports = s.program.table("tor_ports")
         leaf = ports.Leaf()   # a test run's skb has tc_classid 0: describe port 0
-        leaf.kind, leaf.worker = hot.const("PORT_WORKER"), 0
+        leaf.kind, leaf.workers = hot.const("PORT_WORKER"), 1   # worker 0 only
         ports[ports.Key(0)] = leaf
         yield s
 
 
-def _port(store, kind: str, worker: int = 0) -> None:
+def _port(store, kind: str, workers: int = 0) -> None:
     ports = store.program.table("tor_ports")
     leaf = ports.Leaf()
-    leaf.kind, leaf.worker = tor._KINDS[kind], worker
+    leaf.kind, leaf.workers = tor._KINDS[kind], workers
     ports[ports.Key(0)] = leaf
 
 
@@ -70,6 +70,7 @@ HOSTILE = {
     "bad_magic": lambda: b"XXXX" + _request(hot.PULL)[4:],
     "bad_version": lambda: _request(hot.PULL)[:4] + b"\x09" + _request(hot.PULL)[5:],
     "bad_op": lambda: _request(7),
+    "reserved": lambda: _request(hot.PULL)[:24] + b"\0\0\0\1" + _request(hot.PULL)[28:],
     "unknown_job": lambda: _request(hot.PUSH, job=JOB + 1),
     "bad_worker": lambda: _request(hot.PUSH, worker=5),
     "wrong_port": lambda: _request(hot.PUSH, worker=1),            # port 0 carries worker 0
@@ -85,8 +86,16 @@ def test_a_hostile_packet_is_dropped_with_its_one_reason_and_writes_nothing(stor
     before, state = store.stats(), _state(store)
     verdict, _ = _run(store, HOSTILE[reason]())
     assert verdict == TC_ACT_SHOT
-    assert _delta(before, store.stats()) == {reason: 1}
+    assert _delta(before, store.stats()) == {"bad_op" if reason == "reserved" else reason: 1}
     assert _state(store) == state
+
+
+def test_the_uplink_carries_only_the_other_racks_workers(store):
+    _port(store, "uplink", workers=0b10)   # worker 1 is remote, worker 0 is not
+    before = store.stats()
+    assert _run(store, _request(hot.PUSH, worker=0))[0] == TC_ACT_SHOT
+    assert _delta(before, store.stats()) == {"wrong_port": 1}
+    assert _run(store, _request(hot.PULL, worker=1))[0] == TC_ACT_REDIRECT
 
 
 def test_ip_options_fragments_and_lying_lengths_are_refused(store):
@@ -135,7 +144,7 @@ def test_a_pull_is_answered_in_place_with_the_initial_values(store):
 
 def test_pushes_fold_once_every_worker_pushed_and_a_duplicate_adds_nothing(store):
     update = np.full(360, 1 << 20, "<i4")           # 1/16 each
-    _port(store, "uplink")
+    _port(store, "uplink", workers=0b11)
     assert hot.parse(_run(store, _request(hot.PULL, iteration=1))[1][42:])[0].status == \
         hot.NOT_READY
     for worker in (0, 0, 1):                         # worker 0's push arrives twice
@@ -159,7 +168,7 @@ def test_two_workers_over_a_veth_pull_push_and_wait_for_each_other(link):
     initial = np.random.default_rng(1).uniform(-2, 2, 1000).astype(np.float32)
     updates = [np.random.default_rng(2 + w).normal(0, 1e-3, 1000) for w in range(2)]
     with tor.Store(job=JOB, workers=2, address=RECEIVER_IP, initial=initial) as store:
-        store.attach(link.receiver, "eth0", "uplink")
+        store.attach(link.receiver, "eth0", "uplink", workers=[0, 1])
         with netns.entered(link.sender):
             clients = [hot.Client(RECEIVER_IP, JOB, w, 1000, timeout_s=10) for w in range(2)]
         try:

@@ -13,7 +13,7 @@ def test_the_header_and_constants_come_from_tor_h():
     assert hot.header().size == hot.const("HEADER") == 32
     assert hot.STRIDE == (1500 - 20 - 8 - 32) // 4
     assert hot.reasons()[:3] == ["pulled", "pushed", "counted"]
-    assert len(hot.reasons()) == 20 and hot.reasons()[-1] == "bad_ip"
+    assert len(hot.reasons()) == 21 and hot.reasons()[-1] == "reply_failed"
 
 
 @settings(max_examples=200, deadline=None)
