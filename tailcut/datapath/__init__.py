@@ -7,6 +7,8 @@ The modules in HELPERS are shared plumbing, not loaders:
     bcc      compile ebpf/<stem>.bpf.c with BCC, turning failures into DatapathError
     bpfsys   raw bpf(2) calls (tiny programs, maps) for the kernel feature probes
     clsact   tc filters on clsact hooks; who added the clsact qdisc, shared by all
+    cheader  a wire header's struct layout and #defines, read from a program's .h
+    torformat  the ToR store's wire format and fixed point (loader and clients share it)
 """
 
-HELPERS = frozenset({"bcc", "bpfsys", "clsact"})
+HELPERS = frozenset({"bcc", "bpfsys", "clsact", "cheader", "torformat"})

@@ -19,7 +19,8 @@ def ratios(labels: Sequence[str], values: Sequence[float], path: Path, title: st
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(labels) + 1.5), dpi=100)
     try:
         ys = range(len(labels))
-        ax.barh(list(ys), [max(v, 1e-3) for v in values],
+        shown = [max(v, 1e-3) for v in values]   # a 0 (a tie against a gain) on a log axis
+        ax.barh(list(ys), [v - 1 for v in shown], left=1.0,   # from 1: above or below it
                 color=["tab:green" if 0.8 <= v <= 1.25 else "tab:orange" for v in values])
         ax.axvline(1.0, color="black", linewidth=1)
         ax.set_xscale("log")

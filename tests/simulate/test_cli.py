@@ -9,7 +9,11 @@ def test_simulate_writes_and_prints_the_fig2_table(tmp_path, capsys):
                      "--no-inference", "--results-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
-    assert "resnet-50" in out and "-25% (ResNet-v1-200" in out
+    assert "resnet-50" in out
+    # the paper's headlines, from tailcut/papers/data/cadentflow.yaml
+    assert "fig2.resnet-v1-200.cadentflow-vs-tcp" in out and "0.25 fraction lower" in out
+    assert "coflow               2.500 s" in out   # Fig. 1's toy, as the paper computes it
+    assert (tmp_path / "fig1-toy.csv").read_text().count("\n") == 7
     assert (tmp_path / "fig2-training.csv").read_text().count("\n") == 2
     assert (tmp_path / "fig2-training.txt").is_file()
 
