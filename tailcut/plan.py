@@ -21,10 +21,11 @@ from typing import Any, Callable, Literal
 
 from tailcut.background import plan as bgplan
 from tailcut.errors import SpecError
-from tailcut.net import naming, topology
+from tailcut.net import topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import TrainingJob
+from tailcut.training import hotset, models
 from tailcut.training.config import RoleConfig
 
 PS_PORT = 7000   # every listening role (PS shards, replica, aggregators) uses it
@@ -93,7 +94,6 @@ def _check_hot_parameters(job: TrainingJob) -> None:
     in_network = job.spec.network.in_network
     if in_network is None:
         return
-    from tailcut.training import models   # numpy and the model: only for such jobs
     t = job.spec.training
     size = models.create(t.model, models.dataset(t.model, t.seed)).num_params
     hot = in_network.hot_parameters
@@ -134,19 +134,7 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
         aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
                      for a, agg in enumerate(r.aggregators)],
         staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
-        flows=flows if flows is not None else role_flows(job), hot=hot_config(job))
-
-
-def hot_config(job: TrainingJob) -> dict[str, Any] | None:
-    """What the roles need of spec.network.inNetwork: the store's address (in ps-0's
-    rack) and which parameters it holds (each role selects them the same way)."""
-    in_network = job.spec.network.in_network
-    if in_network is None:
-        return None
-    hot = in_network.hot_parameters
-    rack = topology.plan(job).pod("ps-0").rack
-    return {"address": naming.hot_store_ip(rack), "top_k": hot.top_k,
-            "indices": None if hot.indices is None else list(hot.indices)}
+        flows=flows if flows is not None else role_flows(job), hot=hotset.config(job))
 
 
 def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:

@@ -25,18 +25,16 @@ def home_rack(job: TrainingJob, network: Network) -> int:
 
 def create(job: TrainingJob, network: Network) -> Optional[tor.Store]:
     """The job's store, loaded and not yet attached; None when the job asks for none."""
-    in_network = job.spec.network.in_network
-    if in_network is None:
+    config = hotset.config(job)
+    if config is None:
         return None
-    hot = in_network.hot_parameters
     t = job.spec.training
     dataset = models.dataset(t.model, t.seed)
     model = models.create(t.model, dataset)
-    index = hotset.select({"top_k": hot.top_k, "indices": hot.indices}, model, dataset,
-                          t.batch_size, t.seed)
+    index = hotset.select(config, model, dataset, t.batch_size, t.seed)
     initial = model.init_params(np.random.default_rng(t.seed))[index]
     return tor.Store(job=wire.job_id(job.name), workers=job.spec.replicas.workers,
-                     address=naming.hot_store_ip(home_rack(job, network)), initial=initial)
+                     address=config["address"], initial=initial)
 
 
 def serve_uplink(store: tor.Store, job: TrainingJob, network: Network) -> None:

@@ -188,7 +188,7 @@ def _testbed(files: Files, m: Measured, quick: bool) -> None:
             f"median over the tcp runs of jct_s / (jct_s - sum over iterations of (max - "
             f"mean) completion_s of PUSH in messages.csv and PARAMS in "
             f"messages-worker-*.csv), {', '.join(runs['tcp'])}")
-    series = {t: [c for d in dirs for c in _completions(files, d, "PUSH")]
+    series = {t: [c for d in dirs for _, c in _completions(files, d, "PUSH")]
               for t, dirs in runs.items()}
     if any(series.values()):
         png = files.path("push_completion_cdf.png")
@@ -204,16 +204,14 @@ def _median(values: list[float | None], source: str) -> Value:
     return Value(statistics.median(present) if present else None, source)
 
 
-def _completions(files: Files, results: str, kind: str) -> list[float]:
+def _completions(files: Files, results: str, kind: str) -> list[tuple[str, float]]:
+    """(iteration, completion_s) of every message of ``kind`` a run received: PUSH at
+    the PS (messages.csv), PARAMS at the workers (messages-worker-*.csv)."""
     names = ["messages.csv"] if kind == "PUSH" else [
         p.name for p in sorted(files.path(results).glob("messages-worker-*.csv"))]
-    out = []
-    for name in names:
-        for row in files.rows(f"{results}/{name}"):
-            value = number(row.get("completion_s"))
-            if row.get("kind") == kind and value is not None:
-                out.append(value)
-    return out
+    return [(row["iteration"], value) for name in names
+            for row in files.rows(f"{results}/{name}")
+            if row.get("kind") == kind and (value := number(row.get("completion_s"))) is not None]
 
 
 def _tail_slowdown(files: Files, results: str, jct: float | None) -> float | None:
@@ -222,16 +220,11 @@ def _tail_slowdown(files: Files, results: str, jct: float | None) -> float | Non
     if jct is None:
         return None
     saved = 0.0
-    for kind, names in (("PUSH", ["messages.csv"]),
-                        ("PARAMS", [p.name for p in sorted(
-                            files.path(results).glob("messages-worker-*.csv"))])):
+    for kind in ("PUSH", "PARAMS"):
         by_iteration: dict[str, list[float]] = defaultdict(list)
-        for name in names:
-            for row in files.rows(f"{results}/{name}"):
-                value = number(row.get("completion_s"))
-                if row.get("kind") == kind and value is not None:
-                    by_iteration[row["iteration"]].append(value)
-        saved += sum(max(v) - statistics.mean(v) for v in by_iteration.values() if v)
+        for iteration, value in _completions(files, results, kind):
+            by_iteration[iteration].append(value)
+        saved += sum(max(v) - statistics.mean(v) for v in by_iteration.values())
     return jct / (jct - saved) if saved < jct else None
 
 

@@ -19,7 +19,6 @@ from tailcut.reproduce.steps import Step
 
 FIG23 = "steps/sim-fig23"
 FIG4 = "steps/sim-fig4"
-STAND_IN = {"resnet": "resnet-50", "inception": "inception-v3", "cifarnet": "deep-mlp"}
 POLICIES = ("tcp_per_tensor", "tcp_random", "coflow", "cadentflow_priority",
             "cadentflow_deadline")
 

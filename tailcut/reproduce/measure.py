@@ -95,11 +95,6 @@ def number(text: Any) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def derived(value: Optional[float], source: str, note: str = "") -> Value:
-    """A number computed from others (a ratio of two runs): its source says how."""
-    return Value(value, source, note)
-
-
 def ratio(numerator: Value, denominator: Value, how: str) -> Value:
     """numerator / denominator, None when either is missing or the denominator is 0."""
     a, b = numerator.value, denominator.value

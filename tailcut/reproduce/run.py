@@ -40,7 +40,7 @@ def reproduce(names: Sequence[str], results_dir: Path, quick: bool, fresh: bool,
     steps.check_root([s for n in names for s in plans[n]],
                      [dirs[n] for n in names for _ in plans[n]])
     todo = [(n, s) for n in names for s in plans[n] if steps.finished(dirs[n], s) is None]
-    clock = Clock(left_s=sum(s.estimate_s for _, s in todo), steps_left=len(todo))
+    clock = Clock(left_s=sum(s.estimate_s for _, s in todo))
     total = sum(len(plans[n]) for n in names)
     progress(f"reproduce {', '.join(names)}{' (--quick)' if quick else ''}: {total} steps, "
              f"{total - len(todo)} finished before; about {_minutes(clock.left_s)} to go; "

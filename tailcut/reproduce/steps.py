@@ -56,7 +56,6 @@ class Record:
     finished: str          # local time it ended
     reused: bool = False
     ok: bool = False
-    log: str = "log.txt"
     commit: str = ""       # tailcut's git commit when it ran (a reused step: then)
 
 
@@ -64,7 +63,6 @@ class Record:
 class Clock:
     """Time left across every step of an invocation, for the progress lines."""
     left_s: float = 0.0
-    steps_left: int = 0
     started: float = field(default_factory=time.monotonic)
 
 
@@ -121,19 +119,17 @@ def run(step: Step, paper_dir: Path, label: str, clock: Clock, progress: Progres
         commit: str = "") -> Record:
     """Reuse the step if it finished before, else run it with progress lines."""
     out = directory(paper_dir, step)
-    base = paper_dir
     previous = finished(paper_dir, step)
     if previous is not None:
         progress(f"{label} {step.title}: reused (finished {previous.finished}, took "
                  f"{_duration(previous.seconds)})")
         return previous
-    clock.steps_left -= 1
     clock.left_s -= step.estimate_s
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     if step.job is not None:
         (out / "job.yaml").write_text(step.job)
-    command = display(step, out, base)
+    command = display(step, out, paper_dir)
     progress(f"{label} {step.title}: {command}  (about {_duration(step.estimate_s)}; "
              f"all: about {_duration(step.estimate_s + clock.left_s)} left)")
     started = time.monotonic()

@@ -4,6 +4,7 @@ Builds the job's network, starts the parameter server and the workers in their p
 shows progress from the PS's event stream, and always tears the network down again,
 whether the run succeeds, fails, times out or is interrupted."""
 
+import contextlib
 import json
 import os
 import queue
@@ -52,7 +53,6 @@ def run(job: TrainingJob, results_dir: Path,
         raise RunError("the local runtime needs root (it creates network namespaces); "
                        "run as root or through sudo")
     plan.check(job, "local")
-    from tailcut.scheduling import enforce  # CadentFlow's classes and classifier
     topo = topology.plan(job)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "logs").mkdir(exist_ok=True)
@@ -73,15 +73,29 @@ def run(job: TrainingJob, results_dir: Path,
                  f"{network.applied[f'{first_rack.netns}/up']}")
         running: list[subprocess.Popen[bytes]] = []
         bg: Optional[background.Background] = None
-        scheduled: Optional[enforce.Enforcement] = None
-        store: Optional[tor.Store] = None
-        try:
+        # Teardown in reverse order of setup; each step runs even if one after it
+        # (registered later) failed, and the namespaces always go last.
+        with contextlib.ExitStack() as teardown:
+            teardown.callback(network.destroy)
             _write_json(results_dir / "network.json", {"applied": network.applied})
             scheduled = _enforce(job, topo, progress)
+            if scheduled is not None:  # before the namespaces go: counts, then detach
+                teardown.callback(scheduled.detach)
+                teardown.callback(_record_scheduling, scheduled, results_dir)
             store = hotstore.start(job, network)
             if store is not None:
+                teardown.callback(store.detach)
+                teardown.callback(_record_hot_store, store, results_dir)
                 progress(f"ToR hot-parameter store: {store.elements} parameters at "
                          f"{store.address}, in {topo.racks[topo.pod('ps-0').rack].netns}")
+
+            def stop_roles() -> None:
+                for proc in running:
+                    procs.stop(proc)
+                if bg is not None:  # the background ends with the job, whatever ended it
+                    progress(background.describe(bg.stop()))
+                _record_network(network, results_dir)
+            teardown.callback(stop_roles)
             bg = background.start(job, topo, results_dir, progress)
             roles = _launch(job, topo, results_dir, running)
             done = _watch(job, roles, results_dir, progress)
@@ -95,27 +109,6 @@ def run(job: TrainingJob, results_dir: Path,
                         progress(f"warning: {name} was still running {ROLE_EXIT_S} s after "
                                  f"the PS finished; stopped it (its stacks are at the end "
                                  f"of logs/{name}.log)")
-        finally:
-            try:
-                for proc in running:
-                    procs.stop(proc)
-                if bg is not None:  # the background ends with the job, whatever ended it
-                    progress(background.describe(bg.stop()))
-                _record_network(network, results_dir)
-                if scheduled is not None:  # before the namespaces go: counts, then detach
-                    try:
-                        _record_scheduling(scheduled, results_dir)
-                    finally:
-                        scheduled.detach()
-            finally:
-                try:
-                    if store is not None:
-                        try:
-                            _record_hot_store(store, results_dir)
-                        finally:
-                            store.detach()
-                finally:
-                    network.destroy()   # whatever failed before: no namespace stays
 
     result = RunResult(job=job.name, results_dir=str(results_dir),
                        converged=bool(done["converged"]), jct_s=float(done["jct_s"]),

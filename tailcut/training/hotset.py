@@ -4,14 +4,15 @@ changes them, measured on the job's own training data before training starts."""
 
 from __future__ import annotations
 
-import csv
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tailcut.training import data, models
+from tailcut.net import naming, topology
+from tailcut.spec.model import TrainingJob
+from tailcut.training import data, models, records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import hot, wire
 
@@ -31,6 +32,19 @@ def update_frequency(model: models.Model, dataset: data.Dataset, batch_size: int
                                       dataset.y_train[lo:lo + batch_size])
         counts += grad != 0
     return counts
+
+
+def config(job: TrainingJob) -> dict[str, Any] | None:
+    """What every role (and whoever loads the store) needs of spec.network.inNetwork:
+    the store's address, in ps-0's rack, and which parameters it holds, as select()
+    takes them; None when the job puts none in the ToR."""
+    in_network = job.spec.network.in_network
+    if in_network is None:
+        return None
+    hot = in_network.hot_parameters
+    rack = topology.plan(job).pod("ps-0").rack
+    return {"address": naming.hot_store_ip(rack), "top_k": hot.top_k,
+            "indices": None if hot.indices is None else list(hot.indices)}
 
 
 def select(hot: dict[str, Any], model: models.Model, dataset: data.Dataset,
@@ -74,16 +88,15 @@ class HotShare:
     def push_from(self, grad: np.ndarray, iteration: int) -> None:
         """Send the hot part of ``grad`` to the ToR and zero it: the PS gets the rest."""
         started = time.perf_counter()
-        self.client.push(iteration, -self.step_scale * grad[self.index].astype(np.float64))
+        self.client.push(iteration, -self.step_scale * grad[self.index])
         grad[self.index] = 0.0
         self.times.append(("push", iteration, time.perf_counter() - started))
 
     def finish(self, path: Path) -> dict[str, Any]:
         """Write every pull's and push's time to ``path``; return a summary."""
-        with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(("op", "iteration", "seconds"))
-            writer.writerows((op, it, f"{s:.6f}") for op, it, s in self.times)
+        with records.CsvLog(path, ("op", "iteration", "seconds")) as log:
+            for op, it, seconds in self.times:
+                log.write({"op": op, "iteration": it, "seconds": f"{seconds:.6f}"})
         s = self.client.stats
         self.client.close()
         return {"elements": len(self.index), "requests": s.requests, "resends": s.resends,

@@ -17,7 +17,7 @@ import select
 import socket
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,7 +70,6 @@ class Stats:
     resends: int = 0
     not_ready: int = 0
     saturated: int = 0
-    seconds: list[float] = field(default_factory=list)   # per pull/push of the whole vector
 
 
 SO_NO_CHECK = 11   # <asm-generic/socket.h>; Python does not export it
@@ -175,4 +174,3 @@ class Client:
                     lo = s * STRIDE
                     values[lo:lo + header.count] = np.frombuffer(payload, dtype="<i4")
                 del pending[s]
-        self.stats.seconds.append(time.monotonic() - started)

@@ -26,14 +26,12 @@ ELEMENTS = 400   # two slots: 360 and 40
 def store():
     initial = np.linspace(-1, 1, ELEMENTS, dtype=np.float32)
     with tor.Store(job=JOB, workers=2, address="10.99.0.2", initial=initial) as s:
-        ports = s.program.table("tor_ports")
-        leaf = ports.Leaf()   # a test run's skb has tc_classid 0: describe port 0
-        leaf.kind, leaf.workers = hot.const("PORT_WORKER"), 1   # worker 0 only
-        ports[ports.Key(0)] = leaf
+        _port(s, "worker", workers=0b1)   # worker 0 only
         yield s
 
 
 def _port(store, kind: str, workers: int = 0) -> None:
+    """Describe port 0: a test run's skb has tc_classid 0."""
     ports = store.program.table("tor_ports")
     leaf = ports.Leaf()
     leaf.kind, leaf.workers = tor._KINDS[kind], workers

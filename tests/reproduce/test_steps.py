@@ -7,8 +7,7 @@ from tailcut.reproduce.steps import Clock, Step
 
 
 def _run(step: Step, paper_dir: Path, lines: list[str]) -> steps.Record:
-    return steps.run(step, paper_dir, "[1/1] test:", Clock(left_s=step.estimate_s,
-                                                          steps_left=1), lines.append)
+    return steps.run(step, paper_dir, "[1/1] test:", Clock(left_s=step.estimate_s), lines.append)
 
 
 def test_a_finished_step_is_reused_and_a_changed_one_runs_again(tmp_path):

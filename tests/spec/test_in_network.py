@@ -5,6 +5,8 @@ import pytest
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
+from tailcut.net import topology
+from tailcut.training import hotset
 
 
 def job(in_network, **spec_overrides):
@@ -21,14 +23,13 @@ def job(in_network, **spec_overrides):
 def test_top_k_or_a_list_is_taken_and_reaches_every_role_with_the_stores_address():
     j = job({"hotParameters": {"topK": 900}})
     assert j.spec.network.in_network.hot_parameters.top_k == 900
-    config = plan.hot_config(j)
+    config = hotset.config(j)
     assert config == {"address": "10.1.0.254", "top_k": 900, "indices": None}
     for pod in ("ps-0", "worker-7"):
-        assert plan.role_config(j, pod, "/r", plan.hosts(
-            __import__("tailcut.net.topology", fromlist=["plan"]).plan(j))).hot == config
+        assert plan.role_config(j, pod, "/r", plan.hosts(topology.plan(j))).hot == config
     listed = job({"hotParameters": {"indices": [3, 1, 2]}})
-    assert plan.hot_config(listed)["indices"] == [3, 1, 2]
-    assert plan.hot_config(job(None)) is None
+    assert hotset.config(listed)["indices"] == [3, 1, 2]
+    assert hotset.config(job(None)) is None
 
 
 @pytest.mark.parametrize("hot, says", [
