@@ -25,7 +25,7 @@ from tailcut.net import topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import TrainingJob
-from tailcut.training import hotset, models
+from tailcut.training import hotset, innetagg, models
 from tailcut.training.config import RoleConfig
 
 PS_PORT = 7000   # every listening role (PS shards, replica, aggregators) uses it
@@ -64,7 +64,7 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
                                                                       job)),
             ("spec.scheduling.flows", lambda: role_flows(job)),
             ("spec.backgroundLoad", lambda: bgplan.plan(job, topology.plan(job))),
-            ("spec.network.inNetwork", lambda: _check_hot_parameters(job))):
+            ("spec.network.inNetwork", lambda: _check_in_network(job))):
         try:
             checked()
         except SpecError as err:
@@ -89,14 +89,20 @@ def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
     return []
 
 
-def _check_hot_parameters(job: TrainingJob) -> None:
-    """The hot parameters must exist in the model (building it tells how many it has)."""
+def _check_in_network(job: TrainingJob) -> None:
+    """The hot parameters must exist in the model, and an aggregated gradient fit the
+    ToR's maps (building the model tells how many parameters it has)."""
     in_network = job.spec.network.in_network
     if in_network is None:
         return
     t = job.spec.training
     size = models.create(t.model, models.dataset(t.model, t.seed)).num_params
     hot = in_network.hot_parameters
+    if hot is None:
+        if in_network.aggregate and size > innetagg.MAX_ELEMENTS:
+            raise SpecError(f"spec.network.inNetwork.aggregate: model {t.model} has {size} "
+                            f"parameters; the ToR sums at most {innetagg.MAX_ELEMENTS}")
+        return
     wanted = hot.top_k if hot.top_k is not None else max(hot.indices or [0]) + 1
     if wanted > size:
         what = (f"topK: {hot.top_k}" if hot.top_k is not None
@@ -134,7 +140,8 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
         aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
                      for a, agg in enumerate(r.aggregators)],
         staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
-        flows=flows if flows is not None else role_flows(job), hot=hotset.config(job))
+        flows=flows if flows is not None else role_flows(job), hot=hotset.config(job),
+        aggregate=innetagg.config(job))
 
 
 def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:

@@ -9,6 +9,8 @@ The modules in HELPERS are shared plumbing, not loaders:
     clsact   tc filters on clsact hooks; who added the clsact qdisc, shared by all
     cheader  a wire header's struct layout and #defines, read from a program's .h
     torformat  the ToR store's wire format and fixed point (loader and clients share it)
+    ports    RackProgram: a ToR program's filters on rack ports, counters, detach (tor, agg)
+    aggformat  in-network aggregation's wire format (loader, senders and the PS share it)
 """
 
-HELPERS = frozenset({"bcc", "bpfsys", "clsact", "cheader", "torformat"})
+HELPERS = frozenset({"bcc", "bpfsys", "clsact", "cheader", "torformat", "aggformat", "ports"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import struct
 from pathlib import Path
 
 # C fixed-width types a header struct may use, as ctypes types (big-endian in the struct).
@@ -36,3 +37,25 @@ def struct_type(path: Path, name: str) -> type[ctypes.BigEndianStructure]:
                                f"only {', '.join(_CTYPES)} fields, one per line")
         fields.append((m.group(2), _CTYPES[m.group(1)]))
     return type("Header", (ctypes.BigEndianStructure,), {"_pack_": 1, "_fields_": fields})
+
+
+def packer(path: Path, name: str, size: int) -> struct.Struct:
+    """A struct.Struct (big-endian, packed) for ``struct <name>``, checked against the
+    header's own size define ``size``."""
+    view = struct_type(path, name)
+    codes = {1: "B", 2: "H", 4: "I", 8: "Q"}
+    packed = struct.Struct(">" + "".join(codes[ctypes.sizeof(f[1])] for f in view._fields_))
+    if packed.size != ctypes.sizeof(view) or packed.size != size:
+        raise RuntimeError(f"{path}: struct {name} is {ctypes.sizeof(view)} bytes, "
+                           f"its size define says {size}")
+    return packed
+
+
+def enum_names(path: Path, enum: str, prefix: str) -> list[str]:
+    """The members of ``enum <enum>`` in order, lower case, without ``prefix`` (nor an
+    ``R_`` after it) and without the closing ``<prefix>REASONS``-style count."""
+    body = re.search(r"enum\s+" + enum + r"\s*\{(.*?)\}", path.read_text(), flags=re.S)
+    if body is None:
+        raise RuntimeError(f"{path} declares no enum {enum}")
+    names = re.findall(r"^\s*" + prefix + r"(?:R_)?(\w+)", body.group(1), flags=re.M)
+    return [n.lower() for n in names[:-1]]

@@ -20,23 +20,20 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
 from collections.abc import Sequence
-from typing import Literal, Optional
+from typing import Literal
 
 import numpy as np
 
-from tailcut.datapath import bcc, clsact
 from tailcut.datapath import torformat as fmt
+from tailcut.datapath.ports import RackProgram
 from tailcut.errors import DatapathError
-from tailcut.net import netns
 
 PortKind = Literal["worker", "ps", "uplink"]
 
 STEM = "tor"
 FUNCTION = "tailcut_tor"   # the name bpftool shows
-FILTER_PRIO = 1            # ingress; nothing else of tailcut's is on ingress
-FILTER_HANDLE = 1
+FILTER_PRIO = 1            # ingress; in-network aggregation's is prio 2
 _KINDS = {"worker": fmt.const("PORT_WORKER"), "ps": fmt.const("PORT_PS"),
           "uplink": fmt.const("PORT_UPLINK")}
 
@@ -46,7 +43,7 @@ def address_key(address: str) -> int:
     return int.from_bytes(socket.inet_aton(address), sys.byteorder)
 
 
-class Store:
+class Store(RackProgram):
     """One job's hot parameters in the ToR."""
 
     def __init__(self, *, job: int, workers: int, address: str,
@@ -59,11 +56,8 @@ class Store:
             raise DatapathError(f"{workers} workers: the ToR's claim words hold 1 to "
                                 f"{fmt.const('MAX_WORKERS')}")
         self.job, self.workers, self.address, self.elements = job, workers, address, elements
-        self._lock = threading.Lock()
-        # classid (tor_ports index) -> (netns, ifname, ifindex) of each attached port
-        self._ports: dict[int, tuple[str, str, int]] = {}
-        self._final_stats: Optional[dict[str, int]] = None
-        self.program = bcc.load(STEM, {FUNCTION: "sched_cls"})
+        super().__init__(STEM, FUNCTION, "tor", ports=fmt.const("PORTS"), prio=FILTER_PRIO,
+                         reasons=fmt.reasons(), what="ToR store")
         try:
             self._fill(initial)
         except BaseException:
@@ -98,49 +92,7 @@ class Store:
             if not 0 <= w < self.workers:
                 raise DatapathError(f"worker {w}: the job has workers 0..{self.workers - 1}")
             mask |= 1 << w
-        with self._lock:
-            index = next((i for i in range(1, fmt.const("PORTS")) if i not in self._ports),
-                         None)
-            if index is None:
-                raise DatapathError(f"the ToR store serves at most {fmt.const('PORTS') - 1} "
-                                    f"ports at once")
-            ports = self.program.table("tor_ports")
-            leaf = ports.Leaf()
-            leaf.kind, leaf.workers = _KINDS[kind], mask
-            ports[ports.Key(index)] = leaf
-            try:
-                with netns.ipr(netns_name) as ipr:
-                    ifindex = clsact.ifindex(ipr, netns_name, ifname)
-                    clsact.add_filter(ipr, netns_name, ifname, ifindex, direction="ingress",
-                                      prio=FILTER_PRIO, handle=FILTER_HANDLE,
-                                      fd=self.program.fds[FUNCTION], name=FUNCTION,
-                                      classid=index, what="ToR store")
-            except BaseException:
-                del ports[ports.Key(index)]
-                raise
-            self._ports[index] = (netns_name, ifname, ifindex)
-
-    def release(self, netns_name: str, ifname: str) -> None:
-        """Stop serving a port (a pod unwired): its filter removed if the port is still
-        there, its tor_ports entry freed for another. Harmless if it was not served."""
-        with self._lock:
-            for index, (ns, name, ifindex) in list(self._ports.items()):
-                if (ns, name) != (netns_name, ifname):
-                    continue
-                del self._ports[index]
-                table = self.program.table("tor_ports")
-                del table[table.Key(index)]   # an array entry: zeroed, kind 0
-                clsact.remove_filter(ns, name, ifindex, direction="ingress",
-                                     prio=FILTER_PRIO, handle=FILTER_HANDLE,
-                                     what="ToR store")
-
-    def stats(self) -> dict[str, int]:
-        """Packets per reason since the store was loaded (summed over CPUs)."""
-        if self._final_stats is not None:
-            return dict(self._final_stats)
-        table = self.program.table("tor_stats")
-        return {name: sum(int(v) for v in table[table.Key(i)])
-                for i, name in enumerate(fmt.reasons())}
+        self._attach(netns_name, ifname, _KINDS[kind], mask)
 
     def iterations(self) -> list[int]:
         """Each slot's current iteration."""
@@ -166,33 +118,3 @@ class Store:
             out[s * fmt.STRIDE:s * fmt.STRIDE + n] = np.ctypeslib.as_array(
                 table[table.Key(s)].c)[:n]
         return out
-
-    def detach(self) -> None:
-        """Remove every filter (harmless if its namespace is gone) and unload. Twice is
-        harmless; the counters stay readable. Each step runs even if one before failed."""
-        with self._lock:
-            if self._final_stats is not None:
-                return
-            errors = []
-            try:
-                self._final_stats = self.stats()
-            except Exception as err:   # noqa: BLE001 -- the filters must go regardless
-                self._final_stats = {}
-                errors.append(f"reading the store's counters: {err}")
-            for netns_name, ifname, ifindex in self._ports.values():
-                try:
-                    clsact.remove_filter(netns_name, ifname, ifindex, direction="ingress",
-                                         prio=FILTER_PRIO, handle=FILTER_HANDLE,
-                                         what="ToR store")
-                except DatapathError as err:
-                    errors.append(str(err))
-            self._ports.clear()
-            self.program.close()
-        if errors:
-            raise DatapathError("; ".join(errors))
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.detach()

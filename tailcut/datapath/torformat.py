@@ -7,8 +7,6 @@ Values are Q8.24: an s32 v stands for v / 2^24 (a step of 6.0e-8, a range of +-1
 
 from __future__ import annotations
 
-import ctypes
-import re
 import struct
 from functools import cache
 
@@ -28,13 +26,7 @@ def const(name: str) -> int:
 
 @cache
 def header() -> struct.Struct:
-    view = cheader.struct_type(HEADER_FILE, STRUCT)
-    codes = {1: "B", 2: "H", 4: "I", 8: "Q"}
-    packer = struct.Struct(">" + "".join(codes[ctypes.sizeof(f[1])] for f in view._fields_))
-    if packer.size != ctypes.sizeof(view) or packer.size != const("HEADER"):
-        raise RuntimeError(f"{HEADER_FILE}: struct {STRUCT} is {ctypes.sizeof(view)} bytes, "
-                           f"TAILCUT_TOR_HEADER says {const('HEADER')}")
-    return packer
+    return cheader.packer(HEADER_FILE, STRUCT, const("HEADER"))
 
 
 FRAC_BITS = const("FRAC_BITS")
@@ -51,11 +43,7 @@ S32 = np.iinfo(np.int32)
 
 def reasons() -> list[str]:
     """tor_stats' counter names in index order ("pulled", "pushed", ...)."""
-    body = re.search(r"enum\s+tailcut_tor_reason\s*\{(.*?)\}", HEADER_FILE.read_text(),
-                     flags=re.S)
-    assert body is not None, "ebpf/tor.h declares enum tailcut_tor_reason"
-    names = re.findall(r"^\s*TAILCUT_TOR_(?:R_)?(\w+)", body.group(1), flags=re.M)
-    return [n.lower() for n in names if n != "REASONS"]
+    return cheader.enum_names(HEADER_FILE, "tailcut_tor_reason", "TAILCUT_TOR_")
 
 
 def to_fixed(values: np.ndarray) -> tuple[np.ndarray, int]:

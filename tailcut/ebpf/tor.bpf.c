@@ -13,15 +13,12 @@
 #include <uapi/linux/udp.h>
 #include <uapi/linux/pkt_cls.h>
 
+#include "rackport.h"
 #include "tor.h"
 
 #define CLAIM_TRIES 8
-#define S32_MAX 2147483647LL
-#define S32_MIN (-2147483647LL - 1)
-/* Offsets with a 20-byte IPv4 header (options are refused). */
-#define IP_OFF ETH_HLEN
-#define UDP_OFF (IP_OFF + 20)
-#define HDR_OFF (UDP_OFF + 8)
+#define IP_OFF RACKPORT_IP_OFF
+#define HDR_OFF RACKPORT_HDR_OFF
 #define PAYLOAD_OFF (HDR_OFF + TAILCUT_TOR_HEADER)
 
 BPF_ARRAY(tor_config, struct tailcut_tor_config, 1);
@@ -47,38 +44,30 @@ static __always_inline int drop(__u32 reason)
 	return TC_ACT_SHOT;
 }
 
-/* Turn the request into its reply in place: swap the addresses and ports, set the
- * status and the iteration, and send it back out of the port it arrived on. With
- * header_only, the payload is cut off first (an ACK, NOT_READY, STALE). `reason` is
- * counted first: what happened to the store happened even if the reply then fails
- * (counted once more as reply_failed). The UDP checksum is 0 ("none", legal over
- * IPv4): clients send without one (SO_NO_CHECK), so no hop completes it later. */
+/* Turn the request into its reply in place (rackport_turn_around), set the status and
+ * the iteration, and send it back out of the port it arrived on. With header_only,
+ * the payload is cut off first (an ACK, NOT_READY, STALE). `reason` is counted first:
+ * what happened to the store happened even if the reply then fails (counted once more
+ * as reply_failed). */
 static __always_inline int reply(struct __sk_buff *skb, __u8 status, __u32 iteration,
 				 int header_only, __u32 reason)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = data + IP_OFF;
-	struct udphdr *udp = data + UDP_OFF;
-	struct tailcut_tor_hdr *h = data + HDR_OFF;
-	unsigned char mac[ETH_ALEN];
-	__be32 addr;
-	__be16 port, old_len, new_len;
+	void *data, *data_end;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	struct tailcut_tor_hdr *h;
+	__be16 old_len, new_len;
 
 	count(reason);
+	if (rackport_turn_around(skb, TAILCUT_TOR_HEADER) < 0)
+		return drop(TAILCUT_TOR_REPLY_FAILED);
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + IP_OFF;
+	udp = data + RACKPORT_UDP_OFF;
+	h = data + HDR_OFF;
 	if ((void *)(h + 1) > data_end)
 		return drop(TAILCUT_TOR_REPLY_FAILED);
-	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
-	addr = ip->daddr;
-	ip->daddr = ip->saddr;
-	ip->saddr = addr;           /* a swap leaves the IP checksum as it was */
-	port = udp->dest;
-	udp->dest = udp->source;
-	udp->source = port;
-	udp->check = 0;             /* none: legal for UDP over IPv4 */
 	h->status = status;
 	h->iteration = bpf_htonl(iteration);
 	if (header_only) {
@@ -96,11 +85,6 @@ static __always_inline int reply(struct __sk_buff *skb, __u8 status, __u32 itera
 	return bpf_redirect(skb->ifindex, 0);
 }
 
-static __always_inline __s32 clamp32(__s64 v)
-{
-	return v > S32_MAX ? (__s32)S32_MAX : v < S32_MIN ? (__s32)S32_MIN : (__s32)v;
-}
-
 int tailcut_tor(struct __sk_buff *skb)
 {
 	__u32 zero = 0, key, it, slot, n, expected, worker, i;
@@ -116,30 +100,21 @@ int tailcut_tor(struct __sk_buff *skb)
 	void *data, *data_end, *payload;
 	__u64 cur, old, bit, added;
 	int tries;
-	struct {
-		struct ethhdr eth;
-		struct iphdr ip;
-		struct udphdr udp;
-	} __attribute__((packed)) peek;
 
 	cfg = tor_config.lookup(&zero);
 	if (!cfg || !cfg->address)
 		return TC_ACT_OK;
-	/* Is it for the store? Read the headers without touching the packet: the PS's
-	 * own traffic crosses these ports too and must pass as it came. */
-	if (bpf_skb_load_bytes(skb, 0, &peek, sizeof(peek)) < 0 ||
-	    peek.eth.h_proto != bpf_htons(ETH_P_IP) || peek.ip.protocol != IPPROTO_UDP ||
-	    peek.ip.daddr != cfg->address)
-		return TC_ACT_OK;
-	if (peek.ip.ihl != 5 || (peek.ip.frag_off & bpf_htons(0x3fff)))
+	switch (rackport_classify(skb, cfg->address, TAILCUT_TOR_PORT)) {
+	case RACKPORT_NOT_MINE:
+		return TC_ACT_OK;   /* the PS's own traffic crosses these ports too */
+	case RACKPORT_BAD_IP:
 		return drop(TAILCUT_TOR_BAD_IP);
-	if (peek.udp.dest != bpf_htons(TAILCUT_TOR_PORT))
-		return TC_ACT_OK;
-	/* A request is at most one MTU: make all of it readable directly. */
-	bpf_skb_pull_data(skb, skb->len < 1514 ? skb->len : 1514);
+	default:
+		break;
+	}
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	eth = data;   /* the headers peeked at above, now in place */
+	eth = data;   /* the headers classified above, now in place */
 	ip = (void *)(eth + 1);
 	udp = (void *)(ip + 1);
 	h = (void *)(udp + 1);
@@ -223,7 +198,7 @@ int tailcut_tor(struct __sk_buff *skb)
 
 			if (i >= n || (void *)(p + 1) > data_end)
 				break;
-			*p = clamp32(vals->v[i]);
+			*p = rackport_clamp32(vals->v[i]);
 		}
 		return reply(skb, TAILCUT_TOR_OK, it, 0, TAILCUT_TOR_PULLED);
 	}

@@ -42,7 +42,8 @@ def serve_uplink(store: tor.Store, job: TrainingJob, network: Network) -> None:
     which carries only the workers of the other racks."""
     topo = network.topology
     rack = topo.racks[home_rack(job, network)]
-    build.point_at_hot_store(network, rack.index, pods=(), spine=True)
+    build.point_at_tor(network, rack.index, pods=(), spine=True,
+                       address=store.address, mac=naming.HOT_STORE_MAC)
     remote = [p.index for p in topo.pods if p.role == "worker" and p.rack != rack.index]
     store.attach(rack.netns, naming.RACK_UPLINK_IF, "uplink", workers=remote)
 
@@ -53,7 +54,8 @@ def serve_pods(store: tor.Store, job: TrainingJob, network: Network,
     A worker's port carries only that worker; ps-0's may read the counts."""
     rack = network.topology.racks[home_rack(job, network)]
     here = [p for p in pods if p.rack == rack.index]
-    build.point_at_hot_store(network, rack.index, pods=here, spine=False)
+    build.point_at_tor(network, rack.index, pods=here, spine=False,
+                       address=store.address, mac=naming.HOT_STORE_MAC)
     for pod in here:
         port = naming.rack_port(pod.slot)
         if pod.role == "worker":

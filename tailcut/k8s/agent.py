@@ -48,7 +48,7 @@ import yaml
 from tailcut import features, spec
 from tailcut.datapath import tor
 from tailcut.errors import TailcutError
-from tailcut.innetwork import hotstore
+from tailcut.innetwork import aggregation, hotstore
 from tailcut.k8s import metrics, placement, policy, resources
 from tailcut.net import build, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
@@ -129,6 +129,8 @@ class Fabric:
     network: build.Network
     enforcement: Optional[enforce.Enforcement] = None   # cadentflow on the uplinks
     store: Optional[tor.Store] = None   # the hot-parameter store, on ps-0's node
+    # in-network aggregation: a program per rack of this node with workers
+    aggregators: aggregation.Aggregators = field(default_factory=dict)
     spec_uid: str = ""   # of the job's config map: which incarnation of the job
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
@@ -195,6 +197,11 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
                 network.applied[f"{rack.netns}/{naming.RACK_UPLINK_IF}"] += (
                     f"; hot-parameter store ({fabric.store.elements} parameters at "
                     f"{fabric.store.address})")
+        fabric.aggregators = aggregation.create(job, network, racks=[r.index for r in here])
+        aggregation.serve_uplink(fabric.aggregators, network)
+        for index, program in fabric.aggregators.items():
+            network.applied[f"{topo.racks[index].netns}/{naming.RACK_UPLINK_IF}"] += (
+                f"; aggregation (workers {program.members} at {program.address})")
     except BaseException:
         remove_fabric(fabric)
         raise
@@ -211,6 +218,16 @@ def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, ov
 
 def remove_fabric(fabric: Fabric) -> None:
     try:
+        if fabric.aggregators:
+            try:
+                log.info("%s/%s: aggregation: %s", fabric.namespace, fabric.job.name,
+                         aggregation.summary(fabric.aggregators))
+            except Exception as err:   # noqa: BLE001 -- a log line must not keep it loaded
+                log.warning("%s/%s: cannot read the aggregation counters: %s",
+                            fabric.namespace, fabric.job.name, err)
+            for error in aggregation.detach(fabric.aggregators):
+                log.warning("%s/%s: aggregation: %s", fabric.namespace, fabric.job.name,
+                            error)
         if fabric.store is not None:
             try:
                 log.info("%s/%s: hot-parameter store: %s", fabric.namespace,
@@ -249,8 +266,14 @@ def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
                 wired.applied[key] += f"; {fabric.job.spec.scheduling.policy}: {classes}"
         if fabric.store is not None:
             hotstore.serve_pods(fabric.store, fabric.job, fabric.network, [pod])
+        aggregation.serve_pods(fabric.aggregators, fabric.network, [pod])
     except BaseException:
-        build.unwire_pod(fabric.network, pod)
+        try:   # the ports already served go back to the programs' tables
+            if fabric.store is not None:
+                hotstore.release_pod(fabric.store, fabric.job, fabric.network, pod)
+            aggregation.release_pod(fabric.aggregators, fabric.network, pod)
+        finally:
+            build.unwire_pod(fabric.network, pod)
         raise
     fabric.pods[uid] = wired
     return wired
@@ -265,6 +288,7 @@ def unwire(wired: Wired) -> None:
     try:
         if fabric.store is not None:
             hotstore.release_pod(fabric.store, fabric.job, fabric.network, pod)
+        aggregation.release_pod(fabric.aggregators, fabric.network, pod)
     finally:
         try:
             if wired.enforcement is not None:

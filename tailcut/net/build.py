@@ -92,6 +92,20 @@ class Network:
             passed, dropped = passed + p, dropped + q
         return passed, dropped
 
+    def pod_link_bytes(self) -> dict[str, dict[str, int]]:
+        """Per wired pod, what its end of the access link sent and received so far
+        (the kernel's counters of its interface): the bytes on each pod's link."""
+        out = {}
+        for pod, ns in self.pods.items():
+            with netns.ipr(ns) as ipr:
+                found = ipr.link_lookup(ifname=self.wiring.ifname)
+                if not found:
+                    continue
+                stats = ipr.get_links(found[0])[0].get_attr("IFLA_STATS64")
+            out[pod] = {k: int(stats[k]) for k in ("rx_bytes", "tx_bytes", "rx_packets",
+                                                   "tx_packets")}
+        return out
+
 
 def link_ops(topo: Topology, has_netem: bool) -> tuple[list[shaping.Op], list[shaping.Op]]:
     """The access link's and the uplink's shaping; raises for a link the kernel
@@ -341,15 +355,23 @@ def teardown(job: str, wait_s: float = 5.0) -> list[str]:
     return clean.remove_job(job, wait_s)
 
 
-def point_at_hot_store(network: Network, rack_index: int, pods: Sequence[Pod],
-                       spine: bool) -> None:
-    """Make the ToR's hot-parameter store of rack ``rack_index`` reachable from these
-    pods of the rack (and from the spine, for the other racks): a permanent neighbour
-    entry for its address (naming.hot_store_ip) with its fixed MAC. No host owns the
-    address; packets for it reach the rack's ports, where the store's ingress program
-    takes them."""
+def mac_of(ns: str, ifname: str) -> str:
+    """The MAC address of ``ifname`` in namespace ``ns``."""
+    with netns.ipr(ns) as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise NetError(f"{ns}/{ifname}: no such interface")
+        return str(ipr.get_links(found[0])[0].get_attr("IFLA_ADDRESS"))
+
+
+def point_at_tor(network: Network, rack_index: int, pods: Sequence[Pod], spine: bool,
+                 address: str, mac: str) -> None:
+    """Make an address served by a ToR program of rack ``rack_index`` (the hot-parameter
+    store's, naming.hot_store_ip; aggregation's, naming.aggregation_ip) reachable from
+    these pods of the rack (and from the spine, for the other racks): a permanent
+    neighbour entry for it with its fixed MAC. No host owns the address; packets for it
+    reach the rack's ports, where the program on their ingress takes them."""
     topo, ifname = network.topology, network.wiring.ifname
-    address = naming.hot_store_ip(rack_index)
     targets = [(network.pods[p.name], ifname) for p in pods]
     if spine:
         targets.append((topo.spine_netns, naming.spine_port(rack_index)))
@@ -357,7 +379,7 @@ def point_at_hot_store(network: Network, rack_index: int, pods: Sequence[Pod],
     try:
         for ns, name in targets:
             index = sockets[ns].link_lookup(ifname=name)[0]
-            sockets[ns].neigh("replace", dst=address, lladdr=naming.HOT_STORE_MAC,
+            sockets[ns].neigh("replace", dst=address, lladdr=mac,
                               ifindex=index, state=NUD_PERMANENT)
     finally:
         sockets.close()

@@ -93,3 +93,12 @@ def hot_store_ip(rack_index: int) -> str:
 
 
 HOT_STORE_MAC = "02:74:63:68:6f:74"   # locally administered; "tchot"
+
+
+# The ToR's in-network aggregation takes its workers' gradients at this address, the
+# same way (its ingress program, a fixed MAC as a permanent neighbour).
+def aggregation_ip(rack_index: int) -> str:
+    return f"10.{rack_index + 1}.0.253"
+
+
+AGGREGATION_MAC = "02:74:63:61:67:67"   # locally administered; "tcagg"

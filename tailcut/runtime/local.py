@@ -20,12 +20,12 @@ from typing import Any, Callable, Optional
 import yaml
 
 from tailcut import features, plan
-from tailcut.errors import RunError
+from tailcut.errors import DatapathError, RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut.reports import plots
 from tailcut.datapath import tor
-from tailcut.innetwork import hotstore
+from tailcut.innetwork import aggregation, hotstore
 from tailcut.runtime import background, procs
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits
@@ -88,6 +88,12 @@ def run(job: TrainingJob, results_dir: Path,
                 teardown.callback(_record_hot_store, store, results_dir)
                 progress(f"ToR hot-parameter store: {store.elements} parameters at "
                          f"{store.address}, in {topo.racks[topo.pod('ps-0').rack].netns}")
+            aggregators = aggregation.start(job, network)
+            if aggregators:
+                teardown.callback(_detach_aggregators, aggregators)
+                teardown.callback(_record_aggregation, aggregators, results_dir)
+                progress(f"ToR aggregation: racks {sorted(aggregators)} sum their workers' "
+                         f"gradients for the PS")
 
             def stop_roles() -> None:
                 for proc in running:
@@ -267,7 +273,8 @@ def _record_network(network: build.Network, results_dir: Path) -> None:
     passed, dropped = network.dropper_counts()
     _write_json(results_dir / "network.json",
                 {"applied": network.applied,
-                 "ebpf_dropper": {"passed": passed, "dropped": dropped}})
+                 "ebpf_dropper": {"passed": passed, "dropped": dropped},
+                 "pod_links": network.pod_link_bytes()})
 
 
 # --- CadentFlow (issue 6): priority classes on every pod, per-tensor FCTs -------------
@@ -289,6 +296,20 @@ def _record_hot_store(store: tor.Store, results_dir: Path) -> None:
     data = json.loads(path.read_text()) if path.exists() else {}
     data["hot_store"] = hotstore.summary(store)
     _write_json(path, data)
+
+
+def _record_aggregation(aggregators: aggregation.Aggregators, results_dir: Path) -> None:
+    """Add what each rack's aggregation did (packets per reason) to network.json."""
+    path = results_dir / "network.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data["aggregation"] = aggregation.summary(aggregators)
+    _write_json(path, data)
+
+
+def _detach_aggregators(aggregators: aggregation.Aggregators) -> None:
+    errors = aggregation.detach(aggregators)
+    if errors:
+        raise DatapathError("; ".join(errors))
 
 
 def _record_scheduling(handle: Any, results_dir: Path) -> None:

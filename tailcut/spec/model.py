@@ -209,10 +209,22 @@ class HotParameters(_Model):
 
 
 class InNetwork(_Model):
-    """Work the ToR of the PS's rack does for the job, in BPF (docs/in-network.md)."""
+    """Work the ToRs do for the job, in BPF (docs/in-network.md): the PS's ToR holds hot
+    parameters, or every rack's ToR sums its workers' gradients."""
 
-    hot_parameters: HotParameters = Field(
-        description="parameters the ToR keeps, serves to pulls and updates with pushes")
+    hot_parameters: Optional[HotParameters] = Field(
+        default=None,
+        description="parameters the PS's ToR keeps, serves to pulls and updates with pushes")
+    aggregate: bool = Field(
+        default=False,
+        description="each rack's ToR sums its workers' gradients and sends the PS one sum")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "InNetwork":
+        if (self.hot_parameters is None) == (not self.aggregate):
+            raise ValueError("give hotParameters or aggregate: true (one of them; the two "
+                             "together are not built yet)")
+        return self
 
 
 class Network(_Model):
@@ -343,17 +355,17 @@ class JobSpec(_Model):
         r, t = self.replicas, self.training
         for wrong, why in (
                 (t.sync_mode != "bsp", f"training.syncMode is {t.sync_mode}: the ToR folds "
-                 "an iteration's pushes once every worker's is in, so it needs bsp"),
+                 "or sums an iteration's pushes once every worker's is in, so it needs bsp"),
                 (r.parameter_servers != 1, f"replicas.parameterServers is "
-                 f"{r.parameter_servers}: the hot parameters sit beside one PS"),
+                 f"{r.parameter_servers}: the ToR works for one PS"),
                 (r.ps_replica, "replicas.psReplica: a replica would not see the ToR's "
-                 "parameters"),
-                (bool(r.aggregators), "replicas.aggregators: aggregated pushes would carry "
-                 "the hot parameters past the ToR"),
+                 "parameters or sums"),
+                (bool(r.aggregators), "replicas.aggregators: pushes through an aggregator "
+                 "process would pass the ToR by"),
                 (r.workers > MAX_HOT_WORKERS, f"replicas.workers is {r.workers}: the ToR "
                  f"tracks at most {MAX_HOT_WORKERS}"),
                 (self.transport.type != "tcp", f"transport.type is {self.transport.type}: "
-                 "the PS's share goes over tcp (the hot share is its own datagrams)"),
+                 "pulls go over tcp (the ToR's share is its own datagrams)"),
                 (self.scheduling.policy != "fair", f"scheduling.policy is "
                  f"{self.scheduling.policy}: it cuts and tags the whole vector")):
             if wrong:

@@ -79,6 +79,8 @@ class RoleConfig:
     flows: dict[str, Any] | None = None  # CadentFlow cuts and tags (tailcut.training.flows)
     # The ToR's hot parameters: {"address", "top_k" or "indices"} (tailcut.training.hotset)
     hot: dict[str, Any] | None = None
+    # The ToRs' aggregation: {"racks": [{"index", "address", "workers"}]} (training.innetagg)
+    aggregate: dict[str, Any] | None = None
 
     @property
     def shards(self) -> list[tuple[str, int]]:

@@ -39,7 +39,7 @@ def config(job: TrainingJob) -> dict[str, Any] | None:
     the store's address, in ps-0's rack, and which parameters it holds, as select()
     takes them; None when the job puts none in the ToR."""
     in_network = job.spec.network.in_network
-    if in_network is None:
+    if in_network is None or in_network.hot_parameters is None:
         return None
     hot = in_network.hot_parameters
     rack = topology.plan(job).pod("ps-0").rack

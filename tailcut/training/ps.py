@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import flows, hotset, inbox, models, peers, records, rpc
+from tailcut.training import flows, hotset, inbox, innetagg, models, peers, records, rpc
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message
@@ -141,6 +141,12 @@ class _Server:
         self.hot = (hotset.HotShare(cfg, self.model, self.dataset, worker=hot.PS_WORKER)
                     if cfg.hot is not None and self.evaluates else None)
         self.hot_summary: dict[str, Any] | None = None
+        # The racks' ToRs sum the gradients (spec.network.inNetwork.aggregate): no worker
+        # pushes here; once all have asked for the next iteration, the sums are taken.
+        self.aggregate = (innetagg.PSSide(cfg, self.size)
+                          if cfg.aggregate is not None else None)
+        self.aggregate_summary: dict[str, Any] | None = None
+        self.asked_next: set[str] = set()
         self.per_epoch = iterations_per_epoch(
             len(self.dataset.x_train), cfg.batch_size, cfg.num_workers
         )
@@ -273,6 +279,8 @@ class _Server:
             transport.close()
             for log in logs:
                 log.close()
+            if self.aggregate is not None:
+                self.aggregate.collector.close()
         return self._done()
 
     # ------------------------------------------------------------- main loop
@@ -425,6 +433,24 @@ class _Server:
             self._answer(ev, who, dequeued, dequeued)
         else:
             self.held.append((ev, dequeued))
+        if self.aggregate is not None and msg.iteration == self.iteration + 1:
+            self.asked_next.add(who)
+            if len(self.asked_next) == self.cfg.num_workers:
+                self._step_on_sums()
+
+    def _step_on_sums(self) -> None:
+        """Every worker has sent its gradient of this iteration to its ToR: step on the
+        racks' sums (the bsp barrier of in-network aggregation)."""
+        assert self.aggregate is not None
+        mean, delivered = self.aggregate.mean(self.iteration, peers.left(self.deadline))
+        self.params -= np.float32(self.cfg.learning_rate) * mean
+        self.updates += delivered & (mean != 0)
+        self.asked_next.clear()
+        self.iteration += 1
+        self.version = self.iteration
+        self._progress()
+        if not self.stop_reason:
+            self._release()
 
     def _allowed(self, who: str, step: int) -> bool:
         mode = self.cfg.sync_mode
@@ -627,6 +653,8 @@ class _Server:
             np.savez(self.results / "updates-tor.npz", counts=self.hot.client.counts(),
                      index=self.hot.index)
             self.hot_summary = self.hot.finish(self.results / "hot-ps-0.csv")
+        if self.aggregate is not None:
+            self.aggregate_summary = self.aggregate.finish(self.results / "agg-ps-0.csv")
         rpc.write_connections(
             self.results / f"connections-{self.name}.csv", self.arrivals, self.cfg.window_us
         )
@@ -651,5 +679,7 @@ class _Server:
             done["takeover"] = self.takeover
         if self.hot_summary is not None:
             done["hot"] = self.hot_summary
+        if self.aggregate_summary is not None:
+            done["aggregate"] = self.aggregate_summary
         self.emit(done)
         return done

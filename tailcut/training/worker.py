@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import (data, flows, hotset, inbox, layerwise, models, peers, ps,
-                              records)
+from tailcut.training import (data, flows, hotset, inbox, innetagg, layerwise, models,
+                              peers, ps, records)
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -97,6 +97,9 @@ class _Worker:
         # The ToR's hot parameters (spec.network.inNetwork): pulled and pushed there.
         self.hot = (hotset.HotShare(cfg, self.model, dataset, worker=cfg.index)
                     if cfg.hot is not None else None)
+        # The ToRs' aggregation (spec.network.inNetwork.aggregate): gradients go there.
+        self.aggregate = (innetagg.WorkerSide(cfg, self.model.num_params)
+                          if cfg.aggregate is not None else None)
         self.batches = minibatches(
             len(self.x), cfg.batch_size, np.random.default_rng([cfg.seed, 1 + cfg.index])
         )
@@ -207,6 +210,9 @@ class _Worker:
             summary["failed_over"] = self.failed_over
         if self.hot is not None:
             summary["hot"] = self.hot.finish(Path(cfg.results_dir) / f"hot-{self.name}.csv")
+        if self.aggregate is not None:
+            summary["aggregate"] = self.aggregate.finish(
+                Path(cfg.results_dir) / f"agg-{self.name}.csv")
         return summary
 
     def _servers(self) -> list[str]:
@@ -273,7 +279,10 @@ class _Worker:
         self.compute_s.append(time.perf_counter() - started)
         if self.hot is not None:   # first: the PS's barrier then implies the ToR's
             self.hot.push_from(grad, step)
-        self._push_all(step, grad)
+        if self.aggregate is not None:   # the PULL that follows tells the PS it was sent
+            self.aggregate.send(step, grad)
+        else:
+            self._push_all(step, grad)
         return True
 
     def _layerwise_step(self, step: int) -> bool:

@@ -241,5 +241,10 @@ def test_every_other_example_ends_on_the_cluster_as_under_tailcut_run(cluster, r
     target = loaded.spec.training.target_accuracy
     if target is not None:
         assert status["converged"] and status["accuracy"] >= target, status
-    if loaded.spec.network.in_network is not None:   # the agent loaded the ToR's store
+    in_network = loaded.spec.network.in_network
+    if in_network is not None and in_network.hot_parameters is not None:
+        # the agent loaded the ToR's store
         assert "hot-parameter store" in status["network"]["rack-0/up"], status["network"]
+    if in_network is not None and in_network.aggregate:   # and each rack's aggregation
+        for rack in ("rack-1", "rack-2"):
+            assert "aggregation (workers" in status["network"][f"{rack}/up"], status["network"]

@@ -69,3 +69,30 @@ def test_hot_parameters_past_the_model_are_refused_by_the_plan_on_both_executors
             assert says in plan.refusals(j, executor)[0].message
     ok = job({"hotParameters": {"topK": 65520}})
     assert plan.refusals(ok, "local") == plan.refusals(ok, "kubernetes") == []
+
+
+def test_aggregate_reaches_every_role_with_each_racks_address_and_workers():
+    j = job({"aggregate": True}, network={"placement": {"ps-0": "rack-0", "worker-0": "rack-1"}})
+    config = plan.role_config(j, "worker-3", "/r", plan.hosts(topology.plan(j))).aggregate
+    topo = topology.plan(j)
+    by_rack = {r.index: sorted(p.index for p in r.pods if p.role == "worker")
+               for r in topo.racks}
+    assert config == {"racks": [{"index": r, "address": f"10.{r + 1}.0.253", "workers": w}
+                                for r, w in sorted(by_rack.items()) if w]}
+    assert plan.role_config(j, "ps-0", "/r", plan.hosts(topo)).hot is None
+
+
+@pytest.mark.parametrize("in_network", [{"aggregate": True, "hotParameters": {"topK": 5}},
+                                        {"aggregate": False}, {}])
+def test_one_kind_of_in_network_work_at_a_time(in_network):
+    with pytest.raises(SpecError, match="spec.network.inNetwork") as err:
+        job(in_network)
+    assert "hotParameters or aggregate: true" in str(err.value)
+
+
+def test_what_aggregation_cannot_serve_is_refused_naming_the_field():
+    with pytest.raises(SpecError, match="network.inNetwork: not with") as err:
+        job({"aggregate": True}, training={"syncMode": "ssp", "staleness": 1})
+    assert "needs bsp" in str(err.value)
+    with pytest.raises(SpecError, match="inNetwork.aggregate: model even-mlp has 784394"):
+        plan.check(job({"aggregate": True}, training={"model": "even-mlp"}), "local")

@@ -1,0 +1,106 @@
+"""In-network aggregation (spec.network.inNetwork.aggregate) from the roles' side: every
+rack's ToR sums the gradients of the rack's workers and sends the PS one sum per slot
+(ebpf/agg.bpf.c). A worker sends its whole gradient to its rack's aggregation address
+instead of pushing it to the PS, then asks the PS for the next iteration as always;
+once every worker has asked, the PS takes the racks' sums (flushing what is missing)
+and steps on their mean over the workers whose values arrived."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailcut import errors
+from tailcut.net import naming, topology
+from tailcut.spec.model import TrainingJob
+from tailcut.training import records
+from tailcut.training.config import RoleConfig
+from tailcut.transports import agg, base, wire
+
+MAX_ELEMENTS = agg.MAX_ELEMENTS
+
+
+def config(job: TrainingJob) -> dict[str, Any] | None:
+    """What every role needs of inNetwork.aggregate: each rack with workers, its
+    aggregation address and its workers; None when the job does not aggregate."""
+    in_network = job.spec.network.in_network
+    if in_network is None or not in_network.aggregate:
+        return None
+    topo = topology.plan(job)
+    racks = []
+    for rack in topo.racks:
+        workers = sorted(p.index for p in rack.pods if p.role == "worker")
+        if workers:
+            racks.append({"index": rack.index, "address": naming.aggregation_ip(rack.index),
+                          "workers": workers})
+    return {"racks": racks}
+
+
+def _racks(cfg: RoleConfig) -> list[agg.Rack]:
+    assert cfg.aggregate is not None
+    return [agg.Rack(r["index"], r["address"], tuple(r["workers"]))
+            for r in cfg.aggregate["racks"]]
+
+
+class WorkerSide:
+    """A worker's gradient to its rack's ToR, with the time each send took."""
+
+    def __init__(self, cfg: RoleConfig, elements: int) -> None:
+        rack = next(r for r in _racks(cfg) if cfg.index in r.workers)
+        self.sender = agg.Sender(rack.address, wire.job_id(cfg.job), cfg.index, elements,
+                                 rack_size=len(rack.workers))
+        self.times: list[tuple[int, float]] = []
+
+    def send(self, iteration: int, grad: np.ndarray) -> None:
+        started = time.perf_counter()
+        self.sender.send(iteration, grad)
+        self.times.append((iteration, time.perf_counter() - started))
+
+    def finish(self, path: Path) -> dict[str, Any]:
+        with records.CsvLog(path, ("iteration", "seconds")) as log:
+            for it, seconds in self.times:
+                log.write({"iteration": it, "seconds": f"{seconds:.6f}"})
+        self.sender.close()
+        return {"packets": self.sender.packets, "saturated": self.sender.saturated}
+
+
+class PSSide:
+    """The PS's collector of the racks' sums, with what each iteration took."""
+
+    FIELDS = ("iteration", "wait_s", "flushed_slots", "missing_contributions")
+
+    def __init__(self, cfg: RoleConfig, elements: int) -> None:
+        self.collector = agg.Collector(wire.job_id(cfg.job), elements, _racks(cfg))
+        self.rows: list[dict[str, Any]] = []
+
+    def mean(self, iteration: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """The iteration's mean gradient (float32, divided in float64) over the
+        contributions that arrived, and which elements got any (an element nobody's
+        value reached stays as it was). RunError if a ToR does not answer in time."""
+        started = time.perf_counter()
+        try:
+            total, counts, got = self.collector.collect(iteration, timeout_s)
+        except base.ProtocolError as err:
+            raise errors.RunError(f"iteration {iteration}: {err}") from err
+        self.rows.append({"iteration": iteration,
+                          "wait_s": f"{time.perf_counter() - started:.6f}",
+                          "flushed_slots": got.flushed,
+                          "missing_contributions": got.missing})
+        delivered = counts > 0
+        mean = np.zeros_like(total)
+        np.divide(total, counts, out=mean, where=delivered)
+        return mean.astype(np.float32), delivered
+
+    def finish(self, path: Path) -> dict[str, Any]:
+        with records.CsvLog(path, self.FIELDS) as log:
+            for row in self.rows:
+                log.write(row)
+        s = self.collector.stats
+        self.collector.close()
+        return {"iterations": len(self.rows), "sums": s.forwarded, "flushes": s.flushes,
+                "flushed_slots": sum(r["flushed_slots"] for r in self.rows),
+                "missing_contributions": sum(r["missing_contributions"] for r in self.rows),
+                "not_ready": s.not_ready, "late": s.late, "malformed": s.malformed}
