@@ -48,7 +48,8 @@ from tailcut.datapath import classifier  # noqa: E402
 from tailcut.net import netns, shaping  # noqa: E402
 from tailcut.spec import units  # noqa: E402
 from tailcut.spec.model import Link  # noqa: E402
-from tailcut.training import deep_mlp, flows  # noqa: E402
+from tailcut.ml import deep_mlp  # noqa: E402
+from tailcut.training import flows  # noqa: E402
 from tailcut.transports.base import Kind, Message  # noqa: E402
 from tests.datapath import udp_link  # noqa: E402  (the two-namespace link of the tests)
 

@@ -13,7 +13,7 @@ rotating which goes first:
 - ``cadentflow``: one message part per tensor in tag order, DSCP-tagged, priority
   classes on every pod (the job's priorityLevels); the worker computes layer by layer
   as the parts arrive and pushes each gradient as soon as it has it
-  (tailcut.training.layerwise);
+  (tailcut.ml.layerwise);
 - ``one-class``: the same per-tensor parts and layer-wise worker, but priorityLevels 1:
   every tensor in one class, so nothing is prioritised. cadentflow against one-class
   is the priorities' own share; one-class against fair is pipelining's;

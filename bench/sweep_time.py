@@ -20,7 +20,8 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from tailcut.training import models, sweep  # noqa: E402
+from tailcut.ml import models  # noqa: E402
+from tailcut.training import sweep  # noqa: E402
 
 BUDGET_S = 600.0
 

@@ -218,7 +218,7 @@ def _add_model_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser
 def _models(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from tailcut.training import models
+    from tailcut.ml import models
     print(f"{'model':<8}{'params':>9}{'bytes':>10}  {'target':<8}{'lr':>6}{'batch':>6}"
           f"{'max ep':>7}  data / metric")
     for name in models.names():
@@ -244,7 +244,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
     from tailcut.reports import sweep as sweep_plot
     from tailcut.spec import units
-    from tailcut.training import emulate, models, sweep
+    from tailcut.ml import models
+    from tailcut.training import emulate, sweep
     names = models.names() if args.model == "all" else args.model.split(",")
     for name in names:
         if name not in models.names():

@@ -25,7 +25,8 @@ from tailcut.net import topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import TrainingJob
-from tailcut.training import hotset, innetagg, models
+from tailcut.ml import models
+from tailcut.training import hotset, innetagg
 from tailcut.training.config import RoleConfig
 
 PS_PORT = 7000   # every listening role (PS shards, replica, aggregators) uses it

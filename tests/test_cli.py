@@ -43,7 +43,7 @@ def test_the_command_is_reachable_as_a_module():
 
 
 def test_models_lists_every_registered_model_with_its_size_and_target(capsys):
-    from tailcut.training import models
+    from tailcut.ml import models
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out.splitlines()
     listed = {line.split()[0]: line.split() for line in out[1:]}

@@ -14,7 +14,8 @@ from tailcut.net import build, naming
 from tailcut.net.build import Network
 from tailcut.net.topology import Pod
 from tailcut.spec.model import TrainingJob
-from tailcut.training import innetagg, models
+from tailcut.ml import models
+from tailcut.training import innetagg
 from tailcut.transports import wire
 
 Aggregators = dict[int, agg.Aggregator]   # rack index -> its rack's program

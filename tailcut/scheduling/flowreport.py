@@ -27,7 +27,7 @@ from tailcut.spec.model import TrainingJob
 
 def layer_names(model: str, seed: int) -> list[str]:
     """The tensors of the job's model, in forward order."""
-    from tailcut.training import models  # numpy models: only when a run needs them
+    from tailcut.ml import models  # numpy models: only when a run needs them
 
     return [layer.name for layer in models.create(model, models.dataset(model, seed)).layers]
 
@@ -64,7 +64,7 @@ def role_flows(job: TrainingJob) -> dict[str, Any]:
     coflow, each flow's MADD rate (coflow_pace)."""
     scheduling = job.spec.scheduling
     if scheduling.policy == "coflow":
-        from tailcut.training import models
+        from tailcut.ml import models
 
         model = models.create(job.spec.training.model,
                               models.dataset(job.spec.training.model, job.spec.training.seed))

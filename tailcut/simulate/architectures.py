@@ -19,7 +19,7 @@ iteration, batch / throughput. We split it over the layers by their multiply-add
 (forward) and take backward = 2 x forward, a standard rule of thumb (the backward pass
 computes a gradient for both the inputs and the weights). The paper traced its own
 runs on a K80 (Azure NC6), so these are the same class of GPU but not its numbers.
-The project's own models (tailcut.training.models) get their compute time measured
+The project's own models (tailcut.ml.models) get their compute time measured
 on this machine instead (see `from_project_model`).
 """
 
@@ -232,13 +232,13 @@ def inception_v3(batch: int = 32) -> Architecture:
 
 @functools.lru_cache(maxsize=None)
 def from_project_model(name: str, batch: int = 32, repeats: int = 5) -> Architecture:
-    """A model of tailcut.training.models with its compute time measured here: the
+    """A model of tailcut.ml.models with its compute time measured here: the
     median of `repeats` loss_and_grad calls on a real batch, split over its tensors
     by parameter count (dense layers: multiply-adds = parameters per example).
     Measured once per process, so every policy of one run sees the same times."""
     import numpy as np
 
-    from tailcut.training import models
+    from tailcut.ml import models
 
     dataset = models.dataset(name, seed=0)
     model = models.create(name, dataset)
@@ -263,7 +263,7 @@ def get(name: str, batch: int = 32) -> Architecture:
     """A built-in architecture or one of the project's models, by name."""
     if name in BUILTIN:
         return BUILTIN[name](batch)
-    from tailcut.training import models
+    from tailcut.ml import models
     if name in models.names():
         return from_project_model(name, batch)
     known = sorted(BUILTIN) + models.names()

@@ -123,12 +123,12 @@ class Training(_Model):
 
 
 def known_models() -> tuple[str, ...]:
-    """The models a job may name: tailcut.training.models' registry, the one source of truth.
+    """The models a job may name: tailcut.ml.models' registry, the one source of truth.
 
     Imported when called, not at the top: the registry imports numpy, and a spec
     loaded in a role process must not load numpy before the role limits its threads.
     """
-    from tailcut.training import models
+    from tailcut.ml import models
     return tuple(models.names())
 
 

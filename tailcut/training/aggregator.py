@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import inbox, models, peers, ps, records
+from tailcut.ml import models
+from tailcut.training import inbox, peers, ps, records
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tailcut import errors, transports
-from tailcut.training import models
+from tailcut.ml import models
 
 ROLES = ("ps", "worker", "aggregator", "replica")
 SYNC_MODES = ("bsp", "async", "ssp")

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tailcut.training import data, models, ps, worker
+from tailcut.ml import data, models
+from tailcut.training import ps, worker
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 

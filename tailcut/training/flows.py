@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tailcut.training.models import Layer
+from tailcut.ml.models import Layer
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from tailcut.net import naming, topology
 from tailcut.spec.model import TrainingJob
-from tailcut.training import data, models, records
+from tailcut.ml import data, models
+from tailcut.training import records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import hot, wire
 

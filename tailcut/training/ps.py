@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import flows, hotset, inbox, innetagg, models, peers, records, rpc
+from tailcut.ml import models
+from tailcut.training import flows, hotset, inbox, innetagg, peers, records, rpc
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message

@@ -44,7 +44,8 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 from tailcut import papers
-from tailcut.training import data, emulate, models
+from tailcut.ml import data, models
+from tailcut.training import emulate
 
 Progress = Callable[[str], None]
 

@@ -7,7 +7,7 @@ pull for step 0. Then, until a STOP: wait for PARAMS(k) from every shard (shard
 the next ``batch_size`` examples of its shard, PUSH(k) each shard its range (or
 the whole gradient to its aggregator, which sums its group), and PULL(k+1).
 
-Layer-wise (policy cadentflow and a model with stages, tailcut.training.layerwise):
+Layer-wise (policy cadentflow and a model with stages, tailcut.ml.layerwise):
 the PS's PARAMS arrive one part per tensor, and the worker computes each layer's
 forward pass as soon as that layer's parts are in, while later ones are still in
 flight; in the backward pass it pushes each layer's gradient as soon as it is
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import (data, flows, hotset, inbox, innetagg, layerwise, models,
-                              peers, ps, records)
+from tailcut.ml import data, layerwise, models
+from tailcut.training import flows, hotset, inbox, innetagg, peers, ps, records
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message

@@ -194,7 +194,7 @@ class TcpConnection(base.Connection):
         self.control_tos: int = 0
         self.tos_of: Callable[[int], int] | None = None
         self._tos = 0
-        # Layer-wise roles (tailcut.training.layerwise): called with each part of a
+        # Layer-wise roles (tailcut.ml.layerwise): called with each part of a
         # message in parts as soon as it is in (a Message whose ``values`` is the whole
         # buffer being filled, valid in ``parts[0]``'s range), before the message is
         # complete. None: the receiver only returns whole messages.

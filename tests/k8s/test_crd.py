@@ -28,7 +28,7 @@ def test_spec_schema_is_structural():
 
 def test_validator_checked_choices_become_enums():
     schema = crd.spec_schema()
-    from tailcut.training import models
+    from tailcut.ml import models
     assert schema["properties"]["training"]["properties"]["model"]["enum"] == list(models.names())
     assert schema["properties"]["transport"]["properties"]["type"]["enum"] == [
         "tcp", "udp", "bounded-loss", "app-drop"]

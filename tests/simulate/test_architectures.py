@@ -33,7 +33,7 @@ def test_vgg16_first_dense_layer_is_the_largest_tensor():
 
 
 def test_project_models_get_measured_compute_time_and_their_tensor_sizes():
-    from tailcut.training import models
+    from tailcut.ml import models
     arch = architectures.get("mlp")
     dataset = models.dataset("mlp", seed=0)
     model = models.create("mlp", dataset)

@@ -151,7 +151,7 @@ def test_a_job_with_every_role_names_its_pods_and_keeps_the_sync_settings():
     assert (ssp.spec.training.sync_mode, ssp.spec.training.staleness) == ("ssp", 2)
 def test_every_registered_model_is_valid_in_a_training_job():
     # The spec asks the training registry, so a new model needs no second list.
-    from tailcut.training import models
+    from tailcut.ml import models
     for name in models.names():
         job = spec.load_text(HEADER + f"spec: {{training: {{model: {name}}}}}\n")
         assert job.spec.training.model == name

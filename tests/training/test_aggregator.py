@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tailcut.training import exits, models, peers
+from tailcut.ml import models
+from tailcut.training import exits, peers
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, tcp
 from tailcut.transports.base import Kind, Message

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from tailcut.training import emulate, models
+from tailcut.ml import models
+from tailcut.training import emulate
 from tailcut.transports.base import Kind
 
 

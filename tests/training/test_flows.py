@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tailcut.training import flows
-from tailcut.training.models import layout
+from tailcut.ml.models import layout
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 

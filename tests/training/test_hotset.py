@@ -4,7 +4,8 @@ and most frequent ids first), the same in every role; a given list as is."""
 import numpy as np
 import pytest
 
-from tailcut.training import hotset, models
+from tailcut.ml import models
+from tailcut.training import hotset
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tailcut.training import models
+from tailcut.ml import models
 from tailcut.training.config import RoleConfig
 
 ROLE = [sys.executable, "-m", "tailcut.training.role"]

@@ -68,7 +68,7 @@ def test_shard_0_keeps_a_later_shards_epoch_range_that_comes_before_its_own_barr
     # A layer-wise worker pushes the last layers (held by shard 1) first, so shard 1's
     # barrier, and its range for the epoch end, can reach shard 0 before shard 0's
     # own last push: many epoch ends (2 iterations each) make that race likely.
-    from tailcut.training import models
+    from tailcut.ml import models
     from tests.training import loopback
 
     names = [layer.name for layer in models.create(

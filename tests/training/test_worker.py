@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailcut.training import exits, models, ps, worker
+from tailcut.ml import models
+from tailcut.training import exits, ps, worker
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, tcp
 from tailcut.transports.base import Kind, Message

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tailcut.training import data, mlp
+from tailcut.ml import data, mlp
 
 
 def _small_problem(seed: int = 0) -> tuple[mlp.MLP, np.ndarray, np.ndarray]:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tailcut.training import layerwise, models
+from tailcut.ml import layerwise, models
 
 
 def _case(name: str, rows: int = 48):

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tailcut.training.models import Layer, check_params, layout, views
+from tailcut.ml.models import Layer, check_params, layout, views
 
 # Rows per forward pass in evaluate(): bounds the hidden activations' memory.
 _EVAL_BATCH = 4096
@@ -76,7 +76,7 @@ class MLP:
         gb1[...] = dhidden.sum(axis=0)
         return loss, grad
 
-    # Layer-wise passes (tailcut.training.layerwise): the dense layers as stages.
+    # Layer-wise passes (tailcut.ml.layerwise): the dense layers as stages.
     @property
     def stages(self) -> tuple[tuple[int, int], ...]:
         return dense_stages(self.layers)

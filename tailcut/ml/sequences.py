@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training import data
+from tailcut.ml import data
 
 IGNORE = -1  # target label of positions without a translation
 

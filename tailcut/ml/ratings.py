@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training import data
+from tailcut.ml import data
 
 
 def make_ratings_dataset(

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tailcut.training import data
+from tailcut.ml import data
 
 
 @dataclass(frozen=True)
@@ -112,68 +112,68 @@ class Entry:
 
 
 def _build_mlp(dataset: data.Dataset) -> Model:
-    from tailcut.training import mlp
+    from tailcut.ml import mlp
 
     return mlp.MLP(dataset.num_features, dataset.num_classes)
 
 
 def _build_mf(dataset: data.Dataset) -> Model:
-    from tailcut.training import mf
+    from tailcut.ml import mf
 
     return mf.MF(dataset.sizes["users"], dataset.sizes["items"], float(dataset.y_train.mean()))
 
 
 def _build_cnn(dataset: data.Dataset) -> Model:
-    from tailcut.training import cnn
+    from tailcut.ml import cnn
 
     s = dataset.sizes
     return cnn.CNN(s["channels"], s["height"], s["width"], dataset.num_classes)
 
 
 def _build_rnn(dataset: data.Dataset) -> Model:
-    from tailcut.training import rnn
+    from tailcut.ml import rnn
 
     return rnn.RNN(dataset.sizes["vocab"], dataset.num_classes)
 
 
 def _build_sparse(dataset: data.Dataset) -> Model:
-    from tailcut.training import sparse
+    from tailcut.ml import sparse
 
     return sparse.Sparse(dataset.sizes["features"], dataset.sizes["fields"])
 
 
 def _ratings(seed: int) -> data.Dataset:
-    from tailcut.training import ratings
+    from tailcut.ml import ratings
 
     return ratings.make_ratings_dataset(seed)
 
 
 def _images(seed: int) -> data.Dataset:
-    from tailcut.training import images
+    from tailcut.ml import images
 
     return images.make_shapes_dataset(seed)
 
 
 def _sequences(seed: int) -> data.Dataset:
-    from tailcut.training import sequences
+    from tailcut.ml import sequences
 
     return sequences.make_translation_dataset(seed)
 
 
 def _clicks(seed: int) -> data.Dataset:
-    from tailcut.training import clicks
+    from tailcut.ml import clicks
 
     return clicks.make_click_dataset(seed)
 
 
 def _build_deep_mlp(dataset: data.Dataset) -> Model:
-    from tailcut.training import deep_mlp
+    from tailcut.ml import deep_mlp
 
     return deep_mlp.DeepMLP(dataset.num_features, dataset.num_classes)
 
 
 def _build_even_mlp(dataset: data.Dataset) -> Model:
-    from tailcut.training import deep_mlp
+    from tailcut.ml import deep_mlp
 
     return deep_mlp.DeepMLP(dataset.num_features, dataset.num_classes,
                             hidden=deep_mlp.EVEN_HIDDEN, name="even-mlp")

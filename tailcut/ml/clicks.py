@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training import data
+from tailcut.ml import data
 
 
 def make_click_dataset(

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tailcut.training import rnn, sequences
-from tests.training import gradcheck
+from tailcut.ml import rnn, sequences
+from tests.ml import gradcheck
 
 
 def test_bptt_gradient_matches_central_finite_differences() -> None:

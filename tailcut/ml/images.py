@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tailcut.training import data
+from tailcut.ml import data
 
 Canvas = np.ndarray
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tailcut.training import models
+from tailcut.ml import models
 
 
 def test_mlp_is_registered_and_sized_for_its_dataset() -> None:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tailcut.training import cnn, images
-from tests.training import gradcheck
+from tailcut.ml import cnn, images
+from tests.ml import gradcheck
 
 
 def test_gradient_matches_central_finite_differences_in_every_layer() -> None:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from tailcut.training import deep_mlp, models
+from tailcut.ml import deep_mlp, models
 
 
 def test_layers_are_back_to_back_in_forward_order_with_the_big_one_third():

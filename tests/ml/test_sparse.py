@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from tailcut.training import clicks, sparse
-from tests.training import gradcheck
+from tailcut.ml import clicks, sparse
+from tests.ml import gradcheck
 
 
 def test_gradient_matches_central_finite_differences_with_repeated_ids() -> None:

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from tailcut.training import data
+from tailcut.ml import data
 
 
 def test_same_seed_gives_identical_arrays_and_another_seed_does_not() -> None:

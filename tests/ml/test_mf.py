@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tailcut.training import mf, ratings
-from tests.training import gradcheck
+from tailcut.ml import mf, ratings
+from tests.ml import gradcheck
 
 
 def _small(seed: int = 0) -> tuple[mf.MF, np.ndarray, np.ndarray, np.ndarray]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training import mlp
-from tailcut.training.models import Layer, check_params, layout, views
+from tailcut.ml import mlp
+from tailcut.ml.models import Layer, check_params, layout, views
 
 _EVAL_BATCH = 1024
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from tailcut.training import mlp
-from tailcut.training.models import Layer, check_params, layout
+from tailcut.ml import mlp
+from tailcut.ml.models import Layer, check_params, layout
 
 _EVAL_BATCH = 4096
 EVEN_HIDDEN = (256, 1024, 256)
@@ -72,7 +72,7 @@ class DeepMLP:
                 delta[pres[i - 1] <= 0] = 0
         return loss, grad
 
-    # Layer-wise passes (tailcut.training.layerwise): each dense layer is a stage.
+    # Layer-wise passes (tailcut.ml.layerwise): each dense layer is a stage.
     @property
     def stages(self) -> tuple[tuple[int, int], ...]:
         return mlp.dense_stages(self.layers)

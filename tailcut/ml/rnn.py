@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training.models import Layer, check_params, layout, views
+from tailcut.ml.models import Layer, check_params, layout, views
 
 _EVAL_BATCH = 2048
 

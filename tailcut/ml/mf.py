@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailcut.training.models import Layer, check_params, layout, views
+from tailcut.ml.models import Layer, check_params, layout, views
 
 class MF:
     """Biased matrix factorisation of a (users x items) ratings matrix."""

@@ -13,7 +13,7 @@ parameters have arrived (a worker waiting on per-tensor PARAMS parts), and
 ``done(k, grad)`` runs once stage k's range of ``grad`` is written (the worker pushes
 it while the rest of the backward pass goes on). The numbers are those of the model's own
 ``loss_and_grad``: the same operations in the same order
-(tests/training/test_layerwise.py checks that they are equal).
+(tests/ml/test_layerwise.py checks that they are equal).
 """
 
 from __future__ import annotations
