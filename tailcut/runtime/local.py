@@ -24,7 +24,6 @@ from tailcut.errors import DatapathError, RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut.reports import plots
-from tailcut.datapath import tor
 from tailcut.innetwork import aggregation, hotstore
 from tailcut.runtime import background, procs
 from tailcut.spec.model import TrainingJob
@@ -81,17 +80,20 @@ def run(job: TrainingJob, results_dir: Path,
             scheduled = _enforce(job, topo, progress)
             if scheduled is not None:  # before the namespaces go: counts, then detach
                 teardown.callback(scheduled.detach)
-                teardown.callback(_record_scheduling, scheduled, results_dir)
+                teardown.callback(_add_to_network_json, results_dir, "scheduling",
+                                  lambda: _scheduling_summary(scheduled))
             store = hotstore.start(job, network)
             if store is not None:
                 teardown.callback(store.detach)
-                teardown.callback(_record_hot_store, store, results_dir)
+                teardown.callback(_add_to_network_json, results_dir, "hot_store",
+                                  lambda: hotstore.summary(store))
                 progress(f"ToR hot-parameter store: {store.elements} parameters at "
                          f"{store.address}, in {topo.racks[topo.pod('ps-0').rack].netns}")
             aggregators = aggregation.start(job, network)
             if aggregators:
                 teardown.callback(_detach_aggregators, aggregators)
-                teardown.callback(_record_aggregation, aggregators, results_dir)
+                teardown.callback(_add_to_network_json, results_dir, "aggregation",
+                                  lambda: aggregation.summary(aggregators))
                 progress(f"ToR aggregation: racks {sorted(aggregators)} sum their workers' "
                          f"gradients for the PS")
 
@@ -290,19 +292,12 @@ def _enforce(job: TrainingJob, topo: Topology,
     return handle
 
 
-def _record_hot_store(store: tor.Store, results_dir: Path) -> None:
-    """Add what the ToR's store did (packets per reason) to network.json."""
+def _add_to_network_json(results_dir: Path, key: str, value_of: Callable[[], Any]) -> None:
+    """Add ``key``: value_of() to network.json. Registered as a teardown step, so the
+    value (the datapath's counters) is read as the run ends, before it is detached."""
     path = results_dir / "network.json"
     data = json.loads(path.read_text()) if path.exists() else {}
-    data["hot_store"] = hotstore.summary(store)
-    _write_json(path, data)
-
-
-def _record_aggregation(aggregators: aggregation.Aggregators, results_dir: Path) -> None:
-    """Add what each rack's aggregation did (packets per reason) to network.json."""
-    path = results_dir / "network.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["aggregation"] = aggregation.summary(aggregators)
+    data[key] = value_of()
     _write_json(path, data)
 
 
@@ -312,17 +307,12 @@ def _detach_aggregators(aggregators: aggregation.Aggregators) -> None:
         raise DatapathError("; ".join(errors))
 
 
-def _record_scheduling(handle: Any, results_dir: Path) -> None:
-    """Add the classes and per-level packet counts to network.json."""
-    path = results_dir / "network.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    counts = handle.counts()
-    data["scheduling"] = {
-        "policy": handle.policy, "classes": handle.applied,
-        "classified": {where: {("untagged" if lvl is None else str(lvl)): list(pb)
-                               for lvl, pb in by_level.items()}
-                       for where, by_level in counts.items()}}
-    _write_json(path, data)
+def _scheduling_summary(handle: Any) -> dict[str, Any]:
+    """The classes and per-level packet counts, for network.json."""
+    return {"policy": handle.policy, "classes": handle.applied,
+            "classified": {where: {("untagged" if lvl is None else str(lvl)): list(pb)
+                                   for lvl, pb in by_level.items()}
+                           for where, by_level in handle.counts().items()}}
 
 
 def _flows_summary(job: TrainingJob, results_dir: Path,

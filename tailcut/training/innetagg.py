@@ -76,10 +76,10 @@ class PSSide:
         self.collector = agg.Collector(wire.job_id(cfg.job), elements, _racks(cfg))
         self.rows: list[dict[str, Any]] = []
 
-    def mean(self, iteration: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray]:
-        """The iteration's mean gradient (float32, divided in float64) over the
-        contributions that arrived, and which elements got any (an element nobody's
-        value reached stays as it was). RunError if a ToR does not answer in time."""
+    def sums(self, iteration: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """The iteration's summed gradient over the contributions that arrived and how
+        many contributed to each element (both float64). RunError if a ToR does not
+        answer in time."""
         started = time.perf_counter()
         try:
             total, counts, got = self.collector.collect(iteration, timeout_s)
@@ -89,10 +89,7 @@ class PSSide:
                           "wait_s": f"{time.perf_counter() - started:.6f}",
                           "flushed_slots": got.flushed,
                           "missing_contributions": got.missing})
-        delivered = counts > 0
-        mean = np.zeros_like(total)
-        np.divide(total, counts, out=mean, where=delivered)
-        return mean.astype(np.float32), delivered
+        return total, counts
 
     def finish(self, path: Path) -> dict[str, Any]:
         with records.CsvLog(path, self.FIELDS) as log:

@@ -443,7 +443,10 @@ class _Server:
         """Every worker has sent its gradient of this iteration to its ToR: step on the
         racks' sums (the bsp barrier of in-network aggregation)."""
         assert self.aggregate is not None
-        mean, delivered = self.aggregate.mean(self.iteration, peers.left(self.deadline))
+        # divided in float64 (the sums are), the mean float32 like the parameters; an
+        # element nobody's value reached stays as it was
+        mean, delivered = mean_of(*self.aggregate.sums(self.iteration,
+                                                       peers.left(self.deadline)))
         self.params -= np.float32(self.cfg.learning_rate) * mean
         self.updates += delivered & (mean != 0)
         self.asked_next.clear()

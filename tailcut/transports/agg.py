@@ -135,6 +135,9 @@ class Collector:
         self.job, self.elements, self.racks = job, elements, racks
         self.grace_s, self.most_s, self.resend_s = grace_s, most_s, resend_s
         self.slots = fmt.slots(elements)
+        self._known = {r.index for r in racks}
+        # every (rack, slot) of an iteration: what collect() waits for
+        self._all = {(r.index, s) for r in racks for s in range(self.slots)}
         self.stats = Stats()
         self._want = 0                          # the iteration being collected
         self._got: dict[int, Iteration] = {}    # iteration -> what arrived so far
@@ -178,9 +181,9 @@ class Collector:
             h, values = parse(data)
         except base.ProtocolError:
             h = None
-        known = {r.index for r in self.racks}
         with self._cond:
-            if (h is None or h.job != self.job or h.rack not in known or h.slot >= self.slots
+            if (h is None or h.job != self.job or h.rack not in self._known
+                    or h.slot >= self.slots
                     or h.count != fmt.slot_length(self.elements, h.slot)):
                 self.stats.malformed += 1
                 return
@@ -210,11 +213,10 @@ class Collector:
         waited for while they keep coming (until none came for grace_s, at most
         most_s), and the rest are flushed. ProtocolError if a ToR does not answer
         within timeout_s."""
-        want = {(r.index, s) for r in self.racks for s in range(self.slots)}
         started = time.monotonic()
 
         def complete() -> bool:
-            return want <= self._got.get(iteration, Iteration()).sums.keys()
+            return self._all <= self._got.get(iteration, Iteration()).sums.keys()
         with self._cond:
             self._want = iteration
             while not complete() and time.monotonic() - started < self.most_s:
@@ -225,7 +227,7 @@ class Collector:
         self._drain()   # the thread may not have run on a busy machine
         with self._cond:
             got = self._got.setdefault(iteration, Iteration())
-            missing = want - got.sums.keys()
+            missing = self._all - got.sums.keys()
         got.flushed = len(missing)
         if missing:
             self._flush(iteration, missing, started, timeout_s)
