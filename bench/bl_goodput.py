@@ -1,17 +1,24 @@
-"""Bounded-loss goodput on a loss-free 1 Gbit/s link, and the time from the packet that
-crosses p to the application seeing the message.
+"""Bounded-loss goodput on a loss-free 1 Gbit/s link: one sender alone takes the link,
+four senders into one receiver share it; and the time from the packet that crosses p
+to the application seeing the message.
 
     .venv/bin/python bench/bl_goodput.py [--runs 3] [--rounds 15] [--baseline DIR]
 
-One worker sends 4 MiB vectors to the PS; the sender paces at the link's rate, which
-the transport reads from the HTB class of its interface (no rate is configured).
-Goodput = elements delivered x 4 bytes x 8 / completion time, over the link rate.
-Latency = time.monotonic_ns() when recv() returned - bpf_ktime_get_ns() of the XDP
-event (the crossing packet), both CLOCK_MONOTONIC. Medians over --runs runs. Root.
+Alone: one worker sends 4 MiB vectors to the PS; no rate is configured, so the
+sender paces at its link's rate (the HTB class of its interface) and at most at the
+receiver's grant (tailcut.transports.congestion). Goodput = elements delivered x 4
+bytes x 8 / completion time, over the link rate. Latency = time.monotonic_ns() when
+recv() returned - bpf_ktime_get_ns() of the XDP event (the crossing packet).
+
+Fan-in: four workers push 4 MiB each into the PS at once, every round. Per sender:
+its delivered bits / its message's completion time; fairness is Jain's index of the
+four ((sum x)^2 / (n sum x^2), 1 = equal shares); total goodput = all delivered bits
+/ (last arrival - first send) of the round, over the link rate. Medians over rounds
+(the first warms up) and runs. Root.
 
 --baseline DIR runs the same measurement with the tailcut of another checkout (e.g.
-``git archive 54b2098 | tar -x -C /tmp/base``) interleaved with this one, run by run,
-and prints both side by side with their ratio."""
+``git archive 5019711 | tar -x -C /tmp/base``) interleaved with this one, run by run,
+and prints both side by side."""
 
 import argparse
 import statistics
@@ -25,20 +32,44 @@ from bench import bl_net  # noqa: E402
 ELEMENTS = 1 << 20
 LINK_BIT = 1e9
 PS = (0.9, 1.0)
+FAN_IN = 4
 
 
-def one(p: float, rounds: int, port: int, tree: Path | None) -> dict:
-    with bl_net.network("bl-bench-gp", 1, 0.0) as topo:
+def one(p: float, rounds: int, port: int, tree: Path | None, senders: int = 1) -> dict:
+    name = "bl-bench-gp" if senders == 1 else "bl-bench-fan"
+    with bl_net.network(name, senders, 0.0) as topo:
         ps = topo.pod("ps-0")
-        base = {"transport": "bounded-loss", "options": {"job": "bl-bench-gp", "p": p},
+        base = {"transport": "bounded-loss", "options": {"job": name, "p": p},
                 "host": ps.ip, "port": port}
-        server = bl_net.start(ps, {**base, "role": "ps", "workers": 1, "rounds": rounds}, tree)
-        client = bl_net.start(topo.pod("worker-0"),
-                              {**base, "role": "worker", "index": 0, "elements": ELEMENTS},
+        server = bl_net.start(ps, {**base, "role": "ps", "workers": senders, "rounds": rounds},
                               tree)
+        clients = [bl_net.start(topo.pod(f"worker-{i}"),
+                                {**base, "role": "worker", "index": i, "elements": ELEMENTS},
+                                tree) for i in range(senders)]
         result = bl_net.finish(server)
-        bl_net.finish(client)
+        for c in clients:
+            bl_net.finish(c)
     return result
+
+
+def jain(xs: list[float]) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def fan_in(res: dict) -> tuple[float, float, list[float]]:
+    """(median fairness, median total goodput / link, median per-sender share) over
+    the rounds after the first."""
+    rounds: dict[int, list[dict]] = {}
+    for m in res["messages"]:
+        rounds.setdefault(m["round"], []).append(m)
+    fair, total, shares = [], [], []
+    for r, msgs in sorted(rounds.items())[1:]:
+        rates = [m["elements"] * 32 / m["completion_s"] for m in msgs]
+        span_s = (max(m["received_ns"] for m in msgs) - min(m["sent_ns"] for m in msgs)) / 1e9
+        fair.append(jain(rates))
+        total.append(sum(m["elements"] * 32 for m in msgs) / span_s / LINK_BIT)
+        shares += [x / LINK_BIT for x in rates]
+    return statistics.median(fair), statistics.median(total), shares
 
 
 def load() -> str:
@@ -55,6 +86,8 @@ def main() -> None:
     if args.baseline:
         trees = {"baseline": args.baseline.resolve(), "this tree": None}
     goodput = {t: {p: [] for p in PS} for t in trees}
+    fairness = {t: [] for t in trees}
+    fan_total = {t: [] for t in trees}
     latency_us: dict[str, list[float]] = {t: [] for t in trees}
     queued_us: dict[str, list[float]] = {t: [] for t in trees}
     sending_ms: dict[str, list[float]] = {t: [] for t in trees}
@@ -76,12 +109,22 @@ def main() -> None:
                       f"{statistics.mean(m['delivered'] for m in msgs):.4f}, completions by "
                       f"{sorted({r['reason'] for r in res['records']})} (load {load()})",
                       flush=True)
-    print("\nloss-free 1 Gbit/s link, 4 MiB messages, one sender paced at the link's rate:")
+            res = one(0.9, args.rounds, 7300 + run, tree, FAN_IN)
+            fair, total, shares = fan_in(res)
+            fairness[label].append(fair)
+            fan_total[label].append(total)
+            print(f"run {run + 1}/{args.runs} {label} fan-in {FAN_IN}x p=0.9: Jain {fair:.3f}, "
+                  f"total goodput {total:.3f} of the link, per sender "
+                  f"{min(shares):.3f}..{max(shares):.3f} (load {load()})", flush=True)
+    print("\nloss-free 1 Gbit/s links, 4 MiB messages, no rate configured:")
     for label in trees:
         for p, v in goodput[label].items():
-            print(f"  {label}: bounded-loss p={p}: goodput / link rate = "
-                  f"{statistics.median(v):.3f} (median of {len(v)} runs; the header "
-                  f"overhead caps it at {1440 / 1514:.3f})")
+            print(f"  {label}: one sender alone, bounded-loss p={p}: goodput / link rate = "
+                  f"{statistics.median(v):.3f} (median of {len(v)} runs; goal >= 0.9; the "
+                  f"header overhead caps it at {1440 / 1514:.3f})")
+        print(f"  {label}: {FAN_IN} senders into one receiver, p=0.9: Jain's index "
+              f"{statistics.median(fairness[label]):.3f} (goal >= 0.95), total goodput / link "
+              f"{statistics.median(fan_total[label]):.3f} (goal >= 0.9)")
         if latency_us[label]:
             print(f"  {label}: XDP event (p-crossing packet) -> recv() returns: p50 "
                   f"{bl_net.pct(latency_us[label], 50):.0f} us, p99 "
@@ -90,16 +133,14 @@ def main() -> None:
                   f"{bl_net.pct(queued_us[label], 50):.0f} us")
             # At line rate p = 0.9 of 2913 packets of 1514 bytes takes 31.7 ms: a
             # longer time here is the sender (or the link) being slow, not the receiver.
-            # (BEGIN goes over TCP and is sometimes read after the first packets.)
             print(f"  {label}: BEGIN read -> XDP event (sending up to p): p50 "
                   f"{bl_net.pct(sending_ms[label], 50):.1f} ms (line rate: 31.7 ms)")
     if args.baseline:
         for p in PS:
             new, old = (statistics.median(goodput[t][p]) for t in ("this tree", "baseline"))
-            print(f"goodput(this tree) / goodput(baseline), p={p}: {new / old:.2f}")
-        if latency_us["baseline"] and latency_us["this tree"]:
-            new, old = (bl_net.pct(latency_us[t], 50) for t in ("this tree", "baseline"))
-            print(f"p50 XDP event -> recv(), baseline / this tree: {old / new:.1f}")
+            print(f"goodput alone (this tree) / (baseline), p={p}: {new / old:.2f}")
+        new, old = (statistics.median(fan_total[t]) for t in ("this tree", "baseline"))
+        print(f"fan-in total goodput (this tree) / (baseline): {new / old:.2f}")
 
 
 if __name__ == "__main__":

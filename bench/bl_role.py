@@ -29,7 +29,9 @@ def main() -> None:
             for m in t.gather(conns, 60):
                 got = m.values.size if m.mask is None else int(m.mask.sum())
                 rows.append({"round": r, "sender": m.sender, "completion_s": m.completion_s,
-                             "delivered": got / m.values.size, "bytes": m.wire_bytes})
+                             "delivered": got / m.values.size, "bytes": m.wire_bytes,
+                             "elements": got, "sent_ns": m.sent_at_ns,
+                             "received_ns": m.received_at_ns})
         for c in conns:
             c.send(Message(Kind.STOP, cfg["rounds"], -1), 30)
         records = list(getattr(t, "completions", []))

@@ -148,15 +148,14 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
 def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
     """The role's transport options from the spec (transports.get takes them).
 
-    Datagram transports pace their senders: unless the spec sets rateMbit, the PS
-    sends at its access link's rate (to one worker at a time) and each worker at an
-    equal share of it, since under BSP all workers push to the PS's link at once."""
+    Datagram transports pace each message at the rate its receiver grants (an equal
+    share of the receiver's link among the messages converging on it) and at most at
+    the sender's own link rate, read from its interface, or at rateMbit if the spec
+    sets one (tailcut.transports.congestion)."""
     t = job.spec.transport
     options: dict[str, Any] = {"type": t.type}
     if t.type in ("udp", "bounded-loss"):
-        link_mbit = job.spec.network.access_link.bandwidth / 1e6
-        share = link_mbit if pod.role == "ps" else link_mbit / job.spec.replicas.workers
-        options.update(job=job.name, rate_mbit=t.rate_mbit or share, seed=job.spec.training.seed
+        options.update(job=job.name, rate_mbit=t.rate_mbit, seed=job.spec.training.seed
                        + pod.index + (0 if pod.role == "ps" else 1))
     if t.type == "bounded-loss":
         options.update(p=t.p, xdp_mode=t.xdp_mode)

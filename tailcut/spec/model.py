@@ -140,8 +140,9 @@ class Transport(_Model):
                     "app-drop: fraction the sender keeps")
     rate_mbit: Optional[float] = Field(
         default=None, gt=0.0, le=1_000_000.0,
-        description="udp/bounded-loss pacing rate per sender; unset: the access link's "
-                    "rate for the PS and an equal share of it for each worker")
+        description="udp/bounded-loss: the most any sender sends at; unset: its access "
+                    "link's rate. Either way each receiver grants the messages converging "
+                    "on it equal shares of its link (docs/bounded-loss.md)")
     xdp_mode: Literal["generic", "native"] = Field(
         default="generic",
         description="bounded-loss: XDP mode of the receive counter (native costs TCP "

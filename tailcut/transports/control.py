@@ -15,6 +15,9 @@ not its values goes over one TCP connection per peer, so it is never lost:
            (0 or 1: one), and the pass is over when all of them are in
     NACK   receiver -> sender: below p after a pass; the missing slots follow as u32s
     DONE   receiver -> sender: p reached (or everything arrived); stop sending
+    GRANT  receiver -> sender: pace this message (message id) at most at count kbit/s,
+           its share of the receiver's link (congestion.py); sent at BEGIN and
+           whenever the number of messages converging on the receiver changes
 
 A frame is the 36-byte header below (big-endian) and ``extra`` bytes::
 
@@ -67,6 +70,7 @@ class FrameType(enum.IntEnum):
     END = 4
     NACK = 5
     DONE = 6
+    GRANT = 7
 
 
 @dataclass(frozen=True)

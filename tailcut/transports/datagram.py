@@ -61,7 +61,8 @@ from typing import Any
 import numpy as np
 
 from tailcut.net import address
-from tailcut.transports import base, batch, control, cutlayout, receiver, sender, wire
+from tailcut.transports import (base, batch, congestion, control, cutlayout, receiver,
+                                sender, wire)
 from tailcut.transports.base import Kind, Message
 from tailcut.transports.control import Frame, FrameType
 
@@ -86,10 +87,32 @@ threshold_elements = receiver.threshold_elements
 
 @dataclass
 class _Tx:
-    """One message being sent: frames from the receiver (DONE, NACK) arrive here."""
+    """One message being sent: frames from the receiver (DONE, NACK) arrive here, and
+    its grants (congestion.py): the latest, and the lowest, which the connection's next
+    message starts at."""
 
     frames: queue.Queue[Frame | BaseException] = field(default_factory=queue.Queue)
     done: threading.Event = field(default_factory=threading.Event)
+    grant_bit: float | None = None
+    lowest_grant_bit: float | None = None
+
+    def grant(self, rate_bit: float) -> None:
+        self.grant_bit = rate_bit
+        if self.lowest_grant_bit is None or rate_bit < self.lowest_grant_bit:
+            self.lowest_grant_bit = rate_bit
+
+
+@dataclass
+class _Outgoing:
+    """A message whose BEGIN is sent, waiting for the connection's sender thread."""
+
+    message: int
+    packets: sender.Packets
+    order: np.ndarray
+    tos: np.ndarray | None
+    layout: cutlayout.Layout | None
+    tx: _Tx
+    deadline: float | None
 
 
 class DatagramConnection(base.Connection):
@@ -116,9 +139,18 @@ class DatagramConnection(base.Connection):
         self._control_tos = 0
         self._counter = 0
         self._closed = False
+        # Data goes out from a thread of its own, so that send returns once a message
+        # is handed over (as a TCP send returns once the kernel has it) and the PS's
+        # replies to several workers are under way at once, each at its share.
+        self._outgoing: queue.Queue[_Outgoing | None] = queue.Queue()
+        self._send_error: base.TransportError | None = None
+        self.start_grant_bit: float | None = None  # where the next message's rate starts
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                         name=f"ctrl-{peer_id}")
         self._reader.start()
+        self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                        name=f"send-{peer_id}")
+        self._sender.start()
 
     @property
     def control_tos(self) -> int:
@@ -143,8 +175,14 @@ class DatagramConnection(base.Connection):
         return (self.peer_id << 16) | self._counter
 
     def send(self, msg: Message, timeout_s: float | None = None) -> None:
+        """Send ``msg``: a message without a vector at once on the control channel; a
+        vector's BEGIN at once, its packets by the connection's sender thread, in the
+        order sent. A failure of an earlier message's sending is raised here (and by
+        recv)."""
         if self._closed:
             raise base.PeerClosed(f"connection to {self.peer} is closed")
+        if self._send_error is not None:
+            raise self._send_error
         sent_at = msg.sent_at_ns or time.time_ns()
         if int(msg.kind) not in wire.DATA_KINDS or msg.values.size == 0:
             self.channel.send(Frame(FrameType.MSG, int(msg.kind), 0, msg.iteration, msg.sender,
@@ -170,8 +208,35 @@ class DatagramConnection(base.Connection):
         if self._closed:
             return
         self._closed = True
+        self._outgoing.put(None)
+        for tx in list(self.tx.values()):
+            tx.done.set()  # stops pacing at the next burst
         self.channel.close()
         self.transport._forget_conn(self)
+        if self._sender is not threading.current_thread():
+            self._sender.join(timeout=2.0)
+
+    def _send_loop(self) -> None:
+        while True:
+            out = self._outgoing.get()
+            if out is None or self._closed:
+                return
+            try:
+                self.transport._transmit(self, out)
+            except base.TransportError as err:
+                self._failed(err)
+                return
+            except Exception as err:  # our bug: make it visible to the role
+                log.exception("sender for %s failed", self.peer)
+                self._failed(base.TransportError(f"{self.peer}: sender failed: {err!r}"))
+                return
+
+    def _failed(self, err: base.TransportError) -> None:
+        """A message could not be sent: the next send and recv raise ``err``."""
+        if self._closed:
+            return
+        self._send_error = err
+        self.inbox.put(err)
 
     def _read_loop(self) -> None:
         err: BaseException
@@ -220,7 +285,12 @@ class DatagramTransport(base.Transport):
         self._udp: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._running = False
-        self._pace_bit: float | None = None
+        self._pace_bit: float | None = None  # this sender's link (or the spec's rate)
+        self._link_bit: float | None = None  # this pod's link (HTB), both directions
+        self._pool_bit: float | None = None  # what GRANTs share out: link less others
+        self._monitor: congestion.LinkMonitor | None = None
+        self._sending = 0  # messages being paced at once: they share _pace_bit
+        self._sending_lock = threading.Lock()
         self.counter: Any = None  # tailcut.datapath.partial.Counter when XDP is on
         self.completions: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
 
@@ -323,8 +393,10 @@ class DatagramTransport(base.Transport):
     def _start(self, local_ip: str) -> None:
         """Attach the XDP counter (bounded-loss) and start the receive threads."""
         assert self._udp is not None
-        self._pace_bit = (self.rate_mbit * 1e6 if self.rate_mbit is not None
-                          else _link_rate_bit(local_ip))
+        self._link_bit = self._pool_bit = _link_rate_bit(local_ip)
+        self._pace_bit = self.rate_mbit * 1e6 if self.rate_mbit is not None else self._link_bit
+        if self._link_bit is not None:
+            self._monitor = congestion.LinkMonitor(_ifname_of(local_ip))
         self._attach(local_ip, self._udp.getsockname()[1])
         self._recv.xdp = self.counter is not None
         self._running = True
@@ -374,7 +446,10 @@ class DatagramTransport(base.Transport):
 
     def _send_data(self, conn: DatagramConnection, msg: Message, sent_at: int,
                    deadline: float | None) -> None:
-        values = np.ascontiguousarray(msg.values, dtype=wire.VALUE_DTYPE).reshape(-1)
+        """Check and lay out ``msg``, send its BEGIN, hand its packets to the
+        connection's sender thread (``_transmit``)."""
+        # A copy: the caller may change its array once send returns.
+        values = np.array(msg.values, dtype=wire.VALUE_DTYPE).reshape(-1)
         layout = conn.layout_for(msg, self.stride)
         if layout is not None:
             values = layout.to_wire(values)
@@ -385,24 +460,38 @@ class DatagramTransport(base.Transport):
                              f"{min(self.max_elements, MAX_SLOTS * self.stride)} "
                              f"({MAX_SLOTS} packets of {self.stride})")
         mid = conn._next_id()
-        tx = conn.tx[mid] = _Tx()
+        packets = sender.Packets(values, self.job_id, mid, int(msg.kind), self.stride)
+        tos = None
+        if layout is None:
+            order = self._rng.permutation(n_slots)
+        else:
+            # Cut after cut, in send order; random within a cut, so that what is
+            # lost or left out at p is spread over each tensor.
+            order = np.concatenate([lo + self._rng.permutation(hi - lo) for lo, hi in
+                                    zip(layout.first_slot[:-1], layout.first_slot[1:])])
+            tos_of = conn.tos_of or (lambda level: 0)
+            cut_tos = np.array([0 if c.level is None else tos_of(c.level)
+                                for c in layout.cuts], np.int64)
+            tos = cut_tos[layout.slot_cut]
+        tx = conn.tx[mid] = _Tx(grant_bit=conn.start_grant_bit)
         try:
+            # BEGIN from the caller's thread: it stays in order with the control frames
+            # the caller sends next (a worker's PULL follows its PUSH).
             conn.channel.send(Frame(FrameType.BEGIN, int(msg.kind), mid, msg.iteration,
                                     msg.sender, total, sent_at,
                                     layout.encode() if layout is not None else b""))
-            packets = sender.Packets(values, self.job_id, mid, int(msg.kind), self.stride)
-            tos = None
-            if layout is None:
-                order = self._rng.permutation(n_slots)
-            else:
-                # Cut after cut, in send order; random within a cut, so that what is
-                # lost or left out at p is spread over each tensor.
-                order = np.concatenate([lo + self._rng.permutation(hi - lo) for lo, hi in
-                                        zip(layout.first_slot[:-1], layout.first_slot[1:])])
-                tos_of = conn.tos_of or (lambda level: 0)
-                cut_tos = np.array([0 if c.level is None else tos_of(c.level)
-                                    for c in layout.cuts], np.int64)
-                tos = cut_tos[layout.slot_cut]
+        except BaseException:
+            del conn.tx[mid]
+            raise
+        conn._outgoing.put(_Outgoing(mid, packets, order, tos, layout, tx, deadline))
+
+    def _transmit(self, conn: DatagramConnection, out: _Outgoing) -> None:
+        """Send one message's packets (the connection's sender thread): a pass, END,
+        then (bounded-loss) retransmit what each NACK lists until DONE."""
+        mid, packets, order, tos, layout, tx, deadline = (
+            out.message, out.packets, out.order, out.tos, out.layout, out.tx, out.deadline)
+        n_slots = len(packets)
+        try:
             self._pace(conn, packets, order, 0, 0, tx, deadline, tos)
             seq = len(order)
             if tx.done.is_set():
@@ -421,6 +510,8 @@ class DatagramTransport(base.Transport):
                     raise frame
                 if frame.type == FrameType.DONE:
                     return
+                if frame.type != FrameType.NACK:
+                    continue
                 missing = np.unique(np.frombuffer(frame.extra, dtype=">u4").astype(np.int64))
                 missing = missing[missing < n_slots]
                 self._rng.shuffle(missing)
@@ -434,6 +525,8 @@ class DatagramTransport(base.Transport):
                 self._end(conn, mid, missing, tos)
         finally:
             del conn.tx[mid]
+            if tx.lowest_grant_bit is not None:
+                conn.start_grant_bit = tx.lowest_grant_bit
 
     @staticmethod
     def _end(conn: DatagramConnection, mid: int, order: np.ndarray,
@@ -466,8 +559,17 @@ class DatagramTransport(base.Transport):
         # sendmmsg sends a burst per system call; a socket wrapped by a test (to drop
         # datagrams) or a libc without it takes the per-datagram path.
         direct = batch.available() and isinstance(udp, socket.socket)
-        sent = sender.pace(udp, conn.udp_addr, packets, order, self._pace_bit, tx.done,
-                           deadline, conn.peer, None if direct else udp.sendto, tos)
+        with self._sending_lock:
+            self._sending += 1
+        try:
+            sent = sender.pace(udp, conn.udp_addr, packets, order,
+                               lambda: congestion.sender_rate(self._pace_bit, self._sending,
+                                                              tx.grant_bit),
+                               tx.done, deadline, conn.peer,
+                               None if direct else udp.sendto, tos)
+        finally:
+            with self._sending_lock:
+                self._sending -= 1
         self.stats["packets_sent"] += sent
 
     # ---- receiving ------------------------------------------------------------------
@@ -492,6 +594,10 @@ class DatagramTransport(base.Transport):
                 if frame.type == FrameType.DONE:
                     tx.done.set()
                 tx.frames.put(frame)
+        elif frame.type == FrameType.GRANT:
+            tx = conn.tx.get(frame.message)
+            if tx is not None:  # a grant for a message already done is moot
+                tx.grant(max(congestion.MIN_RATE_BIT, frame.count * 1e3))
         else:
             raise base.ProtocolError(f"{conn.peer}: unexpected {frame.type.name} frame")
 
@@ -517,6 +623,31 @@ class DatagramTransport(base.Transport):
             done = self._recv.begin(conn, batch.ipv4(conn.udp_addr[0]), f.message, f.kind,
                                     f.iteration, f.sender, f.count, f.sent_at_ns, layout)
         self._finish(done)
+        self._regrant()
+
+    def _resample(self, monitor: congestion.LinkMonitor, now: float) -> None:
+        """Re-read the other traffic on our link; grant anew if what is left for the
+        job's messages moved by more than congestion.REGRANT_RATIO."""
+        other = monitor.sample(now)
+        if other is None or self._link_bit is None or self._pool_bit is None:
+            return
+        pool = congestion.pool(self._link_bit, other)
+        if pool is not None and abs(pool - self._pool_bit) > \
+                congestion.REGRANT_RATIO * self._pool_bit:
+            self._pool_bit = pool
+            self._regrant()
+
+    def _regrant(self) -> None:
+        """Grant every message converging on this receiver its share of the link (after
+        a BEGIN, or once a message is finished)."""
+        with self._lock:
+            grants = congestion.shares(self._pool_bit, list(self._recv.rx.values()))
+        self.stats["grants"] += len(grants)
+        for rx, kbit in grants:
+            try:
+                rx.conn.channel.send(Frame(FrameType.GRANT, message=rx.message, count=kbit))
+            except base.TransportError:
+                pass  # the peer is gone; its reader thread reports it to recv()
 
     def _udp_loop(self) -> None:
         """The receive thread: read the socket a batch at a time, then the XDP events."""
@@ -526,7 +657,8 @@ class DatagramTransport(base.Transport):
         waiter = select.poll()
         waiter.register(udp.fileno(), select.POLLIN)
         read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of what has been read
-        next_sweep = next_stale = 0.0
+        next_sweep = next_stale = next_sample = 0.0
+        monitor = self._monitor
         while self._running:
             asked_ns = time.time_ns()
             try:
@@ -535,6 +667,8 @@ class DatagramTransport(base.Transport):
                 break  # closed
             if n:
                 read_up_to_ns = inbox.arrival_ns(n - 1) or read_up_to_ns
+                if monitor is not None:
+                    monitor.ours(int(inbox.lengths(n).sum()), n)
             else:
                 # The socket was empty: everything that arrived before we asked is read.
                 read_up_to_ns = asked_ns
@@ -552,6 +686,9 @@ class DatagramTransport(base.Transport):
                     self._recv.sweep(now, read_up_to_ns, self.end_grace_s, done)
                     next_sweep = now + 0.001
             self._finish(done)
+            if monitor is not None and now >= next_sample:
+                self._resample(monitor, now)
+                next_sample = now + congestion.SAMPLE_S
             if self.counter is not None and now >= next_stale:
                 self._free_stale()
                 next_stale = now + STALE_CHECK_S
@@ -571,7 +708,8 @@ class DatagramTransport(base.Transport):
             self.counter.forget(m, self.job_id)
 
     def _finish(self, done: list[receiver.Done]) -> None:
-        """Deliver completed messages and send DONE/NACK, outside the lock."""
+        """Deliver completed messages and send DONE/NACK, outside the lock; the
+        messages still coming in then share what the finished ones leave."""
         for d in done:
             rx, reason = d.rx, d.reason
             try:
@@ -605,6 +743,8 @@ class DatagramTransport(base.Transport):
             msg = Message(Kind(rx.kind), rx.iteration, rx.sender, values,
                           None if full else mask, rx.sent_at_ns, now, rx.wire_bytes, parts)
             rx.conn.inbox.put((msg, record))
+        if any(d.reason != "nack" for d in done):
+            self._regrant()
 
 
 class BoundedLossTransport(DatagramTransport):

@@ -59,6 +59,7 @@ class Rx:
     end_at: float | None = None  # monotonic time the last END was read (None: no pass)
     end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
     ends: int = 0  # END frames of the current pass read so far (a tagged pass sends several)
+    granted_kbit: int = 0  # the last GRANT sent for it (congestion.py); 0: none yet
     begun_ns: int = field(default_factory=time.monotonic_ns)
     # A CadentFlow-tagged message: its cuts' wire layout (``total`` is then the wire
     # length, padding included, and ``elements`` the message's), the slots each cut

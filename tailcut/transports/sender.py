@@ -66,18 +66,24 @@ class Packets:
             None if tos is None else tos[order])
 
 
+Rate = Callable[[], "float | None"]
+
+
 def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np.ndarray,
-         rate_bit: float | None, stop: threading.Event, deadline: float | None,
+         rate_bit: float | Rate | None, stop: threading.Event, deadline: float | None,
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
          tos: np.ndarray | None = None) -> int:
-    """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows), in bursts
-    of BURST_PACKETS; return early once ``stop`` is set. Returns the packets sent.
-    ``sendto`` replaces sendmmsg with one call per datagram (a test's lossy socket).
-    ``tos[slot]`` (CadentFlow) is the IP_TOS of slot's datagram."""
+    """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
+    is asked again after every burst, so a grant or a change in what else is being sent
+    takes effect within a burst), in bursts of BURST_PACKETS; return early once ``stop``
+    is set. Returns the packets sent. ``sendto`` replaces sendmmsg with one call per
+    datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
+    slot's datagram."""
     batch = packets.batch(sock, order, addr, tos) if sendto is None else None
     tagged = [0]  # the TOS the per-datagram path left on the socket
+    rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)  # type: ignore[assignment,return-value]
     try:
-        return _pace(packets, order, rate_bit, stop, deadline, peer, batch,
+        return _pace(packets, order, rate_of, stop, deadline, peer, batch,
                      lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged))
     finally:
         if tagged[0]:
@@ -96,12 +102,11 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
     sendto(packets.datagram(slot), addr)
 
 
-def _pace(packets: Packets, order: np.ndarray, rate_bit: float | None,
+def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | None, send_one: Callable[[int], None]) -> int:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
-    started = time.monotonic()
-    wire_bits = 0
+    due = time.monotonic()  # when the link has carried what was sent so far
     lengths = packets.lengths[order]
     for first in range(0, len(order), BURST_PACKETS):
         count = min(BURST_PACKETS, len(order) - first)
@@ -110,21 +115,24 @@ def _pace(packets: Packets, order: np.ndarray, rate_bit: float | None,
         else:
             for slot in order[first:first + count]:
                 send_one(int(slot))
-        wire_bits += 8 * int(lengths[first:first + count].sum()
-                             + count * (wire.IP_UDP_BYTES + ETH_BYTES))
         if stop.is_set():
             return first + count
         if deadline is not None and time.monotonic() > deadline:
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
-        if rate_bit:
-            # Paced against the start, not burst by burst: a late wake-up (sleep
-            # overshoot, another process on the CPU) is made up by the next bursts.
-            ahead = started + wire_bits / rate_bit - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-            elif ahead < -CATCH_UP_S:
-                # After a long stall, make up at most CATCH_UP_S: a bigger burst would
-                # overflow the link's queue (1000 packets on a veth) and turn a stall
-                # into losses.
-                started -= ahead + CATCH_UP_S
+        rate_bit = rate_of()
+        now = time.monotonic()
+        if not rate_bit:
+            due = now
+            continue
+        # Paced against the running total, not burst by burst: a late wake-up (sleep
+        # overshoot, another process on the CPU) is made up by the next bursts.
+        due += 8 * int(lengths[first:first + count].sum()
+                       + count * (wire.IP_UDP_BYTES + ETH_BYTES)) / rate_bit
+        ahead = due - now
+        if ahead > 0:
+            time.sleep(ahead)
+        elif ahead < -CATCH_UP_S:
+            # After a long stall, make up at most CATCH_UP_S: a bigger burst would
+            # overflow the link's queue and turn a stall into losses.
+            due = now - CATCH_UP_S
     return len(order)

@@ -32,13 +32,16 @@ def test_bad_transport_settings_name_the_field(line: str, words: str) -> None:
     assert words in error_of(f"spec: {{transport: {line}}}")
 
 
-def test_the_runtime_gives_workers_a_share_of_the_link_and_the_ps_all_of_it() -> None:
+def test_no_sender_gets_a_static_share_unless_the_spec_sets_a_rate() -> None:
     job = spec.load_file("examples/bounded-loss.yaml")
     topo = topology.plan(job)
     ps = plan.transport_options(job, topo.pod("ps-0"))
     w = plan.transport_options(job, topo.pod("worker-2"))
-    assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "rate_mbit": 1000.0,
+    assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "rate_mbit": None,
                   "seed": 0, "p": 0.9, "xdp_mode": "generic"}
-    assert w["rate_mbit"] == 250.0 and w["seed"] == 3
+    assert w["rate_mbit"] is None and w["seed"] == 3
+    capped = load("spec: {transport: {type: udp, rateMbit: 300}}")
+    assert plan.transport_options(capped, topology.plan(capped).pod("worker-0"))[
+        "rate_mbit"] == 300
     tcp = load("spec: {transport: {type: tcp}}")
     assert plan.transport_options(tcp, topology.plan(tcp).pod("ps-0")) == {"type": "tcp"}

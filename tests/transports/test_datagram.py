@@ -14,6 +14,7 @@ import pytest
 from tailcut import transports
 from tailcut.transports import base, control, datagram, wire
 from tailcut.transports.base import Kind, Message
+from tests import waiting
 
 VECTOR = np.random.default_rng(1).standard_normal(50_000).astype(np.float32)  # 139 packets
 
@@ -450,6 +451,9 @@ def test_each_cut_of_a_tagged_message_lands_in_its_priority_class(classified_lin
             assert done == sorted(done), done
             ok = delivered(msg)
             assert np.array_equal(msg.values[ok], VECTOR[ok])
+        # A message that arrived whole is delivered before its ENDs are read: the
+        # sender thread sends them right after, so wait until it has.
+        waiting.until(lambda: not c.tx, within_s=5)
         counts = counter.counts()
         for level, slots in layout_slots.items():
             # Its cuts' packets, and the one END frame per class each pass ends with.
@@ -462,3 +466,51 @@ def test_each_cut_of_a_tagged_message_lands_in_its_priority_class(classified_lin
             assert s.recv(20).kind == Kind.HELLO
         assert counter.counts()[3][0] >= 5
         assert counter.counts()[0][0] == messages * (layout_slots[0] + 1)
+
+
+# ---- congestion: grants and asynchronous sending ----------------------------------------
+
+
+def test_a_grant_paces_only_the_message_it_names_and_never_below_the_floor() -> None:
+    from tailcut.transports import congestion
+    with pair("bounded-loss", 27211, p=0.9, xdp=False, job="bl-grant") as (_, _s, client, c):
+        tx = c.tx[0xABC] = datagram._Tx()
+        try:
+            client._on_frame(c, control.Frame(control.FrameType.GRANT, message=0xABC, count=0))
+            assert tx.grant_bit == congestion.MIN_RATE_BIT   # a hostile 0 is bounded
+            client._on_frame(c, control.Frame(control.FrameType.GRANT, message=0xABC,
+                                              count=250_000))
+            assert tx.grant_bit == 250e6 and tx.lowest_grant_bit == congestion.MIN_RATE_BIT
+            # a grant of a message not being sent (finished, or never begun) is moot
+            client._on_frame(c, control.Frame(control.FrameType.GRANT, message=0xDEF,
+                                              count=1))
+            assert 0xDEF not in c.tx
+        finally:
+            del c.tx[0xABC]
+
+
+def test_a_failure_while_sending_is_raised_by_the_next_send_and_by_recv() -> None:
+    """Every datagram lost: the message cannot reach p before its deadline. send has
+    returned by then (the packets go out from the connection's sender thread), so the
+    timeout is what the role sees next, from recv and from send."""
+    with pair("bounded-loss", 27212, p=0.9, xdp=False, job="bl-fail") as (_, _s, client, c):
+        client._udp = _Wrapped(client._udp, lambda data, addr: len(data))  # all lost
+        started = time.monotonic()
+        c.send(Message(Kind.PUSH, 0, 0, VECTOR), 0.5)
+        assert time.monotonic() - started < 0.5   # handed over, not sent yet
+        with pytest.raises(base.TransportTimeout, match="ran out of time|did not confirm"):
+            c.recv(10)
+        with pytest.raises(base.TransportTimeout, match="ran out of time|did not confirm"):
+            c.send(Message(Kind.PUSH, 1, 0, VECTOR), 1)
+
+
+def test_messages_sent_back_to_back_arrive_whole_and_in_order() -> None:
+    with pair("bounded-loss", 27213, p=1.0, xdp=False, job="bl-order") as (_, s, _client, c):
+        vectors = [VECTOR * (i + 1) for i in range(4)]
+        for i, v in enumerate(vectors):
+            c.send(Message(Kind.PUSH, i, 0, v), 10)
+        vectors[0][:] = 0   # the caller may reuse its array once send returns
+        got = [s.recv(10) for _ in vectors]
+        assert [m.iteration for m in got] == [0, 1, 2, 3]
+        assert np.array_equal(got[0].values, VECTOR)
+        assert all(np.array_equal(m.values, VECTOR * (i + 1)) for i, m in enumerate(got))

@@ -1,0 +1,124 @@
+"""Receiver-driven rates for the datagram transports: a sender takes the link when it is
+free and shares it when it is not.
+
+A receiver knows the rate of its own link (the HTB class on its interface: the
+rack's port towards it is shaped the same) and every message converging on it (begun
+and not finished). Whenever that set changes it grants each of their senders an equal
+share in a GRANT frame (control.py), as Homa, NDP and EQDS let the receiver schedule
+its own downlink. A sender paces each message at the smaller of the last grant and
+its own link's rate divided by the messages it is sending at once, so:
+
+- one sender alone, to one receiver: the whole link (no static ``rate / workers``);
+- N workers pushing into the PS at once (BSP incast): each rate / N;
+- the PS pulling to N workers: its own link split N ways, all sent concurrently.
+
+What is shared out is the link less the other traffic arriving on it (background
+flows, another job): the receiver reads its interface's byte counter
+(/proc/net/dev, per network namespace) every SAMPLE_S, subtracts its own datagrams,
+and grants what is left, never less than MIN_POOL of the link, as TCP flows sharing
+the link would leave it. So background load is not run over, and a shallow switch
+buffer sees little more than the link can carry.
+
+Before its first grant a message starts at the lowest grant the previous message on
+the same connection had (a BSP push starts at its last iteration's share), or at its
+own link's rate on a connection's first message. What the estimate misses (a burst
+of other traffic within a sample, congestion upstream on an uplink) ends as queueing
+or as drops, and the p floor (NACK and retransmit) still holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+MIN_RATE_BIT = 1e6  # no grant paces a sender below 1 Mbit/s (a hostile or stale GRANT)
+MAX_GRANT_KBIT = 0xFFFF_FFFF  # the frame's count field: 4.3 Tbit/s
+REGRANT_RATIO = 0.02  # shares closer than 2% to the last grant are not sent again
+SAMPLE_S = 0.005  # how often the receiver reads its link's byte counter
+SMOOTH_S = 0.02  # time constant of the other traffic's moving average
+MIN_POOL = 0.1  # the share of the link the job's messages always get
+WIRE_OVERHEAD_BYTES = 14 + 20 + 8  # Ethernet, IP and UDP headers of each datagram
+
+
+class Granted(Protocol):
+    """What a receiver keeps per message being received: the last grant it sent."""
+
+    granted_kbit: int
+
+
+def shares(link_bit: float | None, active: Sequence[Granted]) -> list[tuple[Granted, int]]:
+    """The (message, kbit/s) grants to send: an equal share of ``link_bit`` for every
+    message in ``active`` whose last grant differs by more than REGRANT_RATIO. Each
+    returned message's ``granted_kbit`` is updated. None (unshaped link): no grants."""
+    if link_bit is None or not active:
+        return []
+    share = min(MAX_GRANT_KBIT, max(1, int(link_bit / len(active) / 1e3)))
+    changed = []
+    for rx in active:
+        if abs(rx.granted_kbit - share) > REGRANT_RATIO * share:
+            rx.granted_kbit = share
+            changed.append((rx, share))
+    return changed
+
+
+def sender_rate(own_bit: float | None, sending: int, grant_bit: float | None) -> float | None:
+    """The rate to pace one message at: its share of the sender's own link (``own_bit``
+    split over the ``sending`` messages under way) and at most its grant. None: as fast
+    as the CPU allows (unshaped and ungranted)."""
+    own = own_bit / max(1, sending) if own_bit else None
+    if grant_bit is None:
+        return own
+    grant = max(MIN_RATE_BIT, grant_bit)
+    return grant if own is None else min(own, grant)
+
+
+class LinkMonitor:
+    """The rate of the traffic other than ours arriving on one interface, from its
+    receive byte counter, smoothed over SMOOTH_S."""
+
+    def __init__(self, ifname: str, proc_net_dev: str = "/proc/net/dev") -> None:
+        self.ifname = ifname
+        self.path = proc_net_dev
+        self.other_bit = 0.0
+        self._last: tuple[float, int] | None = None  # (time, interface bytes)
+        self._ours = 0  # our datagram bytes since the last sample
+
+    def ours(self, datagram_bytes: int, datagrams: int) -> None:
+        """Count datagrams of ours that arrived (their payload bytes and number)."""
+        self._ours += datagram_bytes + datagrams * WIRE_OVERHEAD_BYTES
+
+    def sample(self, now: float | None = None) -> float | None:
+        """Read the counter; the smoothed other traffic in bit/s (None: unreadable)."""
+        now = time.monotonic() if now is None else now
+        total = self._read()
+        if total is None:
+            return None
+        last, self._last = self._last, (now, total)
+        ours, self._ours = self._ours, 0
+        if last is None or now <= last[0]:
+            return self.other_bit
+        dt = now - last[0]
+        other = max(0.0, 8 * (total - last[1] - ours) / dt)
+        weight = min(1.0, dt / SMOOTH_S)
+        self.other_bit += weight * (other - self.other_bit)
+        return self.other_bit
+
+    def _read(self) -> int | None:
+        try:
+            with open(self.path, "rb") as f:
+                for line in f:
+                    name, _, rest = line.partition(b":")
+                    if rest and name.strip().decode() == self.ifname:
+                        return int(rest.split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+
+def pool(link_bit: float | None, other_bit: float) -> float | None:
+    """What the receiver shares out: its link less the other traffic on it, at least
+    MIN_POOL of the link."""
+    if link_bit is None:
+        return None
+    return max(MIN_POOL * link_bit, link_bit - other_bit)

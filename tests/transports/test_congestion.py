@@ -1,0 +1,83 @@
+"""Receiver-driven rates: equal shares of what the receiver's link has left, grants
+sent only when they change, a sender's rate the smaller of its share and its grant,
+and the other traffic on a link read from its byte counter."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tailcut.transports import congestion
+
+GBIT = 1e9
+
+
+@dataclass
+class Msg:
+    granted_kbit: int = 0
+
+
+def test_each_message_converging_on_a_receiver_gets_an_equal_share_of_its_link() -> None:
+    active = [Msg(), Msg(), Msg(), Msg()]
+    grants = congestion.shares(GBIT, active)
+    assert [kbit for _, kbit in grants] == [250_000] * 4
+    assert all(m.granted_kbit == 250_000 for m in active)
+
+
+def test_a_share_is_granted_again_only_when_it_moves_by_more_than_two_percent() -> None:
+    active = [Msg(), Msg()]
+    congestion.shares(GBIT, active)
+    assert congestion.shares(GBIT * 1.01, active) == []          # 1% more: kept
+    assert len(congestion.shares(GBIT * 1.1, active)) == 2       # 10% more: sent
+    assert congestion.shares(GBIT, active[:1])[0][1] == 1_000_000  # alone: the whole link
+
+
+def test_an_unshaped_link_grants_nothing() -> None:
+    assert congestion.shares(None, [Msg()]) == []
+    assert congestion.shares(GBIT, []) == []
+
+
+def test_a_sender_paces_at_its_share_of_its_own_link_and_at_most_its_grant() -> None:
+    assert congestion.sender_rate(GBIT, 1, None) == GBIT            # alone, no grant yet
+    assert congestion.sender_rate(GBIT, 4, None) == GBIT / 4        # the PS to 4 workers
+    assert congestion.sender_rate(GBIT, 1, GBIT / 8) == GBIT / 8    # incast: the grant
+    assert congestion.sender_rate(GBIT, 4, GBIT) == GBIT / 4
+    assert congestion.sender_rate(None, 1, None) is None             # unshaped, ungranted
+    assert congestion.sender_rate(None, 1, 5e8) == 5e8
+
+
+def test_a_grant_never_paces_a_sender_below_the_floor() -> None:
+    assert congestion.sender_rate(GBIT, 1, 0.0) == congestion.MIN_RATE_BIT
+
+
+def _dev(path: Path, eth0_rx_bytes: int) -> None:
+    path.write_text(
+        "Inter-|   Receive                                                |  Transmit\n"
+        " face |bytes    packets errs drop fifo frame compressed multicast|bytes ...\n"
+        f"    lo:  999 1 0 0 0 0 0 0 999 1 0 0 0 0 0 0\n"
+        f"  eth0: {eth0_rx_bytes} 10 0 0 0 0 0 0 5 1 0 0 0 0 0 0\n")
+
+
+def test_the_monitor_counts_what_arrived_on_the_link_that_was_not_ours(tmp_path) -> None:
+    dev = tmp_path / "dev"
+    _dev(dev, 1_000_000)
+    mon = congestion.LinkMonitor("eth0", str(dev))
+    assert mon.sample(0.0) == 0.0
+    # 100 ms later: 2.5 MB more arrived, 1.25 MB of it our datagrams (with headers).
+    _dev(dev, 3_500_000)
+    mon.ours(1_250_000 - 1000 * congestion.WIRE_OVERHEAD_BYTES, 1000)
+    other = mon.sample(0.1)
+    assert other == pytest.approx(8 * 1_250_000 / 0.1)   # 100 Mbit/s of others
+    assert congestion.pool(GBIT, other) == pytest.approx(GBIT - 1e8)
+
+
+def test_the_pool_keeps_a_floor_when_others_fill_the_link() -> None:
+    assert congestion.pool(GBIT, 5 * GBIT) == congestion.MIN_POOL * GBIT
+    assert congestion.pool(None, 0.0) is None
+
+
+def test_an_unreadable_counter_reports_nothing(tmp_path) -> None:
+    assert congestion.LinkMonitor("eth0", str(tmp_path / "missing")).sample(0.0) is None
+    dev = tmp_path / "dev"
+    _dev(dev, 1)
+    assert congestion.LinkMonitor("tc0", str(dev)).sample(0.0) is None
