@@ -9,11 +9,13 @@ FROM ${BASE}
 RUN apt-get update && apt-get install -y --no-install-recommends \
         python3 python3-venv python3-bpfcc iproute2 && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY tailcut ./tailcut
+# The BPF programs: pip installs them into the package as tailcut/ebpf/.
+COPY ebpf ./ebpf
 RUN python3 -m venv /venv && /venv/bin/pip install --no-cache-dir '.[k8s]' \
  && ln -s /usr/lib/python3/dist-packages/bcc \
       "$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/bcc" \
- && rm -rf /app/tailcut
+ && rm -rf /app/tailcut /app/ebpf
 ENV PATH=/venv/bin:$PATH PYTHONUNBUFFERED=1
 ENTRYPOINT ["python", "-m", "tailcut.k8s.agent"]

@@ -19,9 +19,23 @@ from typing import Any, Literal
 
 from tailcut.errors import DatapathError
 
-# ebpf/ sits next to the tailcut package; found from this file, not the cwd.
-# Package data (pyproject.toml), so a wheel or an image has the programs too.
-EBPF_DIR = Path(__file__).resolve().parent.parent / "ebpf"
+
+def _ebpf_dir() -> Path:
+    """Where the programs are, found from this file, not the cwd. Installed from a wheel
+    (an image), they are package data inside the package: tailcut/ebpf/. Run from a
+    checkout (an editable install, or PYTHONPATH), tailcut is the checkout's and they
+    are its top-level ebpf/ (pyproject.toml maps tailcut.ebpf there). Not found by
+    importing tailcut.ebpf: setuptools' editable finder does not import a namespace
+    subpackage mapped elsewhere (pypa/setuptools#4943), and under PYTHONPATH another
+    checkout's editable install would answer."""
+    package = Path(__file__).resolve().parent.parent
+    installed, checkout = package / "ebpf", package.parent / "ebpf"
+    if not installed.is_dir() and (package.parent / "pyproject.toml").is_file():
+        return checkout
+    return installed
+
+
+EBPF_DIR = _ebpf_dir()
 
 ProgType = Literal["sched_cls", "xdp"]
 
@@ -85,8 +99,8 @@ def load(stem: str, functions: Mapping[str, ProgType],
     function in `functions` as the given program type."""
     path = source(stem)
     if not path.is_file():
-        raise DatapathError(f"BPF source {path} is missing: tailcut/ebpf/ is package "
-                            "data of tailcut (reinstall tailcut)")
+        raise DatapathError(f"BPF source {path} is missing: ebpf/ is package data of "
+                            "tailcut (reinstall tailcut)")
     try:
         from bcc import BPF  # imported here so that importing tailcut never needs BCC
     except ImportError as err:

@@ -31,11 +31,11 @@ TAG = "0.1.0"
 BASE_REF = "localhost/tailcut/debian-base:bookworm"
 BASE_PACKAGES = ["python3", "python3-venv", "ca-certificates"]
 # name -> (Dockerfile, what it copies from the repository)
+PACKAGE = ["pyproject.toml", "setup.py", "README.md", "tailcut", "ebpf"]  # pip install .
 IMAGES = {
-    "worker": ("workers/Dockerfile", ["pyproject.toml", "README.md", "tailcut", "workers"]),
-    "operator": ("operator/Dockerfile", ["pyproject.toml", "README.md", "tailcut", "operator"]),
-    "agent": ("operator/agent.Dockerfile", ["pyproject.toml", "README.md", "tailcut",
-                                            "operator"]),
+    "worker": ("workers/Dockerfile", [*PACKAGE, "workers"]),
+    "operator": ("operator/Dockerfile", [*PACKAGE, "operator"]),
+    "agent": ("operator/agent.Dockerfile", [*PACKAGE, "operator"]),
 }
 Progress = Callable[[str], None]
 
