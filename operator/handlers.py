@@ -165,8 +165,6 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
             return  # the job is gone; its pods go with it (ownerReferences)
         raise
     old = dict(tj.get("status") or {})
-    if old.get("phase") in TERMINAL and "jctSeconds" in old:
-        return
     try:
         job = spec.from_dict({"apiVersion": tj["apiVersion"], "kind": tj["kind"],
                               "metadata": {"name": name}, "spec": tj["spec"]})
@@ -175,13 +173,18 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
     pods = kubernetes.client.CoreV1Api().list_namespaced_pod(
         namespace, label_selector=f"{resources.LABEL_JOB}={name}")
     api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p) for p in pods.items]
-    figures = resources.figures_from_pods(job, api_pods)
     if old.get("phase") in TERMINAL:
-        # The workers finished first; ps-0's final figures came after: add only them.
-        if figures:
+        # The workers finished first; ps-0's final figures came after, and the node
+        # agents record each pod's queue drops as they release it: add only those.
+        late = {} if "jctSeconds" in old else resources.figures_from_pods(job, api_pods)
+        drops = resources.queue_drops_from_pods(api_pods)
+        if drops and drops != old.get("queueDrops"):
+            late["queueDrops"] = drops
+        if late:
             api.patch_namespaced_custom_object_status(
-                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": figures})
+                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name, {"status": late})
         return
+    figures = resources.figures_from_pods(job, api_pods)
     new: dict[str, Any] = {}
     _record_pods(job, pods.items, old, new,
                  tj["metadata"].get("generation"))
@@ -362,6 +365,9 @@ def _record_pods(job: spec.TrainingJob, pods: list[Any], old: dict[str, Any],
     network = resources.network_from_pods(api_pods)
     if network:   # what the node agents applied on the job's links
         target["network"] = network
+    drops = resources.queue_drops_from_pods(api_pods)
+    if drops:     # what their full queues dropped, as the agents released the pods
+        target["queueDrops"] = drops
 
 
 def _set_status(patch: Any, old: dict[str, Any], phase: str, reason: str, message: str,

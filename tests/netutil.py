@@ -1,6 +1,8 @@
 """Traffic for tests: small Python senders and receivers run inside pod namespaces."""
 
 import contextlib
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -93,6 +95,41 @@ def udp_delivered(src_ns: str, dst_ns: str, dst_ip: str, count: int,
     tx = start(src_ns, UDP_SENDER.format(ip=dst_ip, port=port, count=count))
     _finish(tx, 60)
     return int(_finish(rx, 30))
+
+
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33   # <asm-generic/socket.h>; not in Python 3.11
+
+
+def udp_burst_received(src_ns: str, dst_ns: str, dst_ip: str, count: int,
+                       size_bytes: int = 1000, priority: int = 0, port: int = 5205) -> int:
+    """Send `count` numbered datagrams of `size_bytes` back to back (no pacing: they
+    pile up in front of a slower link), into HTB class `priority` (SO_PRIORITY =
+    major:minor) if not 0; return how many distinct ones a receiver in `dst_ns` got."""
+    with netns.entered(dst_ns):
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with netns.entered(src_ns):
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    seen: set[int] = set()
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
+        rx.bind((dst_ip, port))
+        rx.settimeout(1.0)
+        # A socket out of room would make the sender wait: no burst, nothing dropped.
+        tx.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 64 << 20)
+        if priority:
+            tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, priority)
+        pad = bytes(size_bytes - 8)
+        for seq in range(count):
+            tx.sendto(struct.pack("!Q", seq) + pad, (dst_ip, port))
+        try:
+            while True:
+                seen.add(struct.unpack_from("!Q", rx.recv(65536))[0])
+        except socket.timeout:
+            pass
+    finally:
+        rx.close()
+        tx.close()
+    return len(seen)
 
 
 @contextlib.contextmanager

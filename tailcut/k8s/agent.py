@@ -14,7 +14,10 @@ keeps the default route for DNS and the API server). Both directions of the acce
 link are shaped, and with spec.scheduling.policy cadentflow both ends of every link
 get the HTB priority classes and the DSCP classifier (tailcut.scheduling.enforce), as
 under `tailcut run`. What was applied goes on the pod as the annotation
-tailcut.dev/network; the operator gathers it into the job's status.network.
+tailcut.dev/network; the operator gathers it into the job's status.network. When the
+pod ends, the packets its links' full queues dropped (both ends of its access link and
+of its rack's uplink, so far) go on it as tailcut.dev/queue-drops, which the operator
+gathers into status.queueDrops (network.json's queue_drops under `tailcut run`).
 
 When the pod goes (deleted, Succeeded or Failed, or missing when the agent relists)
 the agent removes its access link (and with it tc0 and their filters) and drops the
@@ -144,6 +147,7 @@ class Wired:
     replica: str         # ps-0, worker-3, bg-server-0: the pod's name in the plan
     fabric: Fabric
     where: str = ""      # <namespace>/<pod>, for the log
+    pod_name: str = ""   # the Kubernetes pod's name (in fabric.namespace)
     applied: dict[str, str] = field(default_factory=dict)
     enforcement: Optional[enforce.Enforcement] = None
 
@@ -218,6 +222,7 @@ def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, ov
 
 def remove_fabric(fabric: Fabric) -> None:
     try:
+        _count_uplink_drops(fabric)
         if fabric.aggregators:
             try:
                 log.info("%s/%s: aggregation: %s", fabric.namespace, fabric.job.name,
@@ -242,6 +247,21 @@ def remove_fabric(fabric: Fabric) -> None:
                 fabric.enforcement.detach()
         finally:
             build.remove_fabric(fabric.network)
+
+
+def _count_uplink_drops(fabric: Fabric) -> None:
+    """Add what the uplinks' full queues dropped to the agent's metrics (the pods'
+    access links were counted as each was released), and log it."""
+    try:
+        drops = fabric.network.queue_drops()   # the uplinks: no pod is wired any more
+    except Exception as err:   # noqa: BLE001 -- a counter must not keep a fabric built
+        log.warning("%s/%s: cannot read the uplinks' queue drops: %s", fabric.namespace,
+                    fabric.job.name, err)
+        return
+    metrics.queue_drops.inc(sum(drops.values()))
+    if any(drops.values()):
+        log.info("%s/%s: uplink queue drops: %s", fabric.namespace, fabric.job.name,
+                 ", ".join(f"{readable(fabric, {}, k)} {v}" for k, v in drops.items()))
 
 
 def _cadentflow(job: TrainingJob) -> bool:
@@ -297,6 +317,25 @@ def unwire(wired: Wired) -> None:
             build.unwire_pod(fabric.network, pod)
 
 
+def queue_drops(wired: Wired) -> tuple[dict[str, int], dict[str, int]]:
+    """The packets the full queues of the pod's access link (both ends) and of its
+    rack's uplink (both ends, shared with the rack's other pods) dropped so far, each
+    by readable link end ('worker-0/tc0', 'rack-0/up')."""
+    network = wired.fabric.network
+    topo = network.topology
+    pod = topo.pod(wired.replica)
+    access = [f"{ns}/{ifname}" for ns, ifname, _ in
+              enforce.access_egresses(topo, pod, wired.name, DATA_IF)]
+    uplink = [f"{ns}/{ifname}" for ns, ifname, _ in
+              enforce.uplink_egresses(topo, topo.racks[pod.rack])]
+    drops = network.queue_drops(access + uplink)
+    names = {wired.name: wired.replica}
+
+    def named(ends: list[str]) -> dict[str, int]:
+        return {readable(wired.fabric, names, e): drops[e] for e in ends if e in drops}
+    return named(access), named(uplink)
+
+
 def classified(wired: Wired) -> str:
     """The classifier's per-level packet counts, for the log line at release."""
     if wired.enforcement is None:
@@ -322,6 +361,7 @@ def count_classified(wired: Wired) -> None:
 
 WATCH_S = 300   # the API server ends each watch after this long; the agent re-lists
 ANNOTATION_NETWORK = resources.ANNOTATION_NETWORK
+ANNOTATION_QUEUE_DROPS = resources.ANNOTATION_QUEUE_DROPS
 
 
 class Agent:
@@ -339,7 +379,7 @@ class Agent:
     def handle(self, event_type: str, pod: Any) -> None:
         uid = pod.metadata.uid
         if event_type == "DELETED" or (pod.status and pod.status.phase in ("Succeeded", "Failed")):
-            self.release(uid)
+            self.release(uid, report=event_type != "DELETED")
             return
         if uid in self.wired or not pod.status or pod.status.phase != "Running":
             return
@@ -369,6 +409,7 @@ class Agent:
         except Exception:
             metrics.shaping_failures.inc()
             raise
+        wired.pod_name = pod.metadata.name
         metrics.pods_shaped_total.inc()
         metrics.pods_shaped.set(len(self.wired))
         log.info(f"{where}: {wired.description}")
@@ -434,20 +475,44 @@ class Agent:
             links[f"spine@{wired.fabric.node}/{overlay.VXLAN_IF}"] = vxlan
         return links
 
-    def release(self, uid: str) -> None:
+    def release(self, uid: str, report: bool = True) -> None:
         """Unwire the pod, drop its name, and remove its job's fabric if it was the
-        job's last pod on this node. Nothing wired is fine."""
+        job's last pod on this node. Nothing wired is fine. The queue drops of its
+        links are read first; with `report` they go on the pod for the job's status
+        (a pod already deleted has nowhere to keep them)."""
         wired = self.wired.pop(uid, None)
         if wired is None:
             return
         count_classified(wired)
+        drops = self._queue_drops(wired, report)
         try:
             unwire(wired)
         finally:
             detach(wired.name)
             self._drop_fabric_if_unused((wired.fabric.namespace, wired.fabric.job.name))
             metrics.pods_shaped.set(len(self.wired))
-        log.info(f"{wired.where}: released {wired.replica}{classified(wired)}")
+        log.info(f"{wired.where}: released {wired.replica}{classified(wired)}; queue "
+                 f"drops: {', '.join(f'{k} {v}' for k, v in drops.items()) or 'none read'}")
+
+    def _queue_drops(self, wired: Wired, report: bool) -> dict[str, int]:
+        """Read the queue drops of the pod's links (before they go), count its access
+        link's in the metrics and, with `report`, record them all on the pod. A
+        failure is logged: it must not keep the pod wired."""
+        try:
+            access, uplink = queue_drops(wired)
+        except Exception as err:   # noqa: BLE001 -- netlink's errors are many; log them
+            log.warning(f"{wired.where}: cannot read its links' queue drops: {err}")
+            return {}
+        metrics.queue_drops.inc(sum(access.values()))
+        drops = {**access, **uplink}
+        if report and wired.pod_name:
+            try:
+                self.core.patch_namespaced_pod(wired.pod_name, wired.fabric.namespace, {
+                    "metadata": {"annotations": {ANNOTATION_QUEUE_DROPS: json.dumps(drops)}}})
+            except Exception as err:   # noqa: BLE001 - the API's errors are many; log them
+                log.warning(f"{wired.where}: could not record its queue drops on the pod: "
+                            f"{err}")
+        return drops
 
     def _drop_fabric_if_unused(self, key: tuple[str, str]) -> None:
         fabric = self.fabrics.get(key)
@@ -487,7 +552,7 @@ class Agent:
         listed = self.core.list_pod_for_all_namespaces(resource_version="0", **selectors)
         present = {pod.metadata.uid for pod in listed.items}
         for uid in [u for u in self.wired if u not in present]:
-            self.release(uid)   # went away while the watch was down
+            self.release(uid, report=False)   # went away while the watch was down
         for pod in listed.items:
             yield "ADDED", pod
         watch = kubernetes.watch.Watch()

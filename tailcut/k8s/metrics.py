@@ -8,7 +8,9 @@ Operator: tailcut_operator_jobs{phase} (TrainingJobs it last saw in each phase),
 tailcut_operator_reconcile_errors_total, tailcut_operator_reconcile_seconds.
 Agent: tailcut_agent_shaped_pods (now), tailcut_agent_pods_shaped_total,
 tailcut_agent_shaping_failures_total, tailcut_agent_classified_packets_total{level}
-(CadentFlow classifier, counted when a pod is released).
+(CadentFlow classifier, counted when a pod is released),
+tailcut_agent_queue_drops_total (full link buffers: a pod's access link counted when
+the pod is released, an uplink when its job's fabric is removed).
 """
 
 import threading
@@ -40,6 +42,9 @@ shaping_failures = Counter("tailcut_agent_shaping_failures_total",
 classified_packets = Counter("tailcut_agent_classified_packets_total",
                              "packets the CadentFlow classifier put in each priority level",
                              ["level"], registry=agent_registry)
+queue_drops = Counter("tailcut_agent_queue_drops_total",
+                      "packets the queues of jobs' links dropped because they were full",
+                      registry=agent_registry)
 
 
 class JobPhases:

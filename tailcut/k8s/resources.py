@@ -32,6 +32,7 @@ LABEL_REPLICA = "tailcut.dev/replica"   # ps-0, worker-3: the pod's name inside 
 LABEL_RACK = "tailcut.dev/rack"
 ANNOTATION_SPEC_MAP = "tailcut.dev/spec-configmap"
 ANNOTATION_NETWORK = "tailcut.dev/network"   # the agent's: what the pod's links got
+ANNOTATION_QUEUE_DROPS = "tailcut.dev/queue-drops"   # the agent's, as it releases the pod
 SPEC_KEY = "spec.yaml"
 SPEC_MOUNT = "/etc/tailcut"
 PS_PORT = plan.PS_PORT
@@ -223,6 +224,29 @@ def network_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, str]:
         if isinstance(links, dict):
             applied.update({str(k): str(v) for k, v in links.items()})
     return dict(sorted(applied.items()))
+
+
+def queue_drops_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """status.queueDrops: the packets each link end's full queues dropped ("rack-0/up",
+    "worker-1/tc0": count) and their total, from what the node agents wrote on the pods
+    as they released them; {} before any has. An uplink's count grows while its pods
+    go and each of them reports it: the largest wins."""
+    ends: dict[str, int] = {}
+    for pod in pod_list:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            ANNOTATION_QUEUE_DROPS)
+        try:
+            drops = json.loads(raw) if raw else {}
+        except ValueError:
+            continue   # not the agent's writing: ignore rather than fail the status
+        if not isinstance(drops, dict):
+            continue
+        for end, count in drops.items():
+            if type(count) is int:
+                ends[str(end)] = max(ends.get(str(end), 0), count)
+    if not ends:
+        return {}
+    return {"total": sum(ends.values()), "byLinkEnd": dict(sorted(ends.items()))}
 
 
 def rack_scheduling(job: TrainingJob, rack: str,

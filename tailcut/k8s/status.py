@@ -63,6 +63,17 @@ class BackgroundStatus(_Model):
         default=None, description="that as a share of the target link's bandwidth")
 
 
+class QueueDrops(_Model):
+    """Packets dropped by full link buffers (not the random loss), as the pods end."""
+
+    # A node agent reports a pod's link ends, and its rack's uplink so far, when it
+    # releases the pod (tailcut.k8s.agent); the operator keeps the largest per end.
+
+    total: int = 0
+    by_link_end: dict[str, int] = Field(
+        default_factory=dict, description="per link end ('rack-0/up', 'worker-1/tc0')")
+
+
 class Status(_Model):
     phase: Optional[Phase] = None
     observed_generation: Optional[int] = Field(
@@ -85,6 +96,9 @@ class Status(_Model):
         default_factory=dict,
         description="per link end ('rack-0/up', 'worker-1/tc0'): the shaping the node "
                     "agent applied there, as network.json records it under tailcut run")
+    queue_drops: Optional[QueueDrops] = Field(
+        default=None, description="tail drops of full link buffers, as network.json's "
+                                  "queue_drops under tailcut run")
     background: Optional[BackgroundStatus] = Field(
         default=None, description="spec.backgroundLoad on Kubernetes: pods and statistics")
 

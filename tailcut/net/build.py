@@ -17,7 +17,7 @@ the same thing in two steps with the same functions: the spine and racks of a jo
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 from pyroute2 import IPRoute
 
@@ -91,6 +91,26 @@ class Network:
             p, q = d.counts()  # type: ignore[attr-defined]
             passed, dropped = passed + p, dropped + q
         return passed, dropped
+
+    def queue_drops(self, ends: Optional[Iterable[str]] = None) -> dict[str, int]:
+        """Per shaped link end ("ns/ifname"; all of them, or those of `ends`): the
+        packets its queues dropped so far because they were full
+        (tailcut.net.shaping.queue_drops), apart from the eBPF droppers' random loss.
+        Read it before teardown: the counters go with the links."""
+        by_ns: dict[str, list[str]] = {}
+        for end in self.applied if ends is None else ends:
+            ns, _, ifname = end.rpartition("/")
+            by_ns.setdefault(ns, []).append(ifname)
+        out = {}
+        for ns, ifnames in by_ns.items():
+            if not netns.exists(ns):
+                continue
+            with netns.ipr(ns) as ipr:
+                for ifname in ifnames:
+                    drops = shaping.queue_drops(ipr, ifname)
+                    if drops is not None:
+                        out[f"{ns}/{ifname}"] = drops
+        return out
 
     def pod_link_bytes(self) -> dict[str, dict[str, int]]:
         """Per wired pod, what its end of the access link sent and received so far

@@ -17,8 +17,10 @@ leftovers of a crashed run and remove only what is tailcut's:
                                   up               rack end of the uplink
                            spine: r<r>             spine end of rack r's uplink
                          each also carries the ifalias "tailcut:<job>".
-    qdiscs (HTB)         root 1:, class 1:1 = link rate, leaf 1:10 = default traffic;
-                         netem (when the kernel has it) hangs under 1:10 as 10:.
+    qdiscs (HTB)         root 1:, class 1:1 = link rate, leaf 1:10 = default traffic,
+                         1:20.. = CadentFlow priority levels; the leaf qdisc of class
+                         1:m is m: (netem under 1:10 is 10:, a buffer's pfifo/bfifo
+                         20: under 1:20), and a buffer under netem is 11:.
     addresses            rack r is 10.<r+1>.0.0/24 (r < 250); the spine is .1 of every
                          rack subnet and routes between them; pod i of a rack is .<i+2>.
 """

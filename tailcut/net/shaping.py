@@ -11,10 +11,30 @@ Every shaped interface gets the same HTB tree on its egress. For a 1 Gbit link w
 1:1 holds the link rate so that priority classes (CadentFlow) can later share it as
 siblings of 1:10. Without netem, loss becomes a Drop op (the eBPF dropper on the
 clsact egress hook, in front of HTB) and delay or jitter is refused.
+
+A link's buffer (bufferPackets or bufferBytes) is a Queue op: a tail-drop FIFO as the
+leaf of every HTB class, where packets wait for the class's rate, as they wait in a
+switch port's output queue. Each class has its own (not one buffer shared by the
+classes of a port). With a buffer of 8 packets and no netem:
+
+    tc qdisc replace dev X parent 1:10 handle 10: pfifo limit 8     (bfifo: bytes)
+    tc qdisc replace dev X parent 1:20 handle 20: pfifo limit 8     (each priority class)
+
+The leaf of class 1:m has handle m:. Without a buffer the leaves are the kernel's
+default (a pfifo of txqueuelen packets, 1000 on a veth, with no handle). With netem,
+10: is netem and the queue becomes netem's child (11:, under netem's class 10:1):
+netem holds each packet for its delay and then hands it to the child, where it waits
+for HTB's rate. netem's own `limit` would count the packets still on their delay as
+well, so a buffer of B packets would shrink with the delay; the child counts only the
+packets waiting for the link. netem's limit is then raised out of the way
+(DELAY_LINE_PACKETS): a wire does not drop what is in flight on it.
 """
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+
+from pyroute2.netlink.rtnl import tcmsg
+from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from tailcut.errors import KernelFeatureMissing
 from tailcut.spec.model import Link
@@ -25,10 +45,20 @@ if TYPE_CHECKING:
 ROOT = 0x10000          # 1:
 LINK_CLASS = 0x10001    # 1:1
 DEFAULT_CLASS = 0x10010  # 1:10
-NETEM_HANDLE = 0x100000  # 10:
+DEFAULT_LEAF = 0x100000  # 10:, the leaf of 1:10: netem, or else a buffer's queue
+NETEM_HANDLE = DEFAULT_LEAF
+NETEM_CLASS = 0x100001   # 10:1, netem's one class, where its child hangs
+NETEM_CHILD_HANDLE = 0x110000  # 11:
+NETEM_DEFAULT_LIMIT = 1000     # packets, the kernel's (and pyroute2's) default
+DELAY_LINE_PACKETS = 1_000_000  # netem's limit when a child queue is the buffer
 MTU_BYTES = 1514
 HTB_QUANTUM_MAX = 200_000  # bytes; the kernel warns about (and clamps) larger quanta
 GSO_BYTES = 65_536         # a veth hands HTB up to 64 KiB at once
+FIFO_KINDS = {"packets": "pfifo", "bytes": "bfifo"}
+
+# pyroute2 0.9 knows pfifo's options but not bfifo's; both are the kernel's struct
+# tc_fifo_qopt (one u32 limit, include/uapi/linux/pkt_sched.h), so bfifo borrows them.
+tcmsg.plugins.setdefault("bfifo", sched_pfifo)
 
 
 @dataclass(frozen=True)
@@ -51,6 +81,7 @@ class Netem:
     delay_ms: float
     jitter_ms: float
     loss: float
+    limit_packets: int = NETEM_DEFAULT_LIMIT
 
 
 @dataclass(frozen=True)
@@ -58,16 +89,50 @@ class Drop:
     loss: float
 
 
-Op = Union[Htb, Netem, Drop]
+@dataclass(frozen=True)
+class Queue:
+    """A tail-drop FIFO of `limit` packets (pfifo) or bytes (bfifo): the buffer a
+    packet waits in for its class's rate. `parent` and `handle` place it in the tree."""
+
+    limit: int
+    unit: Literal["packets", "bytes"]
+    parent: int = DEFAULT_CLASS
+    handle: int = DEFAULT_LEAF
+
+    @property
+    def kind(self) -> str:
+        return FIFO_KINDS[self.unit]
+
+    def under(self, classid: int) -> "Queue":
+        """The same queue as the leaf of HTB class `classid` (1:m gets handle m:)."""
+        return replace(self, parent=classid, handle=(classid & 0xFFFF) << 16)
+
+
+Op = Union[Htb, Netem, Drop, Queue]
+
+
+def buffer(link: Link) -> Optional[Queue]:
+    """The queue `link`'s buffer fields ask for, as the leaf of the default class; None
+    for the kernel's default queue."""
+    if link.buffer_packets is not None:
+        return Queue(link.buffer_packets, "packets")
+    if link.buffer_bytes is not None:
+        return Queue(link.buffer_bytes, "bytes")
+    return None
 
 
 def plan(link: Link, has_netem: bool, field: str) -> list[Op]:
     """The ops that shape one egress of `link`. `field` names the link in the spec
     (e.g. 'spec.network.uplink') for the error when the kernel cannot do it."""
     ops: list[Op] = [Htb(rate_bit=link.bandwidth)]
+    queue = buffer(link)
     wants_netem = link.delay_ms > 0 or link.jitter_ms > 0
     if has_netem and (wants_netem or link.loss > 0):
-        ops.append(Netem(delay_ms=link.delay_ms, jitter_ms=link.jitter_ms, loss=link.loss))
+        ops.append(Netem(delay_ms=link.delay_ms, jitter_ms=link.jitter_ms, loss=link.loss,
+                         limit_packets=NETEM_DEFAULT_LIMIT if queue is None
+                         else DELAY_LINE_PACKETS))
+        if queue is not None:
+            queue = replace(queue, parent=NETEM_CLASS, handle=NETEM_CHILD_HANDLE)
     elif wants_netem:
         which = "delayMs" if link.delay_ms > 0 else "jitterMs"
         raise KernelFeatureMissing(
@@ -77,14 +142,18 @@ def plan(link: Link, has_netem: bool, field: str) -> list[Op]:
             "shows what this one has)")
     elif link.loss > 0:
         ops.append(Drop(loss=link.loss))
+    if queue is not None:
+        ops.append(queue)
     return ops
 
 
 def drops_packets(ops: list[Op]) -> bool:
-    """Whether these ops lose packets. A lossy path needs its senders to hand the
-    kernel one wire packet per skb: loss acts on skbs, and a TSO/GSO skb carries up
-    to ~43 TCP segments, so 1% loss would drop 1% of bursts rather than of packets."""
-    return any(isinstance(op, Drop) or (isinstance(op, Netem) and op.loss > 0) for op in ops)
+    """Whether these ops lose packets (random loss, or a buffer that overflows). Such
+    a path needs its senders to hand the kernel one wire packet per skb: loss acts on
+    skbs, and a TSO/GSO skb carries up to ~43 TCP segments, so 1% loss would drop 1%
+    of bursts rather than of packets, and a buffer of 8 packets would hold 8 bursts."""
+    return any(isinstance(op, (Drop, Queue)) or (isinstance(op, Netem) and op.loss > 0)
+               for op in ops)
 
 
 def describe(ops: list[Op]) -> str:
@@ -95,10 +164,18 @@ def describe(ops: list[Op]) -> str:
             parts.append(f"htb {op.rate_bit / 1e6:g} Mbit/s")
         elif isinstance(op, Netem):
             parts.append(f"netem delay {op.delay_ms:g} ms jitter {op.jitter_ms:g} ms "
-                         f"loss {op.loss:g}")
+                         f"loss {op.loss:g}"
+                         + (f" limit {op.limit_packets}" if op.limit_packets !=
+                            NETEM_DEFAULT_LIMIT else ""))
+        elif isinstance(op, Queue):
+            parts.append(describe_queue(op))
         else:
             parts.append(f"ebpf dropper loss {op.loss:g}")
     return ", ".join(parts)
+
+
+def describe_queue(queue: Queue) -> str:
+    return f"{queue.kind} buffer {queue.limit} {queue.unit} per class"
 
 
 def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[object]:
@@ -119,11 +196,44 @@ def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[o
         elif isinstance(op, Netem):
             ipr.tc("replace", "netem", index, NETEM_HANDLE, parent=DEFAULT_CLASS,
                    delay=int(op.delay_ms * 1000), jitter=int(op.jitter_ms * 1000),
-                   loss=op.loss * 100)
+                   loss=op.loss * 100, limit=op.limit_packets)
+        elif isinstance(op, Queue):
+            apply_queue(op, ipr, index)
         else:
             from tailcut.datapath import dropper  # BCC loads only when a link drops
             attached.append(dropper.attach(netns_name, ifname, op.loss))
     return attached
+
+
+def apply_queue(queue: Queue, ipr: "IPRoute", index: int) -> None:
+    ipr.tc("replace", queue.kind, index, queue.handle, parent=queue.parent,
+           limit=queue.limit)
+
+
+def queue_drops(ipr: "IPRoute", ifname: str) -> Optional[int]:
+    """Packets the queues of `ifname`'s HTB tree dropped because they were full: the
+    drops of every pfifo/bfifo leaf (ours, under a class or under netem), plus those of
+    each leaf class still on the kernel's default queue (not listed among qdiscs, so
+    read from the class: HTB counts what its leaf refused). netem's own drops (its
+    random loss) and the eBPF dropper's (before HTB) are not queue drops; without a
+    buffer on a kernel with netem, netem's own queue overflows uncounted here.
+    None if `ifname` is gone or has no tree of ours."""
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        return None
+    qdiscs = ipr.get_qdiscs(index=found[0])
+    if not any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == ROOT for q in qdiscs):
+        return None
+    drops = sum(_drops(q) for q in qdiscs if q.get_attr("TCA_KIND") in FIFO_KINDS.values())
+    classes = ipr.get_classes(index=found[0])
+    parents = {c["parent"] for c in classes} | {q["parent"] for q in qdiscs}
+    return drops + sum(_drops(c) for c in classes if c["handle"] not in parents)
+
+
+def _drops(msg: Any) -> int:
+    stats = msg.get_attr("TCA_STATS2")
+    queue = stats.get_attr("TCA_STATS_QUEUE") if stats is not None else None
+    return int(queue["drops"]) if queue is not None else 0
 
 
 # -- CadentFlow priority classes ----------------------------------------------------
@@ -160,6 +270,7 @@ class PrioClass:
     # whatever their prio, so a GSO-sized bucket let an idle low level send ~67 kB
     # ahead of a busy urgent one. The ceil bucket (cburst) stays large: it sets the rate.
     burst_bytes: int = MTU_BYTES
+    queue: Optional[Queue] = None   # its leaf; None: the kernel's default (or apply's)
 
     @property
     def cburst_bytes(self) -> int:
@@ -170,10 +281,12 @@ class PrioClass:
         return max(MTU_BYTES, min(HTB_QUANTUM_MAX, self.rate_bit // 8 // 10))
 
 
-def plan_priorities(link_rate_bit: int, levels: int,
-                    weights: list[float] | None = None) -> list[PrioClass]:
+def plan_priorities(link_rate_bit: int, levels: int, weights: list[float] | None = None,
+                    queue: Optional[Queue] = None) -> list[PrioClass]:
     """The classes for `levels` priority levels on a link of `link_rate_bit`, the
-    default class first. `weights` (one per level) turns strict priority into shares."""
+    default class first. `weights` (one per level) turns strict priority into shares.
+    `queue` (the link's buffer) becomes the leaf of each level's class; the default
+    class keeps the leaf `apply` gave it."""
     if not 1 <= levels <= HTB_MAX_PRIO:
         raise ValueError(f"levels={levels}: must be in 1..{HTB_MAX_PRIO} (HTB has 8 prio "
                          "values and the default class keeps the last one)")
@@ -188,8 +301,9 @@ def plan_priorities(link_rate_bit: int, levels: int,
         else:
             rate, prio = max(floor, int(link_rate_bit * weights[level] / sum(weights))), 0
             burst = Htb(rate).burst_bytes   # shares: each class must reach its rate
-        classes.append(PrioClass(level, 0x10000 | (PRIORITY_CLASS_BASE + level), rate,
-                                 link_rate_bit, prio, burst))
+        classid = 0x10000 | (PRIORITY_CLASS_BASE + level)
+        classes.append(PrioClass(level, classid, rate, link_rate_bit, prio, burst,
+                                 None if queue is None else queue.under(classid)))
     return classes
 
 
@@ -201,8 +315,11 @@ def apply_priorities(classes: list[PrioClass], ipr: "IPRoute", ifname: str) -> N
         ipr.tc("replace-class", "htb", index, cls.classid, parent=LINK_CLASS,
                rate=f"{cls.rate_bit}bit", ceil=f"{cls.ceil_bit}bit", prio=cls.prio,
                burst=cls.burst_bytes, cburst=cls.cburst_bytes, quantum=cls.quantum_bytes)
+        if cls.queue is not None:
+            apply_queue(cls.queue, ipr, index)
 
 
 def describe_priorities(classes: list[PrioClass]) -> str:
-    return ", ".join(f"1:{c.classid & 0xFFFF:x} prio {c.prio} rate {c.rate_bit / 1e6:g} Mbit/s"
-                     for c in classes)
+    queues = {describe_queue(c.queue) for c in classes if c.queue is not None}
+    return ", ".join([f"1:{c.classid & 0xFFFF:x} prio {c.prio} rate {c.rate_bit / 1e6:g} "
+                      "Mbit/s" for c in classes] + sorted(queues))

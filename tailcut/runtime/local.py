@@ -273,9 +273,12 @@ def _dissection_report(job: TrainingJob, results_dir: Path,
 
 def _record_network(network: build.Network, results_dir: Path) -> None:
     passed, dropped = network.dropper_counts()
+    queue_drops = network.queue_drops()   # full buffers: apart from the random loss
     _write_json(results_dir / "network.json",
                 {"applied": network.applied,
                  "ebpf_dropper": {"passed": passed, "dropped": dropped},
+                 "queue_drops": {"total": sum(queue_drops.values()),
+                                 "by_link_end": queue_drops},
                  "pod_links": network.pod_link_bytes()})
 
 

@@ -2,7 +2,7 @@
 
 For `cadentflow`, every shaped egress gets the HTB priority classes of
 tailcut.net.shaping.plan_priorities (siblings of the default class under the link
-class) and the DSCP classifier of tailcut.datapath.classifier at clsact egress pref 2:
+class, each with its own copy of the link's buffer as its queue) and the DSCP classifier of tailcut.datapath.classifier at clsact egress pref 2:
 each pod's eth0 (pod -> rack), the rack's port towards each pod (rack -> pod: where
 several senders meet on the way to one receiver), and both ends of every uplink. The
 DSCP survives bridging and routing, so one tag is honoured at every hop.
@@ -13,7 +13,7 @@ SO_MAX_PACING_RATE (tailcut.scheduling.madd and .pacing; the rates go to the rol
 their `flows` config), so the network needs no class per flow.
 
     handle = enforce.apply(topology, job.spec.scheduling)
-    handle = enforce.apply_to([(netns, "eth0", rate_bit)], scheduling)  # chosen egresses
+    handle = enforce.apply_to([(netns, "eth0", link)], scheduling)  # chosen egresses
     ...
     handle.counts()   # per pod: {level: (packets, bytes)}
     handle.detach()
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Optional
 from tailcut.errors import SpecError, detach_all
 from tailcut.net import naming, netns, shaping
 from tailcut.net.topology import Pod, Rack, Topology
-from tailcut.spec.model import Scheduling
+from tailcut.spec.model import Link, Scheduling
 
 if TYPE_CHECKING:
     from tailcut.spec.model import TrainingJob
@@ -103,21 +103,21 @@ def _check_coflow(job: "TrainingJob") -> None:
             "workers pace; run coflow without them")
 
 
-Egress = tuple[str, str, int]   # (netns, ifname, link rate in bit/s)
+Egress = tuple[str, str, Link]   # (netns, ifname, the link it sends on)
 
 
 def access_egresses(topo: Topology, pod: Pod, pod_ns: str,
                     ifname: str = POD_IFNAME) -> list[Egress]:
     """Both ends of `pod`'s access link: its own interface, and its rack's port."""
     rack = topo.racks[pod.rack]
-    return [(pod_ns, ifname, topo.access_link.bandwidth),
-            (rack.netns, naming.rack_port(pod.slot), topo.access_link.bandwidth)]
+    return [(pod_ns, ifname, topo.access_link),
+            (rack.netns, naming.rack_port(pod.slot), topo.access_link)]
 
 
 def uplink_egresses(topo: Topology, rack: Rack) -> list[Egress]:
     """Both ends of `rack`'s uplink: the rack's, and the spine's."""
-    return [(rack.netns, naming.RACK_UPLINK_IF, topo.uplink.bandwidth),
-            (topo.spine_netns, naming.spine_port(rack.index), topo.uplink.bandwidth)]
+    return [(rack.netns, naming.RACK_UPLINK_IF, topo.uplink),
+            (topo.spine_netns, naming.spine_port(rack.index), topo.uplink)]
 
 
 def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
@@ -129,8 +129,8 @@ def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
 
 
 def apply_to(egresses: list[Egress], scheduling: Scheduling) -> Enforcement:
-    """Add what `scheduling.policy` needs to each egress (netns, ifname, link rate in
-    bit/s) whose HTB tree tailcut.net.shaping.apply built: the local runtime's every
+    """Add what `scheduling.policy` needs to each egress (netns, ifname, link) whose
+    HTB tree tailcut.net.shaping.apply built: the local runtime's every
     shaped egress, the node agent's per pod and per node. All or nothing: if one fails, the
     classifiers already attached are detached."""
     result = Enforcement(scheduling.policy)
@@ -143,8 +143,9 @@ def apply_to(egresses: list[Egress], scheduling: Scheduling) -> Enforcement:
 
     weights = weights_of(scheduling)
     try:
-        for ns, ifname, rate_bit in egresses:
-            classes = shaping.plan_priorities(rate_bit, scheduling.priority_levels, weights)
+        for ns, ifname, link in egresses:
+            classes = shaping.plan_priorities(link.bandwidth, scheduling.priority_levels,
+                                              weights, shaping.buffer(link))
             with netns.ipr(ns) as ipr:
                 shaping.apply_priorities(classes, ipr, ifname)
             result.classifiers.append(classifier.attach(ns, ifname))

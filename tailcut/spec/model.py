@@ -35,6 +35,14 @@ class _Model(BaseModel):
                               alias_generator=to_camel, populate_by_name=True)
 
 
+# A switch port's output buffer (docs/network.md#switch-buffers). A byte limit must
+# hold one full-size Ethernet frame (1500 bytes of MTU + 14 of header, what a qdisc
+# counts on a veth), or the queue drops every full-size packet.
+MIN_BUFFER_BYTES: Final = 1514
+MAX_BUFFER_PACKETS: Final = 1_000_000      # ~1.5 GB of full frames: far past any switch
+MAX_BUFFER_BYTES: Final = 1_000_000_000
+
+
 class Link(_Model):
     """One direction-symmetric link: both directions get the same shaping."""
 
@@ -44,12 +52,45 @@ class Link(_Model):
     delay_ms: float = Field(default=0.0, ge=0.0, le=10_000.0, description="one-way delay")
     jitter_ms: float = Field(default=0.0, ge=0.0, le=10_000.0,
                              description="delay variation; needs delay_ms > 0")
+    buffer_packets: Optional[int] = Field(
+        default=None, ge=1, le=MAX_BUFFER_PACKETS,
+        description="output queue of each end of the link, in packets (tail drop, per "
+                    "HTB class); unset: the kernel's default queue (txqueuelen, 1000 "
+                    "packets)")
+    buffer_bytes: Optional[int] = Field(
+        default=None, ge=MIN_BUFFER_BYTES, le=MAX_BUFFER_BYTES,
+        description="output queue of each end of the link, in bytes (tail drop, per HTB "
+                    "class); at least one full frame, 1514; give this or bufferPackets")
+
+    @field_validator("buffer_packets", mode="before")
+    @classmethod
+    def _holds_a_packet(cls, value: object) -> object:
+        if type(value) is int and value < 1:
+            raise ValueError("must be at least 1 packet: a queue of none drops everything")
+        return value
+
+    @field_validator("buffer_bytes", mode="before")
+    @classmethod
+    def _holds_a_frame(cls, value: object) -> object:
+        if type(value) is int and value < MIN_BUFFER_BYTES:
+            raise ValueError(
+                f"must be at least {MIN_BUFFER_BYTES} bytes, one full-size Ethernet frame "
+                "(1500-byte MTU + 14-byte header): a smaller byte queue drops every "
+                "full-size packet (to count packets, use bufferPackets)")
+        return value
 
     @model_validator(mode="after")
     def _jitter_needs_delay(self) -> "Link":
         if self.jitter_ms > 0 and self.delay_ms == 0:
             raise ValueError(f"jitterMs: {self.jitter_ms} needs delayMs > 0 "
                              "(jitter varies a delay)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_buffer_unit(self) -> "Link":
+        if self.buffer_packets is not None and self.buffer_bytes is not None:
+            raise ValueError("bufferBytes: give bufferPackets or bufferBytes, not both (a "
+                             "queue's limit counts packets or bytes; remove one)")
         return self
 
 

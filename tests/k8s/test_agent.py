@@ -16,7 +16,7 @@ import yaml
 from pyroute2 import IPRoute
 
 from tailcut import spec
-from tailcut.k8s import agent, placement, resources
+from tailcut.k8s import agent, metrics, placement, resources
 from tailcut.net import netns, topology
 from tests import netutil, waiting
 from tests.k8s import fakepod
@@ -52,8 +52,9 @@ def as_yaml(j):
 
 
 class FakeCore:
-    """The API calls the agent makes: the job's spec config map, and the patch that
-    records a pod's links (kept here)."""
+    """The API calls the agent makes: the job's spec config map, and the patches that
+    record a pod's links and its queue drops (kept here, merged as the API server
+    merges annotations)."""
 
     def __init__(self, job_yaml, extra=None):
         self.job_yaml = job_yaml
@@ -64,7 +65,7 @@ class FakeCore:
         return SimpleNamespace(data={resources.SPEC_KEY: self.job_yaml, **self.extra})
 
     def patch_namespaced_pod(self, name, namespace, body):
-        self.annotations[name] = body["metadata"]["annotations"]
+        self.annotations.setdefault(name, {}).update(body["metadata"]["annotations"])
 
 
 @pytest.fixture
@@ -159,6 +160,33 @@ def test_agent_wires_pods_into_their_racks_with_the_planned_addresses_and_both_w
     assert fabric_namespaces("k8-demo") == [] and "tc0" not in in_pod(worker, "ip", "link")
     assert ps.proc.poll() is None and worker.proc.poll() is None, \
         "releasing must not end the pods"
+
+
+@pytest.mark.netns
+def test_a_pod_that_ends_leaves_its_links_queue_drops_for_the_jobs_status(pods, agents):
+    shallow = job("k8-buf", replicas={"workers": 1},
+                  network={"accessLink": {"bandwidth": "10Mbit", "bufferPackets": 8}})
+    topo = topology.plan(shallow)
+    node_agent = agents(as_yaml(shallow))
+    ps, worker = pods("ps-0"), pods("worker-0")
+    for pod in (ps, worker):
+        node_agent.handle("MODIFIED", pod_event(pod, "Running", "k8-buf"))
+    wired = node_agent.wired[worker.uid]
+    assert "pfifo buffer 8 packets per class" in wired.description
+    before = metrics.agent_registry.get_sample_value("tailcut_agent_queue_drops_total")
+    # worker-0 -> ps-0: piles up at the worker's own end (10 Mbit/s, 8 packets).
+    lost = 300 - netutil.udp_burst_received(worker.name, ps.name, topo.pod("ps-0").ip, 300)
+    node_agent.handle("MODIFIED", pod_event(worker, "Succeeded", "k8-buf"))
+    drops = json.loads(node_agent.core.annotations["k8-buf-worker-0"][
+        resources.ANNOTATION_QUEUE_DROPS])
+    assert set(drops) == {"worker-0/tc0", "rack-0/p1", "rack-0/up", "spine/r0"}
+    # (an IPv6 router solicitation of the new tc0 may be in the queue's count too)
+    assert lost >= 150 and lost <= drops["worker-0/tc0"] <= lost + 5
+    assert metrics.agent_registry.get_sample_value(
+        "tailcut_agent_queue_drops_total") - before == sum(drops.values())
+    node_agent.handle("DELETED", pod_event(ps, "Running", "k8-buf"))
+    assert resources.ANNOTATION_QUEUE_DROPS not in node_agent.core.annotations[
+        "k8-buf-ps-0"], "a deleted pod is not patched"
 
 
 @pytest.fixture

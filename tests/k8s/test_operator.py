@@ -208,6 +208,27 @@ def test_job_succeeds_when_its_workers_succeed(control_plane, namespace, operato
     assert tj["status"]["completionTime"]
 
 
+def test_queue_drops_the_agents_record_on_ended_pods_reach_the_status(control_plane,
+                                                                     namespace, operator):
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-drops", {"replicas": {"workers": 1}}))
+    _wait_job(control_plane, namespace, "k8-drops", "Pending", operator)
+    _set_pod_phase(control_plane, namespace, "k8-drops-ps-0", "Running")
+    _set_pod_phase(control_plane, namespace, "k8-drops-worker-0", "Succeeded")
+    _wait_job(control_plane, namespace, "k8-drops", "Succeeded", operator)
+    # As the node agent does when it releases each pod, after the job has ended: the
+    # shared uplink's count grew between the two.
+    for pod, drops in (("k8-drops-worker-0", {"worker-0/tc0": 7, "rack-0/up": 3}),
+                       ("k8-drops-ps-0", {"ps-0/tc0": 0, "rack-0/up": 5})):
+        control_plane.kubectl("-n", namespace, "annotate", "pod", pod,
+                              f"{resources.ANNOTATION_QUEUE_DROPS}={json.dumps(drops)}")
+    expected = {"total": 12, "byLinkEnd": {"ps-0/tc0": 0, "rack-0/up": 5,
+                                           "worker-0/tc0": 7}}
+    operator_proc.wait_for(lambda: operator_proc.get_json(
+        control_plane, "-n", namespace, "get", "trainingjob", "k8-drops")["status"].get(
+            "queueDrops") == expected, 60, "status.queueDrops", operator)
+
+
 def test_a_spec_change_after_start_is_reported_not_silently_ignored(control_plane, namespace,
                                                                       operator):
     control_plane.kubectl("-n", namespace, "apply", "-f", "-",

@@ -191,3 +191,16 @@ def test_the_network_status_gathers_what_the_agents_recorded_on_the_pods():
     assert resources.network_from_pods(pods) == {
         "ps-0/tc0": "htb 1 Gbit/s", "rack-0/up": "htb 10 Gbit/s",
         "worker-0/tc0": "htb 1 Gbit/s"}
+
+
+def test_queue_drops_gather_each_link_end_once_keeping_an_uplinks_latest_count():
+    def pod(drops):
+        return {"metadata": {"annotations": {resources.ANNOTATION_QUEUE_DROPS: drops}}}
+    # worker-0 ended first; ps-0 later saw the shared uplink's count grown.
+    pods = [pod(json.dumps({"worker-0/tc0": 7, "rack-0/p1": 0, "rack-0/up": 3})),
+            pod(json.dumps({"ps-0/tc0": 0, "rack-0/p0": 40, "rack-0/up": 5})),
+            pod("not json"), pod(json.dumps({"rack-0/p2": "many"})), {"metadata": {}}]
+    assert resources.queue_drops_from_pods(pods) == {
+        "total": 52, "byLinkEnd": {"ps-0/tc0": 0, "rack-0/p0": 40, "rack-0/p1": 0,
+                                   "rack-0/up": 5, "worker-0/tc0": 7}}
+    assert resources.queue_drops_from_pods([{"metadata": {}}]) == {}

@@ -115,6 +115,42 @@ def test_lossy_links_make_senders_emit_one_wire_packet_per_skb(built):
     assert net.applied[f"{pod.netns}/eth0"].endswith("gso_max_segs 1")
 
 
+def test_a_buffer_is_the_queue_of_both_ends_of_its_link_and_each_end_counts_drops(built):
+    net = built(job("buf", "{accessLink: {bufferPackets: 8}, uplink: {bufferBytes: 85000}}",
+                    workers=1))
+    topo = net.topology
+    pod, rack = topo.pod("ps-0"), topo.racks[0]
+    access = "htb 1000 Mbit/s, pfifo buffer 8 packets per class"
+    uplink = "htb 1000 Mbit/s, bfifo buffer 85000 bytes per class"
+    assert net.applied[f"{pod.netns}/eth0"] == access + ", gso_max_segs 1"
+    assert net.applied[f"{rack.netns}/{naming.rack_port(pod.slot)}"] == access
+    assert net.applied[f"{rack.netns}/up"] == uplink
+    assert net.applied[f"{topo.spine_netns}/{naming.spine_port(0)}"] == uplink
+    assert net.queue_drops() == {end: 0 for end in net.applied}
+
+
+@pytest.mark.bpf
+def test_queue_drops_are_counted_apart_from_the_droppers_random_loss(built):
+    net = built(job("bufloss", "{accessLink: {bandwidth: 10Mbit, loss: 0.1, "
+                               "bufferPackets: 8}}", workers=1))
+    ps = net.topology.pod("ps-0")
+    end = f"{ps.netns}/eth0"
+    dropper = next(d for d in net.pod_droppers["ps-0"] if d.netns == ps.netns)
+    # Only the burst on the pod's end: no IPv6 (router solicitations, MLD) from now on.
+    with netns.entered(ps.netns), open("/proc/sys/net/ipv6/conf/all/disable_ipv6", "w") as f:
+        f.write("1")
+    random_before, queue_before = dropper.counts()[1], net.queue_drops()[end]
+    # Pod -> spine: the pod's eth0 drops 10% at random, then queues at 10 Mbit/s.
+    got = netutil.udp_burst_received(ps.netns, net.topology.spine_netns,
+                                     net.topology.racks[0].gateway, 300)
+    lost = 300 - got
+    random = dropper.counts()[1] - random_before
+    full = net.queue_drops()[end] - queue_before
+    print(f"{lost} of 300 lost: {random} by the dropper, {full} by the full queue")
+    assert random > 0 and full > 0
+    assert random + full == lost
+
+
 def test_delay_on_a_kernel_without_netem_fails_before_anything_is_created():
     topo = topology.plan(job("nodelay", "{uplink: {delayMs: 5}}"))
     with pytest.raises(KernelFeatureMissing, match=r"spec.network.uplink.delayMs=5"):

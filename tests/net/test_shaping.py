@@ -49,3 +49,49 @@ def test_only_lossy_ops_ask_for_one_wire_packet_per_skb():
     assert shaping.drops_packets(shaping.plan(Link(loss=0.01), True, "f"))
     assert not shaping.drops_packets(shaping.plan(Link(delay_ms=1), True, "f"))
     assert not shaping.drops_packets(shaping.plan(Link(), False, "f"))
+
+
+def test_a_buffer_in_packets_becomes_a_pfifo_leaf_of_the_default_class():
+    ops = shaping.plan(Link(bandwidth="100Mbit", buffer_packets=8), False, "f")
+    assert ops == [shaping.Htb(rate_bit=10**8), shaping.Queue(8, "packets")]
+    queue = ops[1]
+    assert (queue.kind, queue.parent, queue.handle) == ("pfifo", shaping.DEFAULT_CLASS,
+                                                        0x100000)
+    assert shaping.describe(ops) == "htb 100 Mbit/s, pfifo buffer 8 packets per class"
+
+
+def test_a_buffer_in_bytes_becomes_a_bfifo_leaf():
+    ops = shaping.plan(Link(buffer_bytes=85_000), False, "f")
+    assert ops[1] == shaping.Queue(85_000, "bytes") and ops[1].kind == "bfifo"
+    assert shaping.describe(ops).endswith("bfifo buffer 85000 bytes per class")
+
+
+def test_without_a_buffer_the_kernels_default_queue_stays():
+    assert shaping.buffer(Link()) is None
+    assert not any(isinstance(op, shaping.Queue)
+                   for op in shaping.plan(Link(loss=0.1), False, "f"))
+    assert shaping.plan(Link(loss=0.1), True, "f")[1].limit_packets == 1000
+
+
+def test_a_buffer_on_a_lossy_link_without_netem_sits_behind_the_dropper():
+    ops = shaping.plan(Link(loss=0.05, buffer_packets=16), False, "f")
+    assert ops == [shaping.Htb(10**9), shaping.Drop(0.05), shaping.Queue(16, "packets")]
+
+
+def test_with_netem_the_buffer_is_netems_child_and_netem_no_longer_limits():
+    # Plan only: this kernel has no netem, so nothing here can apply it.
+    ops = shaping.plan(Link(delay_ms=5, buffer_packets=8), has_netem=True, field="f")
+    htb, netem, queue = ops
+    assert netem == shaping.Netem(delay_ms=5, jitter_ms=0, loss=0,
+                                  limit_packets=shaping.DELAY_LINE_PACKETS)
+    assert queue == shaping.Queue(8, "packets", parent=shaping.NETEM_CLASS,
+                                  handle=shaping.NETEM_CHILD_HANDLE)
+    assert shaping.NETEM_CLASS >> 16 == shaping.NETEM_HANDLE >> 16   # netem's own class
+    assert "limit 1000000" in shaping.describe(ops)
+    assert shaping.describe(ops).endswith("pfifo buffer 8 packets per class")
+
+
+def test_a_buffer_asks_senders_for_one_wire_packet_per_skb():
+    # A 64 kB GSO skb would count as one packet of the buffer.
+    assert shaping.drops_packets(shaping.plan(Link(buffer_packets=8), False, "f"))
+    assert shaping.drops_packets(shaping.plan(Link(buffer_bytes=20_000), False, "f"))

@@ -42,3 +42,17 @@ def test_the_classifier_and_the_plan_agree_on_class_minors():
 def test_bad_levels_or_weights_are_refused_by_name(levels, weights, field):
     with pytest.raises(ValueError, match=field):
         shaping.plan_priorities(10**9, levels, weights)
+
+
+def test_the_links_buffer_becomes_each_levels_own_leaf_and_the_default_keeps_its_own():
+    classes = shaping.plan_priorities(10**9, 2, queue=shaping.Queue(8, "packets"))
+    default, a, b = classes
+    assert default.queue is None    # shaping.apply gave 1:10 its leaf
+    assert (a.queue.parent, a.queue.handle) == (0x10020, 0x200000)
+    assert (b.queue.parent, b.queue.handle) == (0x10021, 0x210000)
+    assert a.queue.limit == b.queue.limit == 8
+    assert shaping.describe_priorities(classes).endswith(", pfifo buffer 8 packets per class")
+
+
+def test_without_a_buffer_the_levels_keep_the_kernels_default_queue():
+    assert all(c.queue is None for c in shaping.plan_priorities(10**9, 3))

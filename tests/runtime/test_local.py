@@ -99,3 +99,22 @@ def test_a_job_shorter_than_one_epoch_finishes_without_a_loss_plot(tmp_path):
     assert any("loss.png not drawn" in line for line in lines)
     assert (tmp_path / "metrics.json").exists() and not (tmp_path / "loss.png").exists()
     nothing_of("short")
+
+
+def test_a_run_records_what_full_buffers_dropped_per_link_end_apart_from_random_loss(
+        tmp_path):
+    job = spec.load_text(
+        "apiVersion: tailcut.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: shallow}\n"
+        "spec: {replicas: {workers: 2}, training: {iterations: 5, timeoutS: 60},"
+        " network: {accessLink: {bandwidth: 100Mbit, bufferPackets: 8}}}\n")
+    local.run(job, tmp_path, progress=lambda _: None)
+    network = json.loads((tmp_path / "network.json").read_text())
+    drops = network["queue_drops"]
+    assert set(drops["by_link_end"]) == set(network["applied"])   # every end, both ways
+    assert drops["total"] == sum(drops["by_link_end"].values())
+    assert network["ebpf_dropper"] == {"passed": 0, "dropped": 0}   # no loss asked for
+    print(f"queue drops: {drops}")
+    assert all("pfifo buffer 8 packets per class" in what
+               for end, what in network["applied"].items() if "rack" in end
+               and "/p" in end)
+    nothing_of("shallow")

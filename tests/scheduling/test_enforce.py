@@ -6,6 +6,7 @@ from tailcut import spec
 from tailcut.errors import SpecError
 from tailcut.net import topology
 from tailcut.scheduling import enforce
+from tailcut.spec.model import Link
 
 
 def _job(scheduling: dict) -> spec.TrainingJob:
@@ -90,5 +91,5 @@ def test_cadentflow_with_aggregators_or_a_replica_is_refused_naming_the_fields()
 
 def test_apply_to_chosen_egresses_adds_nothing_for_fair():
     # (no namespace is entered: fair adds nothing, so the egress need not exist)
-    assert enforce.apply_to([("tailcut-ks-none", "eth0", 10**8)],
+    assert enforce.apply_to([("tailcut-ks-none", "eth0", Link(bandwidth="100Mbit"))],
                             _job({"policy": "fair"}).spec.scheduling).classifiers == []

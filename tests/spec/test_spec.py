@@ -46,6 +46,14 @@ def test_explicit_placement_wins_and_the_rest_is_filled():
     assert job.spec.rack_of()["ps-0"] == "b"
 
 
+def test_buffers_are_unset_by_default_and_keep_their_unit():
+    link = load("spec: {network: {uplink: {bufferBytes: 85000}}}").spec.network
+    assert link.access_link.buffer_packets is None and link.access_link.buffer_bytes is None
+    assert link.uplink.buffer_bytes == 85_000
+    assert load("spec: {network: {accessLink: {bufferPackets: 8}}}").model_dump(
+        by_alias=True)["spec"]["network"]["accessLink"]["bufferPackets"] == 8
+
+
 def test_bandwidth_round_trips_in_tc_spelling():
     job = load("spec: {network: {uplink: {bandwidth: 2.5Gbit}}}")
     assert job.spec.network.uplink.bandwidth == 2_500_000_000
@@ -73,6 +81,14 @@ def test_bandwidth_round_trips_in_tc_spelling():
      "greater than or equal to 0"),
     ("spec: {network: {uplink: {jitterMs: 3}}}", "spec.network.uplink.jitterMs",
      "needs delayMs > 0"),
+    ("spec: {network: {uplink: {bufferPackets: 0}}}", "spec.network.uplink.bufferPackets=0",
+     "at least 1 packet"),
+    ("spec: {network: {accessLink: {bufferBytes: 1000}}}",
+     "spec.network.accessLink.bufferBytes=1000", "one full-size Ethernet frame"),
+    ("spec: {network: {accessLink: {bufferPackets: 8, bufferBytes: 20000}}}",
+     "spec.network.accessLink.bufferBytes", "give bufferPackets or bufferBytes, not both"),
+    ("spec: {network: {uplink: {bufferPackets: 2000000}}}",
+     "spec.network.uplink.bufferPackets=2000000", "less than or equal to 1000000"),
     ("spec: {network: {placement: {worker-0: rack-9}}}",
      "spec.network.placement.worker-0", "rack 'rack-9' does not exist"),
     ("spec: {network: {placement: {worker-7: rack-0}}}",
