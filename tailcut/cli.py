@@ -203,6 +203,11 @@ def _add_model_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser
                        help="which messages lose data: gradients, parameters or both (default)")
     sweep.add_argument("--range-bytes", type=int, default=1400,
                        help="payload bytes per packet for --granularity packet (default 1400)")
+    sweep.add_argument("--aggregation", choices=("mean", "unbiased"), default="mean",
+                       help="how the PS combines the gradient values that arrived: mean over "
+                            "the workers that delivered each coordinate (default) or "
+                            "unbiased (inverse-probability weighting), as "
+                            "spec.training.aggregation")
     sweep.add_argument("--max-epochs", type=int,
                        help="epochs after which a run counts as not converged "
                             "(default: the model's, see `tailcut models`)")
@@ -273,7 +278,8 @@ def _sweep(args: argparse.Namespace) -> int:
         result = sweep.sweep(name, loss=loss, step=args.step, p_max=args.p_max, runs=args.runs,
                              num_workers=args.workers, max_epochs=args.max_epochs,
                              bandwidth_bps=bandwidth, jobs=args.jobs,
-                             progress=lambda m: print(m, flush=True))
+                             progress=lambda m: print(m, flush=True),
+                             aggregation=args.aggregation)
         points += sweep.point_rows(result)
         table.append(sweep.table_row(result))
         for rows, path, fields in ((points, out / "sweep.csv", sweep.POINT_FIELDS),
@@ -284,7 +290,8 @@ def _sweep(args: argparse.Namespace) -> int:
                 writer.writerows(rows)
     png = sweep_plot.plot_sweep(out / "sweep.csv", out / "table3.csv", out / "fig2.png")
     print(f"\nLoss tolerance (x1) and convergence bound (x2), {args.granularity} loss on "
-          f"{args.direction}, {args.workers} workers, median of {args.runs} run(s):")
+          f"{args.direction}, {args.workers} workers, {args.aggregation} aggregation, "
+          f"median of {args.runs} run(s):")
     print(sweep.format_table(table))
     print(f"\nsweep took {time.monotonic() - started:.1f} s; results: {out} "
           f"(sweep.csv, table3.csv, {png.name})")

@@ -141,6 +141,7 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
         aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}
                      for a, agg in enumerate(r.aggregators)],
         staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
+        aggregation=t.aggregation,
         flows=flows if flows is not None else role_flows(job), hot=hotset.config(job),
         aggregate=innetagg.config(job))
 

@@ -38,6 +38,15 @@ def test_every_peer_is_its_address_on_the_jobs_links_and_a_listener_binds_its_ow
     assert aggregator.aggregators[0]["endpoint"] == f"{topo.pod('aggregator-0').ip}:7000"
 
 
+def test_the_aggregation_rule_reaches_every_role_and_defaults_to_the_mean():
+    topo = topology.plan(job(**SHARDED))
+    unbiased = job(training={"aggregation": "unbiased"}, **SHARDED)
+    for pod in ("ps-0", "ps-1", "worker-0", "aggregator-0"):
+        assert plan.role_config(unbiased, pod, "/r", plan.hosts(topo)).aggregation == "unbiased"
+    assert plan.role_config(job(), "ps-0", "/r", plan.hosts(topology.plan(job()))
+                            ).aggregation == "mean"
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_runs_on_both_executors(example):
     loaded = spec.load_file(example)

@@ -152,6 +152,13 @@ class Training(_Model):
     connection_window_us: int = Field(
         default=1000, ge=1, le=10**7,
         description="window over which a PS counts concurrent connections (IMC'20: 1000)")
+    aggregation: Literal["mean", "unbiased"] = Field(
+        default="mean",
+        description="how a bsp PS combines the gradient values that arrived over a lossy "
+                    "transport: mean (per coordinate, over the workers whose value arrived) "
+                    "or unbiased (sum / (workers x share delivered), inverse-probability "
+                    "weighting, unbiased for the all-worker mean under random loss; "
+                    "docs/bounded-loss.md)")
     seed: int = 0
     timeout_s: float = Field(default=600.0, gt=0.0, description="wall-time limit of the run")
 
@@ -384,6 +391,9 @@ class JobSpec(_Model):
         if t.staleness and t.sync_mode != "ssp":
             raise ValueError(f"training.staleness: {t.staleness} applies only to "
                              f"syncMode: ssp, not {t.sync_mode}")
+        if t.aggregation != "mean" and t.sync_mode != "bsp":
+            raise ValueError(f"training.aggregation: {t.aggregation} combines a bsp "
+                             f"iteration's pushes, so it needs syncMode: bsp, not {t.sync_mode}")
         if self.replicas.aggregators and t.sync_mode != "bsp":
             raise ValueError(f"training.syncMode: aggregators sum one iteration's updates, "
                              f"so they need bsp, not {t.sync_mode}")

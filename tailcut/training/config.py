@@ -22,6 +22,9 @@ the plain 1-PS BSP job above):
 - ``sync_mode`` ``bsp``, ``async`` or ``ssp`` with ``staleness`` (iterations a worker
   may run ahead of the slowest), ``ordering`` ``fifo`` or ``stf`` (shortest transfer
   first) for the updates a PS has waiting, ``window_us`` for concurrent connections.
+- ``aggregation``: how a bsp PS combines the gradient values that arrived, ``mean``
+  (over the workers that delivered each coordinate) or ``unbiased`` (inverse-probability
+  weighting; tailcut.training.aggregation).
 - ``flows``: the CadentFlow section, ``{"policy": "fair"}`` or ``{"policy": "cadentflow",
   "pull": {tensor: level}, "push": {tensor: level}}`` (tailcut.training.flows); null
   means neither cut nor log per tensor.
@@ -38,6 +41,7 @@ from typing import Any
 
 from tailcut import errors, transports
 from tailcut.ml import models
+from tailcut.training import aggregation
 
 ROLES = ("ps", "worker", "aggregator", "replica")
 SYNC_MODES = ("bsp", "async", "ssp")
@@ -77,6 +81,7 @@ class RoleConfig:
     ordering: str = "fifo"  # which waiting update a PS takes first: fifo or stf
     window_us: int = 1000  # concurrent connections are counted per window of this length
     flows: dict[str, Any] | None = None  # CadentFlow cuts and tags (tailcut.training.flows)
+    aggregation: str = "mean"  # bsp: how the PS combines what arrived (training.aggregation)
     # The ToR's hot parameters: {"address", "top_k" or "indices"} (tailcut.training.hotset)
     hot: dict[str, Any] | None = None
     # The ToRs' aggregation: {"racks": [{"index", "address", "workers"}]} (training.innetagg)
@@ -278,6 +283,13 @@ def _check(c: RoleConfig) -> None:
         )
     if c.sync_mode not in SYNC_MODES:
         raise ConfigError(f"sync_mode={c.sync_mode!r}: supported: {', '.join(SYNC_MODES)}")
+    try:
+        aggregation.check(c.aggregation)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if c.aggregation != "mean" and c.sync_mode != "bsp":
+        raise ConfigError(f"aggregation={c.aggregation!r}: combines a bsp iteration's pushes, "
+                          f"so it needs sync_mode bsp, not {c.sync_mode!r}")
     if not isinstance(c.transport, dict) or not isinstance(c.transport.get("type"), str):
         raise ConfigError(
             f'transport={c.transport!r}: must be an object with a "type", e.g. {{"type": "tcp"}}'

@@ -9,9 +9,10 @@ do over a lossy bounded-loss transport, so a loss-rate sweep takes seconds per r
 - compute: each worker takes the gradient of its next minibatch of its shard
   (``data.shard`` and ``worker.minibatches``, seeded as the real worker seeds them);
 - push: each worker's gradient reaches the PS with each range lost with
-  probability p; the PS averages each coordinate over the workers that delivered
-  it and leaves a coordinate nobody delivered unchanged (``ps.average``, the
-  function the real PS calls), then takes the SGD step.
+  probability p; the PS combines what arrived by its aggregation rule
+  (``ps.average`` and ``aggregation.combine``, the functions the real PS calls; by
+  default each coordinate's mean over the workers that delivered it, a coordinate
+  nobody delivered unchanged), then takes the SGD step.
 
 How loss is applied (``LossModel``) is a choice with consequences:
 
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailcut.ml import data, models
+from tailcut.training import aggregation as rules
 from tailcut.training import ps, worker
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -124,9 +126,12 @@ def train(
     target_accuracy: float | None = None,
     max_epochs: int | None = None,
     dataset: data.Dataset | None = None,
+    aggregation: str = "mean",
 ) -> Run:
     """Train model ``name`` under ``loss`` until its target or ``max_epochs``; settings
-    left None come from the model's registry entry."""
+    left None come from the model's registry entry. ``aggregation`` is the PS's rule
+    (``spec.training.aggregation``)."""
+    rules.check(aggregation)
     started = time.perf_counter()
     entry = models.info(name)
     lr = np.float32(entry.learning_rate if learning_rate is None else learning_rate)
@@ -172,8 +177,8 @@ def train(
                 sent += n
                 arrived += n if mask is None else int(np.count_nonzero(mask))
         t0 = time.perf_counter()
-        mean, _ = ps.average(pushes, n)
-        params -= lr * mean
+        step, _ = ps.average(pushes, n, aggregation)
+        params -= lr * step
         compute.append(slowest + time.perf_counter() - t0)
         iteration += 1
         if iteration % per_epoch == 0:

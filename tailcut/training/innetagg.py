@@ -3,7 +3,8 @@ rack's ToR sums the gradients of the rack's workers and sends the PS one sum per
 (ebpf/agg.bpf.c). A worker sends its whole gradient to its rack's aggregation address
 instead of pushing it to the PS, then asks the PS for the next iteration as always;
 once every worker has asked, the PS takes the racks' sums (flushing what is missing)
-and steps on their mean over the workers whose values arrived."""
+and steps on them as its aggregation rule combines them (tailcut.training.aggregation:
+by default their mean over the workers whose values arrived)."""
 
 from __future__ import annotations
 

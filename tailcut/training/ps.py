@@ -11,9 +11,10 @@ Workers talk to it in RPCs (tailcut.training.inbox has the receiving queue):
   most ``staleness`` steps ahead of the slowest, ``async`` at once;
 - push: PUSH(k) carries the update for this range (from a worker, or a group's sum
   from an aggregator); the PS answers ACK(k). ``bsp`` sums the pushes of iteration
-  k and steps on their average at the barrier; ``async``/``ssp`` apply each push at
-  once with ``learning_rate / num_workers`` so a round of N pushes moves as far as
-  one bsp step.
+  k and steps on their combination at the barrier (tailcut.training.aggregation; by
+  default the average over the workers that delivered each coordinate);
+  ``async``/``ssp`` apply each push at once with ``learning_rate / num_workers`` so a
+  round of N pushes moves as far as one bsp step.
 
 Shard 0 evaluates: at every epoch boundary the other shards send it their range,
 it evaluates the whole model and tells them to continue or STOP. The replica (role
@@ -43,7 +44,7 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import models
-from tailcut.training import flows, hotset, inbox, innetagg, peers, records, rpc
+from tailcut.training import aggregation, flows, hotset, inbox, innetagg, peers, records, rpc
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message
@@ -60,17 +61,19 @@ FOLLOWER_GRACE_S = 30.0
 STOP_WAIT_S = 5.0
 
 
-def average(pushes: Sequence[Message], num_params: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-coordinate mean over the workers that delivered that coordinate.
+def average(pushes: Sequence[Message], num_params: int,
+            rule: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """One worker's push each, combined by the aggregation rule (``aggregation.combine``;
+    ``mean``: per coordinate over the workers that delivered it).
 
-    Returns (mean, delivered): a coordinate no worker delivered has mean 0 and
+    Returns (step, delivered): a coordinate no worker delivered has step 0 and
     ``delivered`` False, so an SGD step leaves that parameter as it was.
     """
     total = np.zeros(num_params, dtype=np.float32)
     counts = np.zeros(num_params, dtype=np.float32)
     for msg in pushes:
         accumulate(total, counts, msg, num_params, weight=1)
-    return mean_of(total, counts)
+    return aggregation.combine(total, counts, rule)
 
 
 def accumulate(
@@ -88,13 +91,6 @@ def accumulate(
         # Missing values may hold anything (even NaN): never add them.
         total[msg.mask] += msg.values[msg.mask]
         counts += weight * msg.mask
-
-
-def mean_of(total: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    delivered = counts > 0
-    mean = np.zeros(total.size, dtype=np.float32)
-    np.divide(total, counts, out=mean, where=delivered)
-    return mean, delivered
 
 
 def iterations_per_epoch(num_train: int, batch_size: int, num_workers: int) -> int:
@@ -373,8 +369,9 @@ class _Server:
                 for source in self.weight:
                     accumulate(self.total, self.counts, self.pushed[source], self.size,
                                self.weight[source])
-                mean, _ = mean_of(self.total, self.counts)
-                self.params -= np.float32(self.cfg.learning_rate) * mean
+                direction, _ = aggregation.combine(self.total, self.counts,
+                                                   self.cfg.aggregation)
+                self.params -= np.float32(self.cfg.learning_rate) * direction
                 self.total[:] = 0
                 self.counts[:] = 0
                 self.pushed.clear()
@@ -443,12 +440,12 @@ class _Server:
         """Every worker has sent its gradient of this iteration to its ToR: step on the
         racks' sums (the bsp barrier of in-network aggregation)."""
         assert self.aggregate is not None
-        # divided in float64 (the sums are), the mean float32 like the parameters; an
+        # divided in float64 (the sums are), the step float32 like the parameters; an
         # element nobody's value reached stays as it was
-        mean, delivered = mean_of(*self.aggregate.sums(self.iteration,
-                                                       peers.left(self.deadline)))
-        self.params -= np.float32(self.cfg.learning_rate) * mean
-        self.updates += delivered & (mean != 0)
+        total, counts = self.aggregate.sums(self.iteration, peers.left(self.deadline))
+        step, delivered = aggregation.combine(total, counts, self.cfg.aggregation)
+        self.params -= np.float32(self.cfg.learning_rate) * step
+        self.updates += delivered & (step != 0)
         self.asked_next.clear()
         self.iteration += 1
         self.version = self.iteration

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 from tailcut import papers
 from tailcut.ml import data, models
+from tailcut.training import aggregation as rules
 from tailcut.training import emulate
 
 Progress = Callable[[str], None]
@@ -77,6 +78,7 @@ class Result:
     num_workers: int
     bandwidth_bps: float
     points: list[Point] = field(default_factory=list)
+    aggregation: str = "mean"  # the PS's rule (spec.training.aggregation)
 
     @property
     def baseline_epochs(self) -> float:
@@ -163,24 +165,27 @@ def sweep(
     bandwidth_bps: float = 1e9,
     jobs: int | None = None,
     progress: Progress | None = None,
+    aggregation: str = "mean",
 ) -> Result:
-    """Sweep model ``name`` (``loss`` gives granularity/direction; its p is ignored)."""
+    """Sweep model ``name`` (``loss`` gives granularity/direction; its p is ignored)
+    with the PS combining what arrived by ``aggregation``."""
     if runs < 1:
         raise ValueError(f"runs={runs}: need at least 1")
     if num_workers < 1:
         raise ValueError(f"num_workers={num_workers}: need at least 1")
     if bandwidth_bps <= 0:
         raise ValueError(f"bandwidth_bps={bandwidth_bps}: must be > 0")
+    rules.check(aggregation)
     template = loss or emulate.LossModel()
     rates = loss_rates(step, p_max)
     num_params = models.create(name, models.dataset(name, 0)).num_params
-    result = Result(name, template, num_workers, bandwidth_bps)
+    result = Result(name, template, num_workers, bandwidth_bps, aggregation=aggregation)
     jobs = jobs or os.cpu_count() or 1
 
     def submit(pool: futures.Executor, p: float) -> list[futures.Future[emulate.Run]]:
         at_p = emulate.LossModel(p, template.granularity, template.direction,
                                  template.range_bytes)
-        return [pool.submit(_one_run, name, at_p, seed, num_workers, max_epochs)
+        return [pool.submit(_one_run, name, at_p, seed, num_workers, max_epochs, aggregation)
                 for seed in range(runs)]
 
     with _pool(jobs) as pool:
@@ -224,12 +229,13 @@ _DATASETS: dict[tuple[str, int], data.Dataset] = {}
 
 
 def _one_run(name: str, loss: emulate.LossModel, seed: int, num_workers: int,
-             max_epochs: int | None) -> emulate.Run:
+             max_epochs: int | None, aggregation: str = "mean") -> emulate.Run:
     key = (name, seed)
     if key not in _DATASETS:
         _DATASETS[key] = models.dataset(name, seed)
     return emulate.train(name, loss, seed=seed, num_workers=num_workers,
-                         max_epochs=max_epochs, dataset=_DATASETS[key])
+                         max_epochs=max_epochs, dataset=_DATASETS[key],
+                         aggregation=aggregation)
 
 
 def _show(value: float) -> str:
@@ -253,6 +259,7 @@ TABLE_FIELDS = (
     "model", "x1", "x1_spread", "x2", "baseline_epochs", "baseline_jct_s", "jct_at_x1_s",
     "paper_x1",
     "paper_x2", "first_failure_p", "granularity", "direction", "range_bytes", "workers", "runs",
+    "aggregation",
 )
 
 
@@ -298,6 +305,7 @@ def table_row(result: Result) -> dict[str, object]:
         "range_bytes": result.loss.range_bytes if result.loss.granularity == "packet" else "",
         "workers": result.num_workers,
         "runs": len(result.points[0].runs),
+        "aggregation": result.aggregation,
     }
 
 

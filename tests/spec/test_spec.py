@@ -99,6 +99,11 @@ def test_bandwidth_round_trips_in_tc_spelling():
     ("spec: {transport: {type: quic}}", "spec.transport.type='quic'", "supported: tcp"),
     ("spec: {training: {syncMode: hogwild}}", "spec.training.syncMode='hogwild'", "'ssp'"),
     ("spec: {training: {staleness: 2}}", "spec", "applies only to syncMode: ssp"),
+    ("spec: {training: {aggregation: median}}", "spec.training.aggregation='median'",
+     "'mean' or 'unbiased'"),
+    ("spec: {training: {aggregation: unbiased, syncMode: ssp}}", "spec",
+     "training.aggregation: unbiased combines a bsp iteration's pushes, so it needs "
+     "syncMode: bsp, not ssp"),
     ("spec: {replicas: {aggregators: [{workers: [0, 5]}]}}", "spec.replicas",
      "worker 5 does not exist"),
     ("spec: {replicas: {aggregators: [{workers: [0]}, {workers: [0]}]}}", "spec.replicas",

@@ -68,3 +68,24 @@ def test_moderate_packet_loss_on_both_directions_still_converges_and_counts_what
     assert run.converged and run.epochs <= models.info("mf").max_epochs
     assert run.delivered == pytest.approx(0.8, abs=0.02)
     assert run.compute_s > 0 and run.eval_s > 0 and len(run.accuracy_per_epoch) == run.epochs
+
+
+def test_without_loss_the_aggregation_rule_changes_nothing() -> None:
+    runs = [emulate.train("mf", emulate.LossModel(0.0), max_epochs=2, aggregation=rule)
+            for rule in ("mean", "unbiased")]
+    assert runs[0].accuracy_per_epoch == runs[1].accuracy_per_epoch
+
+
+def test_at_heavy_push_loss_the_unbiased_rule_keeps_the_step_the_mean_rule_shrinks() -> None:
+    # Two workers, 90% of each push lost: the mean rule steps on a coordinate only when
+    # one of them delivered it, 19% of the time; unbiased weighting keeps the step's
+    # expectation, so the MLP gets much further in one epoch.
+    loss = emulate.LossModel(0.9, direction="push")
+    mean, unbiased = (emulate.train("mlp", loss, num_workers=2, max_epochs=1, aggregation=rule)
+                      for rule in ("mean", "unbiased"))
+    assert unbiased.final_accuracy > mean.final_accuracy + 0.2
+
+
+def test_an_unknown_aggregation_rule_is_refused_before_training() -> None:
+    with pytest.raises(ValueError, match="aggregation='sum'"):
+        emulate.train("mf", emulate.LossModel(0.0), aggregation="sum")

@@ -36,6 +36,18 @@ def test_a_coordinate_no_worker_delivered_gets_a_zero_step_and_is_flagged() -> N
     np.testing.assert_array_equal(delivered, [True, False])
 
 
+def test_the_unbiased_rule_divides_each_sum_by_the_workers_times_the_share_delivered() -> None:
+    pushes = [
+        _push(0, [1.0, 2.0, 3.0], [True, True, False]),
+        _push(1, [3.0, 99.0, 5.0], [True, False, True]),
+        _push(2, [5.0, 4.0, 7.0]),
+    ]
+    step, delivered = ps.average(pushes, 3, "unbiased")
+    # 7 of the 9 values arrived: sums 9, 6, 12 over 3 workers x 7/9
+    np.testing.assert_allclose(step, [9 * 3 / 7, 6 * 3 / 7, 12 * 3 / 7], rtol=1e-6)
+    assert delivered.all()
+
+
 def test_garbage_in_missing_coordinates_never_reaches_the_average() -> None:
     pushes = [_push(0, [np.nan, 1.0], [False, True]), _push(1, [2.0, np.inf], [True, False])]
     mean, _ = ps.average(pushes, 2)

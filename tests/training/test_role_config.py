@@ -61,6 +61,9 @@ def test_config_survives_a_json_round_trip(tmp_path: Path) -> None:
          "need sync_mode bsp"),
         ({"sync_mode": "ssp", "staleness": -1}, "staleness=-1"),
         ({"ordering": "lifo"}, "ordering='lifo': supported: fifo, stf"),
+        ({"aggregation": "median"}, "aggregation='median': must be one of mean, unbiased"),
+        ({"aggregation": "unbiased", "sync_mode": "async"},
+         "aggregation='unbiased': combines a bsp iteration's pushes, so it needs sync_mode bsp"),
     ],
 )
 def test_invalid_fields_are_rejected_with_a_message_naming_them(

@@ -83,3 +83,19 @@ def test_a_real_sweep_stops_at_the_first_loss_rate_that_does_not_converge() -> N
     assert all(pt.converged for pt in result.points[:-1])
     assert result.points[-1].converged == (result.points[-1].p == 0.9)
     assert result.baseline_epochs == baseline
+
+
+def test_the_sweep_runs_and_reports_the_aggregation_rule_it_was_given(monkeypatch) -> None:
+    seen = []
+
+    def fake_train(name, loss, **kw):
+        seen.append(kw["aggregation"])
+        return emulate.Run(converged=True, epochs=3, iterations=30, final_accuracy=0.9,
+                           compute_s=0.01, eval_s=0.01)
+
+    monkeypatch.setattr(emulate, "train", fake_train)
+    result = sweep.sweep("mf", step=0.5, p_max=0.5, runs=2, jobs=1, aggregation="unbiased")
+    assert seen == ["unbiased"] * 4  # two loss rates, two seeds each
+    assert sweep.table_row(result)["aggregation"] == "unbiased"
+    with pytest.raises(ValueError, match="aggregation='sum'"):
+        sweep.sweep("mf", aggregation="sum", jobs=1)
