@@ -93,9 +93,12 @@ def _run(args: argparse.Namespace) -> int:
     out = args.results_dir or Path("results") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     result = local.run(job, out, progress=lambda line: print(line, flush=True))
     target = job.spec.training.target_accuracy
+    tcp = ("" if result.tcp_retrans_segs is None else
+           f"; TCP: {result.tcp_retrans_segs} segments retransmitted, "
+           f"{result.tcp_rto_timeouts} RTO timeouts")
     print(f"\n{job.name}: JCT {result.jct_s:.1f} s, {result.epochs} epochs "
           f"({result.iterations} iterations), final test accuracy "
-          f"{result.final_accuracy:.3f}, final test loss {result.final_loss:.4f}")
+          f"{result.final_accuracy:.3f}, final test loss {result.final_loss:.4f}{tcp}")
     print(f"results: {result.results_dir}")
     if target is not None and not result.converged:
         print(f"tailcut: the job ended without reaching targetAccuracy={target}",

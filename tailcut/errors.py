@@ -9,6 +9,7 @@
     ├── RunError             a training run failed (a role exited, a timeout)
     │   └── PSGone           (training.worker) the parameter server went away
     ├── ConfigError          (training.config) a role's config file is invalid
+    ├── CountersError        (training.tcpstats) the kernel's TCP counters are unreadable
     └── TransportError       (transports.base) sending or receiving failed
         ├── ProtocolError    the peer's bytes do not follow the framing
         ├── PeerClosed       the peer closed the connection or is gone

@@ -104,7 +104,10 @@ def _emit_and_report(event: dict[str, Any]) -> None:
     path = Path(os.environ.get("TAILCUT_TERMINATION_LOG", "/dev/termination-log"))
     if not path.exists():   # the kubelet mounts it; elsewhere (a test as root) never
         return              # create a file in /dev
-    keys = ("jct_s", "epochs", "iterations", "final_accuracy", "final_loss", "converged")
+    # "tcp": the PS pod's own TCP counters (tailcut.training.tcpstats), eight integers;
+    # the job's totals over every pod are in `tailcut collect`'s results
+    keys = ("jct_s", "epochs", "iterations", "final_accuracy", "final_loss", "converged",
+            "tcp")
     try:   # at most 4096 bytes are kept: these few numbers only
         path.write_text(json.dumps({k: event[k] for k in keys if k in event}))
     except OSError as err:   # read-only or full: the log has it all

@@ -4,7 +4,9 @@ Assembles the results directory `tailcut run` leaves, on any cluster (kind inclu
 each role's files come from the block at the end of its pod's log
 (tailcut.k8s.podresults); metrics.json from the PS's "done" event; spec.yaml from the
 job's config map; loss.png and the IMC'20 dissection plots are drawn here with the same
-report code; each pod's whole log goes to logs/<replica>.log.
+report code; each pod's whole log goes to logs/<replica>.log. Each role's TCP counters
+(tcp-<pod>.json, in its block) become tcp_counters.csv and metrics.json's
+"tcp_counters", as under `tailcut run`.
 """
 
 import json
@@ -17,6 +19,7 @@ import yaml
 from tailcut import spec
 from tailcut.errors import TailcutError
 from tailcut.k8s import podresults, resources
+from tailcut.training import tcpstats
 
 Progress = Callable[[str], None]
 
@@ -100,7 +103,12 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
                "transport": job.spec.transport.type, "model": job.spec.training.model,
                "target_accuracy": job.spec.training.target_accuracy,
                "backend": "kubernetes"}
+    tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
+    for key in ("retrans_segs", "rto_timeouts"):   # as RunResult: None if none reported
+        metrics[f"tcp_{key}"] = tcp["total"][key] if tcp["pods"] else None
+    metrics["tcp_counters"] = tcp
     (results_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    progress(tcpstats.describe(tcp))
     if (results_dir / "epochs.csv").exists() and int(done["epochs"]) > 0:
         plots.plot_loss_vs_epoch(
             results_dir / "epochs.csv", results_dir / "loss.png",

@@ -27,7 +27,7 @@ from tailcut.reports import plots
 from tailcut.innetwork import aggregation, hotstore
 from tailcut.runtime import background, procs
 from tailcut.spec.model import TrainingJob
-from tailcut.training import exits
+from tailcut.training import exits, tcpstats
 
 LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
@@ -43,6 +43,10 @@ class RunResult:
     iterations: int
     final_accuracy: float
     final_loss: float
+    # the job's totals over its pods' namespaces (tailcut.training.tcpstats); None
+    # when no role reported them
+    tcp_retrans_segs: Optional[int] = None
+    tcp_rto_timeouts: Optional[int] = None
 
 
 def run(job: TrainingJob, results_dir: Path,
@@ -118,17 +122,23 @@ def run(job: TrainingJob, results_dir: Path,
                                  f"the PS finished; stopped it (its stacks are at the end "
                                  f"of logs/{name}.log)")
 
+    tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
+    reported = bool(tcp["pods"])
     result = RunResult(job=job.name, results_dir=str(results_dir),
                        converged=bool(done["converged"]), jct_s=float(done["jct_s"]),
                        epochs=int(done["epochs"]), iterations=int(done["iterations"]),
                        final_accuracy=float(done["final_accuracy"]),
-                       final_loss=float(done["final_loss"]))
+                       final_loss=float(done["final_loss"]),
+                       tcp_retrans_segs=tcp["total"]["retrans_segs"] if reported else None,
+                       tcp_rto_timeouts=tcp["total"]["rto_timeouts"] if reported else None)
     _write_json(results_dir / "metrics.json",
                 {**asdict(result), "transport": job.spec.transport.type,
                  "model": job.spec.training.model,
                  "target_accuracy": job.spec.training.target_accuracy,
                  **_roles_summary(job, done),
-                 "scheduling": _flows_summary(job, results_dir, progress)})
+                 "scheduling": _flows_summary(job, results_dir, progress),
+                 "tcp_counters": tcp})
+    progress(tcpstats.describe(tcp))
     if done.get("takeover"):
         t = done["takeover"]
         progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "

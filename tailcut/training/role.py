@@ -2,7 +2,10 @@
 
 Prints JSON lines on stdout, one per event, flushed at once so the runtime can
 follow progress: the PS's start/epoch/done events, a worker's worker_done, and on
-failure ``{"event": "error", "role": ..., "index": ..., "message": ...}``.
+failure ``{"event": "error", "role": ..., "index": ..., "message": ...}``. Each
+role's closing event (done, worker_done, aggregator_done) carries ``"tcp"``: its
+pod's TCP counters since the role started (tailcut.training.tcpstats), also written
+to tcp-<pod>.json in its results directory.
 
 Exit status: 0 the role finished (for the PS: the job stopped, converged or not,
 see "done"), 1 the run failed (error event), 2 the command line or config file is
@@ -33,10 +36,11 @@ import traceback  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 from tailcut import errors  # noqa: E402
-from tailcut.training import aggregator, config, exits, ps, worker  # noqa: E402
+from tailcut.training import aggregator, config, exits, ps, tcpstats, worker  # noqa: E402
 from tailcut.transports.base import PeerClosed  # noqa: E402
 
 USAGE = "usage: python -m tailcut.training.role CONFIG.json"
+DONE_EVENTS = ("done", "worker_done", "aggregator_done")
 
 
 def emit(event: dict[str, Any]) -> None:
@@ -59,6 +63,7 @@ def main(argv: list[str] | None = None,
     except (config.ConfigError, TypeError) as err:
         _fail("?", -1, f"{args[0]}: {err}")
         return exits.USAGE
+    emit = _with_tcp_counters(cfg, emit)
     try:
         if cfg.role in ("ps", "replica"):
             ps.run(cfg, emit)
@@ -74,6 +79,33 @@ def main(argv: list[str] | None = None,
         _fail(cfg.role, cfg.index, f"internal error (a tailcut bug, please report it): {err!r}")
         return exits.FAILED
     return exits.OK
+
+
+def _with_tcp_counters(cfg: config.RoleConfig, emit: Callable[[dict[str, Any]], None]
+                       ) -> Callable[[dict[str, Any]], None]:
+    """`emit`, adding to the role's closing event its pod's TCP counters since now.
+    Here, around every role, because this process runs in the pod's network
+    namespace under both executors. Counters the kernel will not show cost the run
+    nothing but a warning: they only explain it."""
+    pod = f"{cfg.role}-{cfg.index}"
+    try:
+        before = tcpstats.read()
+    except tcpstats.CountersError as err:
+        print(f"tailcut {pod}: TCP counters not recorded: {err}", file=sys.stderr, flush=True)
+        return emit
+
+    def emit_with_counters(event: dict[str, Any]) -> None:
+        if event.get("event") in DONE_EVENTS:
+            try:
+                counts = tcpstats.delta(before, tcpstats.read())
+                tcpstats.write(cfg.results_dir, pod, counts)
+            except (tcpstats.CountersError, OSError) as err:
+                print(f"tailcut {pod}: TCP counters not recorded: {err}", file=sys.stderr,
+                      flush=True)
+            else:
+                event = {**event, "tcp": counts}
+        emit(event)
+    return emit_with_counters
 
 
 def _peer_went_away(err: BaseException | None) -> bool:

@@ -118,3 +118,24 @@ def test_a_run_records_what_full_buffers_dropped_per_link_end_apart_from_random_
                for end, what in network["applied"].items() if "rack" in end
                and "/p" in end)
     nothing_of("shallow")
+
+
+def test_every_pod_records_its_own_tcp_counters_and_the_run_sums_them(tmp_path):
+    """Each role counts in its pod's namespace: over lossy access links the TCP
+    segments the roles sent again show up per pod and in the job's totals."""
+    job = spec.load_text("kind: TrainingJob\nmetadata: {name: tcpcount}\n"
+                         "spec: {replicas: {workers: 2}, training: {iterations: 10},\n"
+                         "       network: {accessLink: {bandwidth: 1Gbit, loss: 0.02}}}\n")
+    lines: list[str] = []
+    result = local.run(job, tmp_path, progress=lines.append)
+    tcp = json.loads((tmp_path / "metrics.json").read_text())["tcp_counters"]
+    print(json.dumps(tcp, indent=1))
+    assert sorted(tcp["pods"]) == ["ps-0", "worker-0", "worker-1"] and tcp["missing"] == []
+    assert all(c["out_segs"] > 100 for c in tcp["pods"].values())   # each its own traffic
+    assert tcp["total"]["retrans_segs"] == sum(c["retrans_segs"] for c in tcp["pods"].values())
+    assert result.tcp_retrans_segs == tcp["total"]["retrans_segs"] > 0
+    assert result.tcp_rto_timeouts == tcp["total"]["rto_timeouts"]
+    rows = (tmp_path / "tcp_counters.csv").read_text().splitlines()
+    assert rows[0].startswith("pod,out_segs,retrans_segs,rto_timeouts") and len(rows) == 4
+    assert any(line.startswith("tcp (3 pods' namespaces): ") for line in lines)
+    nothing_of("tcpcount")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tailcut import spec
+from tailcut.training import tcpstats
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,7 +110,9 @@ def test_a_pod_takes_its_per_tensor_tags_from_the_config_maps_flows_json(tmp_pat
 
 
 DONE = {"event": "done", "role": "ps", "jct_s": 4.2, "epochs": 7, "iterations": 700,
-        "final_accuracy": 0.931, "final_loss": 0.21, "converged": True, "per_epoch": [1] * 999}
+        "final_accuracy": 0.931, "final_loss": 0.21, "converged": True, "per_epoch": [1] * 999,
+        # the PS pod's TCP counters (role.py adds them), at their largest
+        "tcp": {k: 2**63 - 1 for k in tcpstats.FIELDS}}
 
 
 def test_the_ps_done_event_becomes_the_termination_message(tmp_path, monkeypatch, capsys):
@@ -124,6 +127,8 @@ def test_the_ps_done_event_becomes_the_termination_message(tmp_path, monkeypatch
     entry._emit_and_report(DONE)
     written = json.loads(message.read_text())
     assert written == {k: v for k, v in DONE.items() if k not in ("event", "role", "per_epoch")}
+    assert written["tcp"]["retrans_segs"] == 2**63 - 1
+    assert len(message.read_bytes()) < 4096
     assert '"per_epoch"' in capsys.readouterr().out   # the log still has all of it
 
 
