@@ -34,5 +34,9 @@ int tailcut_drop(struct __sk_buff *skb)
 	/* Kept packets return TC_ACT_UNSPEC, not TC_ACT_OK: in direct-action mode OK
 	 * would end the filter chain, and a CadentFlow classifier on the same hook
 	 * (which sets skb->priority) must still see every packet we keep. */
-	return drop ? TC_ACT_SHOT : TC_ACT_UNSPEC;
+	/* A dropped packet is STOLEN, not SHOT: at a sender's egress SHOT tells its socket
+	 * (NET_XMIT_DROP), and TCP then sends the segment again as if nothing were lost,
+	 * never counting a retransmission or waiting out a timeout. A loss on the wire is
+	 * silent, and so is STOLEN (the kernel reports NET_XMIT_SUCCESS). */
+	return drop ? TC_ACT_STOLEN : TC_ACT_UNSPEC;
 }

@@ -65,8 +65,9 @@ class Network:
 
     topology: Topology
     wiring: PodWiring = LOCAL
-    access_ops: list[shaping.Op] = field(default_factory=list)
+    access_ops: list[shaping.Op] = field(default_factory=list)   # the rack's port
     uplink_ops: list[shaping.Op] = field(default_factory=list)
+    pod_end_ops: list[shaping.Op] = field(default_factory=list)  # the pod's own end
     applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
     droppers: list[object] = field(default_factory=list)    # on the fabric's links
     pods: dict[str, str] = field(default_factory=dict)      # wired pod -> its namespace
@@ -127,23 +128,26 @@ class Network:
         return out
 
 
-def link_ops(topo: Topology, has_netem: bool) -> tuple[list[shaping.Op], list[shaping.Op]]:
-    """The access link's and the uplink's shaping; raises for a link the kernel
-    cannot emulate, before anything exists."""
-    return (shaping.plan(topo.access_link, has_netem, "spec.network.accessLink"),
-            shaping.plan(topo.uplink, has_netem, "spec.network.uplink"))
+def link_ops(topo: Topology, has_netem: bool) -> dict[str, list[shaping.Op]]:
+    """The shaping of the access link (at the rack's port, and at the pod's own end,
+    which has no switch buffer) and of the uplink, as Network's fields; raises for a
+    link the kernel cannot emulate, before anything exists."""
+    field = "spec.network.accessLink"
+    return {"access_ops": shaping.plan(topo.access_link, has_netem, field),
+            "pod_end_ops": shaping.plan(shaping.host_end(topo.access_link), has_netem, field),
+            "uplink_ops": shaping.plan(topo.uplink, has_netem, "spec.network.uplink")}
 
 
 def build(topo: Topology, has_netem: bool) -> Network:
     """Create every namespace, bridge, veth, address, route and qdisc of `topo`.
     On any failure, whatever was created is removed before the error propagates."""
-    access_ops, uplink_ops = link_ops(topo, has_netem)
+    ops = link_ops(topo, has_netem)
     taken = [n for n in topo.namespaces() if netns.exists(n)]
     if taken:
         raise AlreadyExists(f"job {topo.job!r} already has namespaces on this host "
                             f"({', '.join(taken[:3])}...): a run is still going or one was "
                             f"killed; `tailcut clean {topo.job}` removes its leftovers")
-    network = Network(topology=topo, access_ops=access_ops, uplink_ops=uplink_ops)
+    network = Network(topology=topo, **ops)
     sockets = Sockets()
     try:
         for pod in topo.pods:
@@ -164,9 +168,7 @@ def build_fabric(topo: Topology, racks: Iterable[Rack], has_netem: bool,
                  wiring: PodWiring = KUBERNETES) -> Network:
     """The spine and `racks` of `topo` with their uplinks, shaped both ways, and no
     pod yet: wire_pod adds them one by one. All or nothing."""
-    access_ops, uplink_ops = link_ops(topo, has_netem)
-    network = Network(topology=topo, wiring=wiring, access_ops=access_ops,
-                      uplink_ops=uplink_ops)
+    network = Network(topology=topo, wiring=wiring, **link_ops(topo, has_netem))
     sockets = Sockets()
     try:
         _build_fabric(network, tuple(racks), sockets)
@@ -288,7 +290,7 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets) -> None
             if other.index != rack.index:
                 pod_ipr.route("add", dst=other.subnet, gateway=rack.gateway)
     droppers = network.pod_droppers.setdefault(pod.name, [])
-    _shape(network, sockets, pod_ns, wiring.ifname, network.access_ops, droppers)
+    _shape(network, sockets, pod_ns, wiring.ifname, network.pod_end_ops, droppers)
     _shape(network, sockets, rack.netns, port, network.access_ops, droppers)
     if shaping.drops_packets(network.access_ops) or shaping.drops_packets(network.uplink_ops):
         # Pods are the only senders: their skbs cross every hop, one wire packet each.

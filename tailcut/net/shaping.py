@@ -121,6 +121,15 @@ def buffer(link: Link) -> Optional[Queue]:
     return None
 
 
+def host_end(link: Link) -> Link:
+    """`link` as shaped at a pod's own end: the pod's interface is its host's NIC, not
+    a switch port, so it keeps the kernel's queue whatever buffer the link's switch
+    ports have. (A shallow queue there drops a sender's own bursts before the switch
+    sees them, and the kernel tells a local TCP sender of such a drop at once, so it
+    never waits for a retransmission timeout: not what a switch buffer does.)"""
+    return link.model_copy(update={"buffer_packets": None, "buffer_bytes": None})
+
+
 def plan(link: Link, has_netem: bool, field: str) -> list[Op]:
     """The ops that shape one egress of `link`. `field` names the link in the spec
     (e.g. 'spec.network.uplink') for the error when the kernel cannot do it."""

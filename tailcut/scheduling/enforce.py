@@ -108,9 +108,10 @@ Egress = tuple[str, str, Link]   # (netns, ifname, the link it sends on)
 
 def access_egresses(topo: Topology, pod: Pod, pod_ns: str,
                     ifname: str = POD_IFNAME) -> list[Egress]:
-    """Both ends of `pod`'s access link: its own interface, and its rack's port."""
+    """Both ends of `pod`'s access link: its own interface (no switch buffer there,
+    shaping.host_end), and its rack's port."""
     rack = topo.racks[pod.rack]
-    return [(pod_ns, ifname, topo.access_link),
+    return [(pod_ns, ifname, shaping.host_end(topo.access_link)),
             (rack.netns, naming.rack_port(pod.slot), topo.access_link)]
 
 

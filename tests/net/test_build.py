@@ -115,14 +115,16 @@ def test_lossy_links_make_senders_emit_one_wire_packet_per_skb(built):
     assert net.applied[f"{pod.netns}/eth0"].endswith("gso_max_segs 1")
 
 
-def test_a_buffer_is_the_queue_of_both_ends_of_its_link_and_each_end_counts_drops(built):
+def test_a_buffer_is_the_queue_of_every_switch_port_of_its_link_and_each_end_counts_drops(
+        built):
     net = built(job("buf", "{accessLink: {bufferPackets: 8}, uplink: {bufferBytes: 85000}}",
                     workers=1))
     topo = net.topology
     pod, rack = topo.pod("ps-0"), topo.racks[0]
     access = "htb 1000 Mbit/s, pfifo buffer 8 packets per class"
     uplink = "htb 1000 Mbit/s, bfifo buffer 85000 bytes per class"
-    assert net.applied[f"{pod.netns}/eth0"] == access + ", gso_max_segs 1"
+    # The pod's own end is its host's NIC: the kernel's queue (shaping.host_end).
+    assert net.applied[f"{pod.netns}/eth0"] == "htb 1000 Mbit/s, gso_max_segs 1"
     assert net.applied[f"{rack.netns}/{naming.rack_port(pod.slot)}"] == access
     assert net.applied[f"{rack.netns}/up"] == uplink
     assert net.applied[f"{topo.spine_netns}/{naming.spine_port(0)}"] == uplink
@@ -133,16 +135,18 @@ def test_a_buffer_is_the_queue_of_both_ends_of_its_link_and_each_end_counts_drop
 def test_queue_drops_are_counted_apart_from_the_droppers_random_loss(built):
     net = built(job("bufloss", "{accessLink: {bandwidth: 10Mbit, loss: 0.1, "
                                "bufferPackets: 8}}", workers=1))
-    ps = net.topology.pod("ps-0")
-    end = f"{ps.netns}/eth0"
-    dropper = next(d for d in net.pod_droppers["ps-0"] if d.netns == ps.netns)
-    # Only the burst on the pod's end: no IPv6 (router solicitations, MLD) from now on.
-    with netns.entered(ps.netns), open("/proc/sys/net/ipv6/conf/all/disable_ipv6", "w") as f:
-        f.write("1")
+    topo = net.topology
+    ps, rack = topo.pod("ps-0"), topo.racks[0]
+    end = f"{rack.netns}/{naming.rack_port(ps.slot)}"
+    dropper = next(d for d in net.pod_droppers["ps-0"] if d.netns == rack.netns)
+    # Only the burst on the rack's port: no IPv6 (router solicitations, MLD) from now on.
+    for ns in (ps.netns, rack.netns, topo.spine_netns):
+        with netns.entered(ns), open("/proc/sys/net/ipv6/conf/all/disable_ipv6", "w") as f:
+            f.write("1")
     random_before, queue_before = dropper.counts()[1], net.queue_drops()[end]
-    # Pod -> spine: the pod's eth0 drops 10% at random, then queues at 10 Mbit/s.
-    got = netutil.udp_burst_received(ps.netns, net.topology.spine_netns,
-                                     net.topology.racks[0].gateway, 300)
+    # Spine -> pod: the rack's port to the pod drops 10% at random, then queues at
+    # 10 Mbit/s behind 8 packets.
+    got = netutil.udp_burst_received(topo.spine_netns, ps.netns, ps.ip, 300)
     lost = 300 - got
     random = dropper.counts()[1] - random_before
     full = net.queue_drops()[end] - queue_before

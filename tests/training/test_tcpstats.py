@@ -149,9 +149,9 @@ def test_unreadable_counters_leave_the_events_as_they_are(tmp_path, monkeypatch,
 
 
 # --- real namespaces: a TCP transfer over a veth, with the eBPF dropper's loss --------
-# The dropper sits on the receiver's ingress: lost in the network, as far as the sender
-# knows. On the sender's own egress TC_ACT_SHOT reaches TCP as a local drop
-# (NET_XMIT_DROP): it sends the segment again as new data, no retransmission counted.
+# The dropper sits on the receiver's ingress or on the sender's own egress: either way
+# lost in the network, as far as the sender knows (at egress it steals the packet
+# rather than shooting it, which TCP would hear of as a local drop).
 SENDER_IP, RECEIVER_IP, PORT = "10.98.0.1", "10.98.0.2", 5301
 # Paced (~60 Mbit/s: the host is shared) until the stop file appears, so the flow
 # outlasts however long the dropper takes to compile.
@@ -230,8 +230,10 @@ def test_a_clean_link_retransmits_nothing(link, tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.bpf
-def test_a_lossy_link_shows_retransmissions_in_the_senders_namespace_only(link, tmp_path):
-    with dropper.attach(link[1], "lan0", 0.05, direction="ingress") as drops:
+@pytest.mark.parametrize("at", ["receiver's ingress", "sender's egress"])
+def test_a_lossy_link_shows_retransmissions_in_the_senders_namespace_only(link, tmp_path, at):
+    ns, direction = (link[1], "ingress") if at == "receiver's ingress" else (link[0], "egress")
+    with dropper.attach(ns, "lan0", 0.05, direction=direction) as drops:
         sent, received = transfer(*link, tmp_path, seconds=1.0)
         dropped = drops.counts()[1]
     print(f"5% loss: {dropped} packets dropped; sender {sent}, receiver {received}")
