@@ -66,10 +66,19 @@ def run_local(name: str) -> float:
 
 def run_cluster(kubeconfig: str, namespace: str, name: str) -> tuple[float, float]:
     """(JCT from the job's status, seconds from apply to every pod Running)."""
-    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-",
-            input=yaml.safe_dump(quickstart(name)))
+    jct, running, _ = run_job(kubeconfig, namespace, quickstart(name))
+    return jct, running
+
+
+def run_job(kubeconfig: str, namespace: str,
+            raw: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
+    """Apply the TrainingJob ``raw`` and wait for it to succeed: (JCT from its status,
+    seconds from apply to every training pod Running, its final status)."""
+    name = raw["metadata"]["name"]
+    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(raw))
     start = time.monotonic()
-    expected = 5   # 1 PS + 4 workers
+    replicas = raw["spec"].get("replicas", {})
+    expected = replicas.get("parameterServers", 1) + replicas.get("workers", 1)
     to_running = None
     seen_running: set[str] = set()
     try:
@@ -87,7 +96,8 @@ def run_cluster(kubeconfig: str, namespace: str, name: str) -> tuple[float, floa
             if status.get("phase") == "Failed":
                 raise RuntimeError(f"{name} failed: {status.get('conditions')}")
             if status.get("phase") == "Succeeded" and "jctSeconds" in status:
-                return float(status["jctSeconds"]), float(to_running or float("nan"))
+                return (float(status["jctSeconds"]), float(to_running or float("nan")),
+                        status)
             time.sleep(0.5)
         raise RuntimeError(f"{name}: not Succeeded after {TIMEOUT_S:.0f} s")
     finally:

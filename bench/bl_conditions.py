@@ -1,0 +1,160 @@
+"""Bounded loss against TCP where the papers say it matters: one table, five conditions.
+
+    .venv/bin/python bench/bl_conditions.py [--runs 3] [--conditions clean incast ...]
+        [--executor kubernetes --kubeconfig KUBECONFIG]
+
+Each condition is the quickstart model (mlp to 93% test accuracy) over tcp and over
+bounded-loss p=0.9, run by run interleaved (tcp, bounded-loss, tcp, ...), through
+`tailcut run`'s local runtime:
+
+  clean                examples/quickstart.yaml: default (deep) queues
+  clean-shallow        the same, every switch port's buffer 85 KB
+  loss-1%              1% random loss on every access link (the coin flip)
+  background-shallow   examples/quickstart-background.yaml (Locust at load 0.5 on
+                       rack-1's uplink, flows ending in the PS's pod), 85 KB buffers
+  incast-shallow       examples/incast.yaml: 8 workers and the PS in one rack, 85 KB
+
+85 KB is a 1 Gbit/s port's share of a shallow shared-buffer switch (DCTCP, SIGCOMM'10:
+4 MB for 48 ports); docs/network.md. Per condition it prints the median JCT of each
+transport and their ratio tcp / bounded-loss (> 1: bounded loss is faster), the
+median accuracy, the drops by cause (full switch queues, the random-loss dropper) and
+TCP's retransmitted segments and retransmission timeouts (the pods' kernel counters,
+summed over the job; bounded-loss's count its TCP control channel). Root.
+
+--executor kubernetes applies the same jobs to the cluster the kubeconfig names (the
+operator and agent of the chart, docs/kubernetes.md; bench/k8s_quickstart.py's way)
+and reads the JCT, accuracy and queue drops from the job's status; TCP counters are
+not in the status, so those columns stay 0 there.
+Goals (issue 20): clean >= 0.95, loss-1% >= 4, background-shallow >= 1.5,
+incast-shallow >= 2, accuracy within 0.5% of tcp's in every row."""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tailcut import spec  # noqa: E402
+from tailcut.runtime import local  # noqa: E402
+
+SHALLOW = {"bufferBytes": 85_000}
+TRANSPORTS = {"tcp": {"type": "tcp"}, "bounded-loss": {"type": "bounded-loss", "p": 0.9}}
+
+
+def _quickstart(example: str = "quickstart.yaml") -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "examples" / example).read_text())
+
+
+def _shallow(raw: dict[str, Any]) -> dict[str, Any]:
+    for link in ("accessLink", "uplink"):
+        raw["spec"]["network"][link].update(SHALLOW)
+    return raw
+
+
+def _lossy(raw: dict[str, Any]) -> dict[str, Any]:
+    raw["spec"]["network"]["accessLink"]["loss"] = 0.01
+    return raw
+
+
+CONDITIONS = {
+    "clean": lambda: _quickstart(),
+    "clean-shallow": lambda: _shallow(_quickstart()),
+    "loss-1%": lambda: _lossy(_quickstart()),
+    "background-shallow": lambda: _shallow(_quickstart("quickstart-background.yaml")),
+    "incast-shallow": lambda: _quickstart("incast.yaml"),
+}
+
+
+def job(condition: str, transport: str) -> spec.model.TrainingJob:
+    raw = CONDITIONS[condition]()
+    raw["metadata"]["name"] = f"blc-{'tcp' if transport == 'tcp' else 'bl'}"
+    raw["spec"]["transport"] = TRANSPORTS[transport]
+    return spec.from_dict(raw)
+
+
+def on_cluster(condition: str, transport: str, kubeconfig: str, run: int) -> dict[str, Any]:
+    from bench import k8s_quickstart
+    raw = job(condition, transport).model_dump(by_alias=True, mode="json")
+    raw["metadata"] = {"name": f"{raw['metadata']['name']}-{run}"}
+    jct, _, status = k8s_quickstart.run_job(kubeconfig, "tailcut-bench", raw)
+    return {"jct_s": jct, "accuracy": float(status.get("accuracy", 0.0)), "converged": True,
+            "queue_drops": int(status.get("queueDrops", {}).get("total", 0)),
+            "random_drops": 0, "retrans": 0, "rtos": 0}
+
+
+def one(condition: str, transport: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="blc-") as out:
+        r = local.run(job(condition, transport), Path(out), progress=lambda line: None)
+        network = json.loads((Path(out) / "network.json").read_text())
+    return {"jct_s": r.jct_s, "accuracy": r.final_accuracy, "converged": r.converged,
+            "queue_drops": network.get("queue_drops", {}).get("total", 0),
+            "random_drops": network.get("ebpf_dropper", {}).get("dropped", 0),
+            "retrans": r.tcp_retrans_segs or 0, "rtos": r.tcp_rto_timeouts or 0}
+
+
+def load() -> str:
+    return open("/proc/loadavg").read().split()[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--conditions", nargs="+", choices=list(CONDITIONS),
+                    default=list(CONDITIONS))
+    ap.add_argument("--json", type=Path, help="also write every run's figures here")
+    ap.add_argument("--executor", choices=["local", "kubernetes"], default="local")
+    ap.add_argument("--kubeconfig", help="with --executor kubernetes")
+    args = ap.parse_args()
+    if args.executor == "kubernetes":
+        if not args.kubeconfig:
+            ap.error("--executor kubernetes needs --kubeconfig")
+        import subprocess
+        subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "create", "namespace",
+                        "tailcut-bench"], capture_output=True)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        c: {t: [] for t in TRANSPORTS} for c in args.conditions}
+    for run in range(args.runs):
+        for c in args.conditions:
+            for t in TRANSPORTS:
+                started = time.monotonic()
+                r = (one(c, t) if args.executor == "local"
+                     else on_cluster(c, t, args.kubeconfig, run))
+                runs[c][t].append(r)
+                print(f"run {run + 1}/{args.runs} {c:>18} {t:>12}: JCT {r['jct_s']:6.2f} s, "
+                      f"accuracy {r['accuracy']:.4f}{'' if r['converged'] else ' (NOT reached)'}"
+                      f", queue drops {r['queue_drops']}, random drops {r['random_drops']}, "
+                      f"tcp retrans {r['retrans']} / RTOs {r['rtos']} "
+                      f"(wall {time.monotonic() - started:.0f} s, load {load()})", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=1))
+
+    def med(c: str, t: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[c][t])
+
+    print(f"\n{args.executor}: medians of {args.runs} interleaved runs "
+          "(tcp | bounded-loss p=0.9):\n")
+    print("| condition | JCT tcp (s) | JCT bl (s) | tcp / bl | accuracy tcp | accuracy bl "
+          "| queue drops tcp / bl | random drops tcp / bl | tcp retrans / RTOs (tcp job) "
+          "| retrans / RTOs (bl job) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in args.conditions:
+        tcp, bl = (med(c, t, "jct_s") for t in TRANSPORTS)
+        print(f"| {c} | {tcp:.2f} | {bl:.2f} | **{tcp / bl:.2f}** "
+              f"| {med(c, 'tcp', 'accuracy'):.4f} | {med(c, 'bounded-loss', 'accuracy'):.4f} "
+              f"| {med(c, 'tcp', 'queue_drops'):.0f} / {med(c, 'bounded-loss', 'queue_drops'):.0f} "
+              f"| {med(c, 'tcp', 'random_drops'):.0f} / "
+              f"{med(c, 'bounded-loss', 'random_drops'):.0f} "
+              f"| {med(c, 'tcp', 'retrans'):.0f} / {med(c, 'tcp', 'rtos'):.0f} "
+              f"| {med(c, 'bounded-loss', 'retrans'):.0f} / {med(c, 'bounded-loss', 'rtos'):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
