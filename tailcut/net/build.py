@@ -128,26 +128,27 @@ class Network:
         return out
 
 
-def link_ops(topo: Topology, has_netem: bool) -> dict[str, list[shaping.Op]]:
-    """The shaping of the access link (at the rack's port, and at the pod's own end,
-    which has no switch buffer) and of the uplink, as Network's fields; raises for a
-    link the kernel cannot emulate, before anything exists."""
+def _network(topo: Topology, has_netem: bool, wiring: PodWiring) -> Network:
+    """An empty Network with the shaping of the access link (at the rack's port, and at
+    the pod's own end, which has no switch buffer) and of the uplink; raises for a link
+    the kernel cannot emulate, before anything exists."""
     field = "spec.network.accessLink"
-    return {"access_ops": shaping.plan(topo.access_link, has_netem, field),
-            "pod_end_ops": shaping.plan(shaping.host_end(topo.access_link), has_netem, field),
-            "uplink_ops": shaping.plan(topo.uplink, has_netem, "spec.network.uplink")}
+    return Network(
+        topology=topo, wiring=wiring,
+        access_ops=shaping.plan(topo.access_link, has_netem, field),
+        pod_end_ops=shaping.plan(shaping.host_end(topo.access_link), has_netem, field),
+        uplink_ops=shaping.plan(topo.uplink, has_netem, "spec.network.uplink"))
 
 
 def build(topo: Topology, has_netem: bool) -> Network:
     """Create every namespace, bridge, veth, address, route and qdisc of `topo`.
     On any failure, whatever was created is removed before the error propagates."""
-    ops = link_ops(topo, has_netem)
+    network = _network(topo, has_netem, LOCAL)
     taken = [n for n in topo.namespaces() if netns.exists(n)]
     if taken:
         raise AlreadyExists(f"job {topo.job!r} already has namespaces on this host "
                             f"({', '.join(taken[:3])}...): a run is still going or one was "
                             f"killed; `tailcut clean {topo.job}` removes its leftovers")
-    network = Network(topology=topo, **ops)
     sockets = Sockets()
     try:
         for pod in topo.pods:
@@ -168,7 +169,7 @@ def build_fabric(topo: Topology, racks: Iterable[Rack], has_netem: bool,
                  wiring: PodWiring = KUBERNETES) -> Network:
     """The spine and `racks` of `topo` with their uplinks, shaped both ways, and no
     pod yet: wire_pod adds them one by one. All or nothing."""
-    network = Network(topology=topo, wiring=wiring, **link_ops(topo, has_netem))
+    network = _network(topo, has_netem, wiring)
     sockets = Sockets()
     try:
         _build_fabric(network, tuple(racks), sockets)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 MIN_RATE_BIT = 1e6  # no grant paces a sender below 1 Mbit/s (a hostile or stale GRANT)
 MAX_GRANT_KBIT = 0xFFFF_FFFF  # the frame's count field: 4.3 Tbit/s
@@ -47,7 +47,10 @@ class Granted(Protocol):
     granted_kbit: int
 
 
-def shares(link_bit: float | None, active: Sequence[Granted]) -> list[tuple[Granted, int]]:
+G = TypeVar("G", bound=Granted)
+
+
+def shares(link_bit: float | None, active: Sequence[G]) -> list[tuple[G, int]]:
     """The (message, kbit/s) grants to send: an equal share of ``link_bit`` for every
     message in ``active`` whose last grant differs by more than REGRANT_RATIO. Each
     returned message's ``granted_kbit`` is updated. None (unshaped link): no grants."""

@@ -81,7 +81,7 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     slot's datagram."""
     batch = packets.batch(sock, order, addr, tos) if sendto is None else None
     tagged = [0]  # the TOS the per-datagram path left on the socket
-    rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)  # type: ignore[assignment,return-value]
+    rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
     try:
         return _pace(packets, order, rate_of, stop, deadline, peer, batch,
                      lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged))
