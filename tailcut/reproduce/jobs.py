@@ -19,16 +19,21 @@ Raw = dict[str, Any]
 def two_racks(name: str, *, model: str = "mlp", workers: int = 4,
               transport: Optional[Raw] = None, loss: Optional[float] = None,
               target_accuracy: Optional[float] = 0.93, epochs: int = 30,
-              learning_rate: float = 0.1, batch_size: int = 32) -> Raw:
+              learning_rate: float = 0.1, batch_size: int = 32,
+              buffer_bytes: Optional[int] = None) -> Raw:
     """The quickstart's shape: 1 PS and the workers in two racks, 1 Gbit/s links; the
-    first half of the workers share rack-0 with the PS (as examples/quickstart.yaml)."""
+    first half of the workers share rack-0 with the PS (as examples/quickstart.yaml).
+    ``buffer_bytes``: every switch port's buffer, on the access links and the uplinks."""
     half = (workers + 1) // 2
     placement = {"ps-0": "rack-0"}
     placement.update({f"worker-{i}": "rack-0" if i < half else "rack-1"
                       for i in range(workers)})
     access: Raw = {"bandwidth": "1Gbit"}
+    uplink: Raw = {"bandwidth": "1Gbit"}
     if loss is not None:
         access["loss"] = loss
+    if buffer_bytes is not None:
+        access["bufferBytes"] = uplink["bufferBytes"] = buffer_bytes
     training: Raw = {"model": model, "batchSize": batch_size, "learningRate": learning_rate,
                      "epochs": epochs}
     if target_accuracy is not None:
@@ -41,10 +46,23 @@ def two_racks(name: str, *, model: str = "mlp", workers: int = 4,
             "training": training,
             "network": {"racks": [{"name": "rack-0"}, {"name": "rack-1"}],
                         "placement": placement, "accessLink": access,
-                        "uplink": {"bandwidth": "1Gbit"}},
+                        "uplink": uplink},
             "transport": transport or {"type": "tcp"},
         },
     }
+
+
+def with_background(raw: Raw, load_factor: float, warmup_s: float = 3.0) -> Raw:
+    """The same job under other applications' flows, as examples/quickstart-background.yaml:
+    web-search sizes from a server in rack-1 into the PS's pod, at ``load_factor`` of
+    rack-1's uplink, the path the gradients of rack-1's workers take."""
+    out = copy.deepcopy(raw)
+    out["spec"]["backgroundLoad"] = {
+        "senders": ["rack-1"], "receivers": ["ps-0"],
+        "target": {"link": "uplink/rack-1", "loadFactor": load_factor},
+        "flowSizes": {"distribution": "web-search"}, "shape": {"type": "constant"},
+        "warmupS": warmup_s}
+    return out
 
 
 def capped(raw: Raw, iterations: int) -> Raw:
