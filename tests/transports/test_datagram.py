@@ -514,3 +514,34 @@ def test_messages_sent_back_to_back_arrive_whole_and_in_order() -> None:
         assert [m.iteration for m in got] == [0, 1, 2, 3]
         assert np.array_equal(got[0].values, VECTOR)
         assert all(np.array_equal(m.values, VECTOR * (i + 1)) for i, m in enumerate(got))
+
+
+def test_p_stays_a_floor_whatever_grants_arrive_meanwhile() -> None:
+    """Every third datagram lost at the sender, and a stream of GRANTs from the peer for
+    the live message and for ids never sent (any rate, 0 included): each message still
+    arrives with at least p, exactly as sent where it arrived."""
+    rng = np.random.default_rng(11)
+    with pair("bounded-loss", 27214, p=0.9, xdp=False, job="bl-grants") as \
+            (_, s, client, c):
+        real = client._udp.sendto
+        calls = {"n": 0}
+
+        def lossy(data: Any, addr: Any) -> int:
+            calls["n"] += 1
+            return 0 if calls["n"] % 3 == 0 else real(data, addr)
+
+        client._udp = _Wrapped(client._udp, lossy)
+        for i in range(3):
+            live = (c.peer_id << 16) | (i + 1)   # the id this message gets
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 20)
+            for _ in range(50):
+                mid = live if rng.random() < 0.3 else int(rng.integers(0, 1 << 32))
+                kbit = int(rng.integers(0, 1 << 32)) if mid != live else \
+                    int(rng.integers(100_000, 1 << 32))
+                s.channel.send(control.Frame(control.FrameType.GRANT, message=mid,
+                                             count=kbit))
+            msg = s.recv(20)
+            ok = delivered(msg)
+            assert ok.sum() >= datagram.threshold_elements(0.9, VECTOR.size)
+            assert np.array_equal(msg.values[ok], VECTOR[ok])
+        assert client.stats["retransmitted"] > 0
