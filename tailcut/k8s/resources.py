@@ -13,7 +13,8 @@ PS and two workers in namespace `lab`:
     Pod       demo-worker-1  links: the node agent wires each pod into its rack (tc0)
 
 Every object carries the labels below and an ownerReference to the TrainingJob
-(controller: true), so deleting the job deletes them all. A backgroundLoad adds its
+(controller: true), so deleting the job deletes them all. The labels only find
+things: what counts as the job's is what the job controls (owned_pods). A backgroundLoad adds its
 own config map, pods and sidecars (tailcut.k8s.background).
 """
 
@@ -81,6 +82,30 @@ def config_map(job: TrainingJob, owner: dict[str, Any],
                          "ownerReferences": [owner]},
             "data": {SPEC_KEY: spec_yaml, **policy.config_data(job),
                      **placement.config_data(where or {})}}
+
+
+def controller_uid(obj: Mapping[str, Any]) -> Optional[str]:
+    """The UID of the object's controller (its ownerReference with controller: true),
+    as the API server returns objects; None without one."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def owned_pods(job_name: str, job_uid: str,
+               pod_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's own pods among those labelled with its name: controlled by the
+    TrainingJob with that UID and named as the operator names them. A label is anyone's
+    to set, so nothing else may count towards the job's status."""
+    out = []
+    for pod in pod_list:
+        meta = pod.get("metadata") or {}
+        replica = (meta.get("labels") or {}).get(LABEL_REPLICA)
+        if (controller_uid(pod) == job_uid and replica is not None
+                and meta.get("name") == f"{job_name}-{replica}"):
+            out.append(pod)
+    return out
 
 
 def service(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
