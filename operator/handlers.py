@@ -4,8 +4,10 @@ Run by path (`kopf run --standalone -A operator/handlers.py`); this directory ha
 __init__.py on purpose, since a package named `operator` would shadow the standard
 library. Two backends, chosen by TAILCUT_OPERATOR_BACKEND:
 
-- kubernetes (default): creates the job's config map, headless service and PS/worker
-  pods (tailcut.k8s.resources), all controlled by the TrainingJob; follows the pods it controls and writes phase, replica counts and
+- kubernetes (default): records in the job's status the spec generation and the
+  racks' placement the node agents build from, then creates the job's config map,
+  headless service and PS/worker pods (tailcut.k8s.resources), all controlled by the
+  TrainingJob; follows the pods it controls and writes phase, replica counts and
   conditions into the job's status. It never touches netlink: shaping each pod is the
   node agent's job (tailcut.k8s.agent).
 - local: runs the job on this host with the local runtime (`tailcut run`, which needs
@@ -120,10 +122,10 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
     owner = resources.owner_reference(body)
     uid = body["metadata"]["uid"]
     core = kubernetes.client.CoreV1Api()
-    where = _placement(core, job, namespace, uid)
+    where = _record_placement(core, job, namespace, generation)
     try:
         _create(core.create_namespaced_config_map, core.read_namespaced_config_map,
-                namespace, resources.config_map(job, owner, where), uid)
+                namespace, resources.config_map(job, owner), uid)
         _create(core.create_namespaced_service, core.read_namespaced_service, namespace,
                 resources.service(job, owner), uid)
         bg = _create_background(core, job, namespace, owner, patch, where)
@@ -360,24 +362,25 @@ def _owned_pods(core: Any, namespace: str, name: str, uid: str) -> list[dict[str
                                             for p in pods.items])
 
 
-def _placement(core: Any, job: spec.TrainingJob, namespace: str, uid: str
-               ) -> placement.Placement:
-    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node. Once
-    the job's config map holds one (an earlier reconcile wrote it), that one stays:
-    pods created by a retry must land where the agents expect them. Only the job's
-    own config map counts: one of its name that someone else made is refused when
-    the reconcile tries to create it."""
-    try:
-        cm = core.read_namespaced_config_map(resources.spec_map_name(job), namespace)
-        if resources.controller_uid(
-                kubernetes.client.ApiClient().sanitize_for_serialization(cm)) == uid:
-            return placement.from_config(cm.data or {})
-    except kubernetes.client.ApiException as err:
-        if err.status != 404:
-            raise
+def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
+                      generation: Optional[int]) -> placement.Placement:
+    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node. The
+    first reconcile records it, with the spec's generation, in the job's status
+    before anything is created: the node agents build from there, and a retry's pods
+    land where the first ones did. Read fresh: a retry's body may predate it."""
+    api = kubernetes.client.CustomObjectsApi()
+    tj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name)
+    recorded = tj.get("status") or {}
+    if recorded.get("specGeneration") is not None:
+        return placement.from_status(recorded.get("placement") or {})
     nodes = core.list_node().items
-    return placement.place(job, namespace, placement.schedulable(
+    where = placement.place(job, namespace, placement.schedulable(
         [kubernetes.client.ApiClient().sanitize_for_serialization(n) for n in nodes]))
+    api.patch_namespaced_custom_object_status(
+        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name,
+        {"status": {"specGeneration": generation, "placement": placement.to_status(where)}})
+    return where
 
 
 def _create_background(core: Any, job: spec.TrainingJob, namespace: str,

@@ -1,8 +1,10 @@
 """The node agent: builds each job's network on its node and wires the job's pods in.
 
 Runs on every node (a DaemonSet with hostPID and the capabilities listed in the
-chart's values.yaml). It watches the tailcut pods scheduled to its node. When the
-first pod of a job is running there, it builds that job's spine and racks on the node
+chart's values.yaml). It watches the tailcut pods scheduled to its node and acts only
+for those a TrainingJob controls, building only from that TrainingJob: its spec and the
+placement the operator recorded in its status (tailcut.k8s.admission says exactly what
+is checked). When the first pod of a job is running there, it builds that job's spine and racks on the node
 (namespaces, ToR bridges, uplinks shaped both ways) from the same topology plan and
 with the same code as `tailcut run` (tailcut.net.topology, tailcut.net.build). Then
 for each of the job's pods as it runs, it finds a process of the pod by the pod's UID
@@ -46,13 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-import yaml
-
-from tailcut import features, spec
+from tailcut import features
 from tailcut.datapath import tor
 from tailcut.errors import TailcutError
 from tailcut.innetwork import aggregation, hotstore
-from tailcut.k8s import metrics, placement, policy, resources
+from tailcut.k8s import admission, crd, metrics, placement, resources
 from tailcut.net import build, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
 from tailcut.spec.model import TrainingJob
@@ -134,7 +134,7 @@ class Fabric:
     store: Optional[tor.Store] = None   # the hot-parameter store, on ps-0's node
     # in-network aggregation: a program per rack of this node with workers
     aggregators: aggregation.Aggregators = field(default_factory=dict)
-    spec_uid: str = ""   # of the job's config map: which incarnation of the job
+    job_uid: str = ""   # the TrainingJob's: which incarnation of the job
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
 
@@ -275,7 +275,7 @@ def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
     pod = topo.pod(replica)
     if not netns.exists(topo.racks[pod.rack].netns):
         raise AgentError(f"{replica} belongs to rack {topo.racks[pod.rack].name}, which is "
-                         "placed on another node (the job's config map, placement.json)")
+                         "placed on another node (the job's status.placement)")
     wired = Wired(uid=uid, name=name, replica=replica, fabric=fabric)
     wired.applied = build.wire_pod(fabric.network, pod, name)
     try:
@@ -368,8 +368,10 @@ class Agent:
     """Follows the tailcut pods of one node: builds each job's fabric once, wires each
     pod once, and undoes both when they go."""
 
-    def __init__(self, core: Any, node: str, shape_host_network: bool = False) -> None:
-        self.core = core
+    def __init__(self, core: Any, jobs: Any, node: str,
+                 shape_host_network: bool = False) -> None:
+        self.core = core   # CoreV1Api: the node's pods
+        self.jobs = jobs   # CustomObjectsApi: their TrainingJobs
         self.node = node
         self.shape_host_network = shape_host_network
         self.has_netem = features.netem().available
@@ -389,22 +391,14 @@ class Agent:
                         "would be the node's; set agent.dangerouslyShapeHostNetworkPods "
                         "to allow)")
             return
-        job, racks_at, spec_uid = self._job(pod)
-        try:
-            policy.check_enforceable(job)   # the operator refused these already
-        except TailcutError as err:
-            raise AgentError(f"{where}: not wired: {err}") from err
-        replica = (pod.metadata.labels or {}).get(resources.LABEL_REPLICA)
-        if replica not in {p.name for p in topology.plan(job).pods}:
-            raise AgentError(f"{where}: label {resources.LABEL_REPLICA}={replica!r} names "
-                             f"no pod of job {job.name}")
+        ok = self.admit(pod)
         pid = pid_of_pod(uid)
         if pid is None:
             log.warning(f"{where}: running but no process found in /proc; retrying later")
             return
         try:
-            wired = self._wire(pod.metadata.namespace, job, racks_at, spec_uid, uid,
-                               replica, pid)
+            wired = self._wire(pod.metadata.namespace, ok.job, ok.racks_at, ok.job_uid, uid,
+                               ok.replica, pid)
             wired.where = where
         except Exception:
             metrics.shaping_failures.inc()
@@ -415,11 +409,24 @@ class Agent:
         log.info(f"{where}: {wired.description}")
         self._annotate(pod, wired)
 
+    def admit(self, pod: Any) -> admission.Admitted:
+        """What to wire `pod` with, from the TrainingJob that controls it; raises
+        admission.Refused (naming the pod and why) for any other pod."""
+        ref = admission.controller(pod)
+        try:
+            job = self.jobs.get_namespaced_custom_object(
+                crd.GROUP, crd.VERSION, pod.metadata.namespace, crd.PLURAL, ref.name)
+        except Exception as err:
+            if getattr(err, "status", None) != 404:
+                raise
+            job = None
+        return admission.admit(pod, job)
+
     def _wire(self, namespace: str, job: TrainingJob, where: placement.Placement,
-              spec_uid: str, uid: str, replica: str, pid: int) -> Wired:
+              job_uid: str, uid: str, replica: str, pid: int) -> Wired:
         key = (namespace, job.name)
         fabric = self.fabrics.get(key)
-        if fabric is not None and fabric.spec_uid != spec_uid:
+        if fabric is not None and fabric.job_uid != job_uid:
             # The job was deleted and created again while the old one's pods were
             # still going: theirs is a dead job's fabric.
             for old in list(fabric.pods):
@@ -427,7 +434,7 @@ class Agent:
             fabric = self.fabrics.get(key)
         if fabric is None:
             fabric = build_fabric(namespace, job, self.has_netem, self.node, where)
-            fabric.spec_uid = spec_uid
+            fabric.job_uid = job_uid
             self.fabrics[key] = fabric
             log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "
                      + "; ".join(f"{readable(fabric, {}, k)}: {v}"
@@ -521,16 +528,6 @@ class Agent:
             remove_fabric(fabric)
             log.info(f"{key[0]}/{key[1]}: no pod left on this node: spine and racks removed")
 
-    def _job(self, pod: Any) -> tuple[TrainingJob, placement.Placement, str]:
-        """The pod's job, its racks' nodes and the config map's UID (a job deleted and
-        created again under its name has a new one), from the job's config map."""
-        cm_name = (pod.metadata.annotations or {}).get(resources.ANNOTATION_SPEC_MAP)
-        cm = self.core.read_namespaced_config_map(cm_name, pod.metadata.namespace)
-        job = spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
-                             source=f"configmap {pod.metadata.namespace}/{cm_name}")
-        uid = getattr(getattr(cm, "metadata", None), "uid", None) or ""
-        return job, placement.from_config(cm.data), str(uid)
-
     def release_all(self) -> None:
         """Unwire every pod and remove every fabric (the agent is stopping)."""
         for uid in list(self.wired):
@@ -576,7 +573,7 @@ def main() -> int:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
-    agent = Agent(kubernetes.client.CoreV1Api(), node,
+    agent = Agent(kubernetes.client.CoreV1Api(), kubernetes.client.CustomObjectsApi(), node,
                   os.environ.get("TAILCUT_SHAPE_HOST_NETWORK", "false") == "true")
     signal.signal(signal.SIGTERM, _stop)   # the DaemonSet's pod is deleted or rolled
     last_seen = [time.monotonic()]

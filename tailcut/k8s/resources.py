@@ -4,8 +4,8 @@ Pure functions from a validated TrainingJob to manifests (plain dicts), and from
 job's pods back to a status; the operator only sends them. For a job `demo` with one
 PS and two workers in namespace `lab`:
 
-    ConfigMap demo-spec      spec.yaml (the job, defaults filled in) for roles and agent;
-                             flows.json (per-tensor tags, tailcut.k8s.policy) for roles
+    ConfigMap demo-spec      spec.yaml (the job, defaults filled in) and flows.json
+                             (per-tensor tags, tailcut.k8s.policy), for the roles
     Service   demo           headless (clusterIP None); gives ps-0.demo.lab.svc (for
                              people: roles talk over the job's links, below)
     Pod       demo-ps-0      hostname ps-0, subdomain demo; role ps, rack rack-0
@@ -31,7 +31,6 @@ LABEL_JOB = "tailcut.dev/job"
 LABEL_ROLE = "tailcut.dev/role"         # ps | worker | aggregator | replica | bg-*
 LABEL_REPLICA = "tailcut.dev/replica"   # ps-0, worker-3: the pod's name inside the job
 LABEL_RACK = "tailcut.dev/rack"
-ANNOTATION_SPEC_MAP = "tailcut.dev/spec-configmap"
 ANNOTATION_NETWORK = "tailcut.dev/network"   # the agent's: what the pod's links got
 ANNOTATION_QUEUE_DROPS = "tailcut.dev/queue-drops"   # the agent's, as it releases the pod
 SPEC_KEY = "spec.yaml"
@@ -74,14 +73,14 @@ def pod_name(job: TrainingJob, replica: str) -> str:
     return f"{job.name}-{replica}"
 
 
-def config_map(job: TrainingJob, owner: dict[str, Any],
-               where: Optional[placement.Placement] = None) -> dict[str, Any]:
+def config_map(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
+    """What the job's pods read (mounted at SPEC_MOUNT). The node agents do not read
+    it: they build from the TrainingJob itself (tailcut.k8s.admission)."""
     spec_yaml = yaml.safe_dump(job.model_dump(by_alias=True, mode="json"), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": spec_map_name(job), "labels": labels(job),
                          "ownerReferences": [owner]},
-            "data": {SPEC_KEY: spec_yaml, **policy.config_data(job),
-                     **placement.config_data(where or {})}}
+            "data": {SPEC_KEY: spec_yaml, **policy.config_data(job)}}
 
 
 def controller_uid(obj: Mapping[str, Any]) -> Optional[str]:
@@ -162,7 +161,8 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
             "metadata": {
                 "name": pod_name(job, replica),
                 "labels": labels(job, role, replica, racks[replica]),
-                "annotations": {ANNOTATION_SPEC_MAP: spec_map_name(job)},
+                # The node agent wires a pod because this TrainingJob controls it
+                # (tailcut.k8s.admission), and builds from the job, not from the pod.
                 "ownerReferences": [owner]},
             "spec": {
                 "hostname": replica, "subdomain": job.name,

@@ -159,6 +159,11 @@ def test_a_valid_job_gets_pods_service_and_config_map_owned_by_it(control_plane,
     assert stored["spec"]["training"]["epochs"] == 3
     assert stored["spec"]["network"]["accessLink"]["bandwidth"] == "1Gbit"  # for the agent
     assert tj["status"]["observedGeneration"] == tj["metadata"]["generation"]
+    # Recorded for the node agents, which build from the job and nothing else (no
+    # node runs here: no placement).
+    assert tj["status"]["specGeneration"] == tj["metadata"]["generation"]
+    assert tj["status"]["placement"] == {}
+    assert "placement.json" not in cm["data"]
     created = {c["type"]: c for c in tj["status"]["conditions"]}["Created"]
     assert created["status"] == "True"
 
