@@ -19,7 +19,9 @@ under `tailcut run`. What was applied goes on the pod as the annotation
 tailcut.dev/network; the operator gathers it into the job's status.network. When the
 pod ends, the packets its links' full queues dropped (both ends of its access link and
 of its rack's uplink, so far) go on it as tailcut.dev/queue-drops, which the operator
-gathers into status.queueDrops (network.json's queue_drops under `tailcut run`).
+gathers into status.queueDrops (network.json's queue_drops under `tailcut run`). Both
+are written through the pod's status subresource: the agent may not patch pods, so it
+cannot change what any pod runs.
 
 When the pod goes (deleted, Succeeded or Failed, or missing when the agent relists)
 the agent removes its access link (and with it tc0 and their filters) and drops the
@@ -460,7 +462,8 @@ class Agent:
         links = {readable(wired.fabric, names, k): v for k, v in
                  list(wired.applied.items()) + list(self._uplinks_of(wired).items())}
         try:
-            self.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, {
+            # Through the status subresource: it cannot touch the pod's spec or owners.
+            self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {
                 "metadata": {"annotations": {ANNOTATION_NETWORK: json.dumps(links)}}})
         except Exception as err:   # noqa: BLE001 - the API's errors are many; log them
             log.warning(f"{pod.metadata.namespace}/{pod.metadata.name}: could not record "
@@ -514,7 +517,7 @@ class Agent:
         drops = {**access, **uplink}
         if report and wired.pod_name:
             try:
-                self.core.patch_namespaced_pod(wired.pod_name, wired.fabric.namespace, {
+                self.core.patch_namespaced_pod_status(wired.pod_name, wired.fabric.namespace, {
                     "metadata": {"annotations": {ANNOTATION_QUEUE_DROPS: json.dumps(drops)}}})
             except Exception as err:   # noqa: BLE001 - the API's errors are many; log them
                 log.warning(f"{wired.where}: could not record its queue drops on the pod: "

@@ -65,7 +65,7 @@ def training_job(j, where=None):
 
 class FakeApi:
     """The API calls the agent makes: the TrainingJob that controls a pod, and the
-    patches that record a pod's links and its queue drops (kept here, merged
+    status patches that record a pod's links and its queue drops (kept here, merged
     as the API server merges annotations)."""
 
     def __init__(self, j=None, where=None):
@@ -77,7 +77,7 @@ class FakeApi:
             raise NotFound(name)
         return self.training_job
 
-    def patch_namespaced_pod(self, name, namespace, body):
+    def patch_namespaced_pod_status(self, name, namespace, body):
         self.annotations.setdefault(name, {}).update(body["metadata"]["annotations"])
 
 
