@@ -137,6 +137,7 @@ class Fabric:
     # in-network aggregation: a program per rack of this node with workers
     aggregators: aggregation.Aggregators = field(default_factory=dict)
     job_uid: str = ""   # the TrainingJob's: which incarnation of the job
+    overlay_vni: Optional[int] = None   # its VXLAN, guarded in the node's namespace
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
 
@@ -168,16 +169,23 @@ def readable(fabric: Fabric, wired_ns: dict[str, str], key: str) -> str:
 
 
 def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
-                 where: placement.Placement) -> Fabric:
+                 where: placement.Placement,
+                 vnis_taken: Optional[dict[int, str]] = None) -> Fabric:
     """The job's spine and the racks placed on `node` (all of them without a
     placement), with cadentflow's classes on both ends of every uplink, and the VXLAN
-    to the job's spines on other nodes. Call it from the node's network namespace.
+    to the job's spines on other nodes (refused if its VNI is one of `vnis_taken`,
+    another job's on this node). Call it from the node's network namespace.
     All or nothing."""
     topo = node_topology(job, namespace, node)
     here = [r for r in topo.racks if not where or where[r.name].name == node]
     if not here:
         raise AgentError(f"{namespace}/{job.name}: no rack of the job is placed on node "
                          f"{node} ({', '.join(f'{r}: {n.name}' for r, n in where.items())})")
+    vni = overlay.vni(f"{namespace}/{job.name}")
+    if len(_spines(topo, where)) > 1 and vni in (vnis_taken or {}):
+        raise AgentError(f"{namespace}/{job.name}: its VXLAN's VNI {vni} (a hash of its "
+                         f"name) is also {(vnis_taken or {})[vni]}'s on this node; rename "
+                         "one of the jobs")
     stale = [n for n in [topo.spine_netns] + [r.netns for r in topo.racks]
              if netns.exists(n)]
     for name in stale:   # left by a first pod that failed to wire half-way: rebuild
@@ -188,9 +196,11 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
         spines = _spines(topo, where)
         if len(spines) > 1:
             me = spines.pop(node)
-            key = f"{namespace}/{job.name}"
+            # The peers are the nodes of the job's placement, and only they: the
+            # VXLAN goes to them and is accepted from them alone.
+            fabric.overlay_vni = vni   # (set first: a failure half-way is undone too)
             network.applied[f"{topo.spine_netns}/{overlay.VXLAN_IF}"] = overlay.join(
-                topo.spine_netns, job.name, overlay.vni(key), me, list(spines.values()))
+                topo.spine_netns, job.name, vni, me, list(spines.values()))
         if _cadentflow(job):
             fabric.enforcement = enforce.apply_to(
                 [e for r in here for e in enforce.uplink_egresses(topo, r)],
@@ -248,7 +258,22 @@ def remove_fabric(fabric: Fabric) -> None:
             if fabric.enforcement is not None:
                 fabric.enforcement.detach()
         finally:
-            build.remove_fabric(fabric.network)
+            try:
+                build.remove_fabric(fabric.network)
+            finally:
+                _leave_overlay(fabric)
+
+
+def _leave_overlay(fabric: Fabric) -> None:
+    """Remove the guard of the job's VXLAN from the node's namespace (vx0 went with
+    the spine), logging what it refused."""
+    if fabric.overlay_vni is None:
+        return
+    dropped = overlay.leave(fabric.overlay_vni)
+    fabric.overlay_vni = None
+    if dropped:
+        log.warning("%s/%s: the VXLAN's guard dropped %d packets from addresses that are "
+                    "not the job's nodes", fabric.namespace, fabric.job.name, dropped)
 
 
 def _count_uplink_drops(fabric: Fabric) -> None:
@@ -435,7 +460,9 @@ class Agent:
                 self.release(old)
             fabric = self.fabrics.get(key)
         if fabric is None:
-            fabric = build_fabric(namespace, job, self.has_netem, self.node, where)
+            fabric = build_fabric(namespace, job, self.has_netem, self.node, where, {
+                f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
+                if f.overlay_vni is not None})
             fabric.job_uid = job_uid
             self.fabrics[key] = fabric
             log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "

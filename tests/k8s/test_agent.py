@@ -6,6 +6,8 @@ lets go when the pod goes and leaves the pod itself running."""
 
 import json
 import re
+import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -16,7 +18,7 @@ from pyroute2 import IPRoute
 
 from tailcut import spec
 from tailcut.k8s import admission, agent, metrics, placement, resources
-from tailcut.net import netns, topology
+from tailcut.net import netns, overlay, topology
 from tests import netutil, waiting
 from tests.k8s import fakepod
 
@@ -240,6 +242,19 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
         spine_a = node_agents[0].fabrics[(K8S_NS, "k8-two")].network
         vxlan = spine_a.applied["tck8s-k8-lab.k8-two@node-a.spine/vx0"]
         assert vxlan.startswith("vxlan ") and "192.168.78.2 (10.2.0.0/24)" in vxlan
+        assert vxlan.endswith("; accepted only from 192.168.78.2")
+
+        # The VXLAN is accepted from the job's other node only: the same encapsulated
+        # datagram for ps-0 arrives from node-b's address, not from another on its LAN.
+        vni = overlay.vni(f"{K8S_NS}/k8-two")
+        frame = vxlan_frame(vni, topo.pod("worker-0").ip, topo.pod("ps-0").ip)
+        with netns.ipr(two_nodes[1]) as ipr:
+            ipr.addr("add", index=ipr.link_lookup(ifname="lan0")[0],
+                     address="192.168.78.3", prefixlen=24)
+        assert inject(two_nodes[1], "192.168.78.3", "192.168.78.1", frame, ps.name) == 0
+        with netns.entered(two_nodes[0]):
+            assert overlay.refused(vni) == 20, "the guard dropped them"
+        assert inject(two_nodes[1], "192.168.78.2", "192.168.78.1", frame, ps.name) == 20
         # A pod of rack b is not node-a's to wire.
         stray = pods("worker-0")
         with pytest.raises(agent.AgentError, match=r"worker-0 belongs to rack b, which is "
@@ -250,6 +265,58 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
         for node_ns, node_agent in zip(two_nodes, node_agents):
             with netns.entered(node_ns):
                 node_agent.release_all()
+    for node_ns in two_nodes:
+        listed = subprocess.run(["ip", "netns", "exec", node_ns, "nft", "list", "ruleset"],
+                                capture_output=True, text=True, check=True).stdout
+        assert overlay.TABLE not in listed, "the guard went with the job"
+
+
+def test_two_jobs_whose_vnis_collide_do_not_share_a_node():
+    """The second would replace the first's guard; refused before anything is built."""
+    two_racks = job("k8-vni", network={"racks": [{"name": "a"}, {"name": "b"}]})
+    where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
+             "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
+    vni = overlay.vni(f"{K8S_NS}/k8-vni")
+    with pytest.raises(agent.AgentError, match=rf"VNI {vni} .* is also lab/other's on this "
+                                               "node; rename one of the jobs"):
+        agent.build_fabric(K8S_NS, two_racks, False, "node-a", where, {vni: "lab/other"})
+    assert fabric_namespaces("k8-vni", "node-a") == []
+
+
+INJECT_PORT = 5299
+
+
+def vxlan_frame(vni, src_ip, dst_ip, payload=b"inject"):
+    """A VXLAN packet's UDP payload: the VXLAN header of `vni` and an Ethernet frame
+    from spine 1 to spine 0 (node-b's and node-a's vx0) carrying a UDP datagram from
+    `src_ip` to `dst_ip`:INJECT_PORT."""
+    udp = struct.pack("!HHHH", 40000, INJECT_PORT, 8 + len(payload), 0) + payload
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0,
+                         socket.inet_aton(src_ip), socket.inet_aton(dst_ip))
+    words = sum(struct.unpack("!10H", header))
+    while words >> 16:
+        words = (words & 0xFFFF) + (words >> 16)
+    header = header[:10] + struct.pack("!H", ~words & 0xFFFF) + header[12:]
+    spine_a, spine_b = (bytes.fromhex(overlay.Spine(i, "", ()).mac.replace(":", ""))
+                        for i in (0, 1))
+    ethernet = spine_a + spine_b + b"\x08\x00"
+    return struct.pack("!II", 0x08000000, vni << 8) + ethernet + header + udp
+
+
+def inject(from_ns, src_ip, node_ip, frame, pod_ns, count=20):
+    """How many of `count` copies of `frame`, sent from `src_ip` in `from_ns` to the
+    VXLAN port of `node_ip`, reach a receiver in `pod_ns`."""
+    rx = netutil.start(pod_ns, netutil.UDP_RECEIVER.format(port=INJECT_PORT))
+    netutil._wait_ready(rx)
+    with netns.entered(from_ns):
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        tx.bind((src_ip, 0))
+        for _ in range(count):
+            tx.sendto(frame, (node_ip, overlay.VXLAN_PORT))
+    finally:
+        tx.close()
+    return int(netutil._finish(rx, 30))
 
 
 @pytest.mark.netns
