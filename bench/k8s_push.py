@@ -10,9 +10,11 @@ first byte sent -> message handed over; the first round warms up and is left out
 run twice per transport and run, interleaved, from one TrainingJob and one set of role
 configurations: in namespaces built by `tailcut run`'s builder on this host, and as
 pods on the cluster the kubeconfig names, where the chart's node agent wires them
-into the job's racks as it wires a TrainingJob's pods (the pods carry a job's labels
-and spec config map; there is no TrainingJob object, so the operator leaves them
-alone). 1 Gbit/s access links with 1% loss on both directions; --racks 2 puts ps-0 and
+into the job's racks as it wires a TrainingJob's pods. The agent wires only pods a
+TrainingJob controls, built from that job (tailcut.k8s.admission), so the bench makes
+the TrainingJob, records its placement in its status as the operator would, and makes
+the pods controlled by it; the chart's operator, whose pods these are not, is scaled
+to zero meanwhile (--operator-namespace) and back afterwards. 1 Gbit/s access links with 1% loss on both directions; --racks 2 puts ps-0 and
 workers 0-1 in rack-0, workers 2-3 in rack-1 (on a cluster of two nodes, the racks on
 different nodes: their PUSHes cross the spines' VXLAN). Prints per run the p99 of each,
 and the medians with p99(kubernetes) / p99(tailcut run) and, with both transports,
@@ -20,13 +22,14 @@ p99(tcp) / p99(bounded-loss) on each executor. Root (the local half builds
 namespaces)."""
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -97,21 +100,18 @@ def run_local(job: spec.TrainingJob, configs: dict[str, dict]) -> list[float]:
         network.destroy()
 
 
-def manifests(job: spec.TrainingJob, configs: dict[str, dict],
-              nodes: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+def manifests(job: spec.TrainingJob, configs: dict[str, dict], where: placement.Placement,
+              owner: dict[str, Any]) -> list[dict[str, Any]]:
     """The job's spec config map, one with bl_role.py, and the job's pods running
-    bl_role.py once their address is on tc0, placed on `nodes` as the operator
-    places a TrainingJob's (tailcut.k8s.placement)."""
-    where = placement.place(job, namespace, placement.schedulable(nodes))
-    unowned = {"apiVersion": "v1", "kind": "ConfigMap", "name": "none", "uid": "none"}
-    spec_map = resources.config_map(job, unowned, where)
-    del spec_map["metadata"]["ownerReferences"]
+    bl_role.py once their address is on tc0, on the nodes of `where`, all controlled
+    by the TrainingJob `owner` names."""
+    spec_map = resources.config_map(job, owner)
     role_map = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": f"{job.name}-bench", "labels": resources.labels(job)},
+                "metadata": {"name": f"{job.name}-bench", "labels": resources.labels(job),
+                             "ownerReferences": [owner]},
                 "data": {"bl_role.py": (REPO / "bench" / "bl_role.py").read_text()}}
     pods = []
-    for pod in resources.pods(job, unowned, images.ref("worker"), "Never", where):
-        del pod["metadata"]["ownerReferences"]
+    for pod in resources.pods(job, owner, images.ref("worker"), "Never", where):
         replica = pod["metadata"]["labels"][resources.LABEL_REPLICA]
         ip = topology.plan(job).pod(replica).ip
         container = pod["spec"]["containers"][0]
@@ -131,11 +131,24 @@ def run_cluster(kubeconfig: str, namespace: str, job: spec.TrainingJob,
                 configs: dict[str, dict]) -> list[float]:
     name = job.name
     nodes = json.loads(kubectl(kubeconfig, "get", "nodes", "-o", "json"))["items"]
-    objects = manifests(job, configs, nodes, namespace)
-    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-",
-            input=yaml.safe_dump_all(objects))
+    # Placed as the operator places a TrainingJob's racks (tailcut.k8s.placement) and
+    # recorded where the agents read it, the job's status.
+    where = placement.place(job, namespace, placement.schedulable(nodes))
+    raw = job.model_dump(by_alias=True, mode="json")
+    kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": raw["apiVersion"], "kind": raw["kind"], "metadata": {"name": name},
+         "spec": raw["spec"]}))
     ps = resources.pod_name(job, "ps-0")
     try:
+        tj = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "trainingjob", name,
+                                "-o", "json"))
+        kubectl(kubeconfig, "-n", namespace, "patch", "trainingjob", name,
+                "--subresource=status", "--type=merge", "-p", json.dumps({"status": {
+                    "specGeneration": tj["metadata"]["generation"],
+                    "placement": placement.to_status(where)}}))
+        objects = manifests(job, configs, where, resources.owner_reference(tj))
+        kubectl(kubeconfig, "-n", namespace, "apply", "-f", "-",
+                input=yaml.safe_dump_all(objects))
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline:
             phase = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "pod", ps, "-o",
@@ -149,8 +162,24 @@ def run_cluster(kubeconfig: str, namespace: str, job: spec.TrainingJob,
         result = json.loads(log.strip().splitlines()[-1])
         return completions(result)
     finally:
+        kubectl(kubeconfig, "-n", namespace, "delete", "trainingjob", name, check=False)
         kubectl(kubeconfig, "-n", namespace, "delete", "pods,configmaps", "-l",
                 f"{resources.LABEL_JOB}={name}", "--wait=true", check=False)
+
+
+@contextlib.contextmanager
+def operator_stopped(kubeconfig: str, namespace: str) -> Iterator[None]:
+    """The chart's operator scaled to zero (it would make its own pods for the bench's
+    TrainingJobs), and back to its replicas afterwards."""
+    deploy = ("-n", namespace, "deployment", "tailcut-operator")
+    replicas = kubectl(kubeconfig, "get", *deploy, "-o", "jsonpath={.spec.replicas}")
+    kubectl(kubeconfig, "scale", *deploy, "--replicas=0")
+    try:
+        kubectl(kubeconfig, "-n", namespace, "wait", "--for=delete", "pod", "-l",
+                "app.kubernetes.io/component=operator", "--timeout=120s", check=False)
+        yield
+    finally:
+        kubectl(kubeconfig, "scale", *deploy, f"--replicas={replicas or 1}")
 
 
 def main() -> None:
@@ -162,21 +191,25 @@ def main() -> None:
     ap.add_argument("--transports", nargs="+", choices=["tcp", "udp", "bounded-loss"],
                     default=["tcp", "bounded-loss"])
     ap.add_argument("--racks", type=int, choices=[1, 2], default=1)
+    ap.add_argument("--operator-namespace", default="tailcut-system",
+                    help="where the chart's operator runs (stopped while the bench runs)")
     args = ap.parse_args()
     loss = 0.01   # bl_completion's network
     kubectl(args.kubeconfig, "create", "namespace", args.namespace, check=False)
     p99: dict[tuple[str, str], list[float]] = {}
-    for run in range(args.runs):
-        for transport in args.transports:
-            name = f"kpush-{'bl' if transport == 'bounded-loss' else transport}-{run}"
-            job = bench_job(name, transport, loss, args.racks)
-            configs = role_configs(job, transport, args.rounds)
-            here = bl_net.pct(run_local(job, configs), 99)
-            there = bl_net.pct(run_cluster(args.kubeconfig, args.namespace, job, configs), 99)
-            p99.setdefault(("local", transport), []).append(here)
-            p99.setdefault(("kubernetes", transport), []).append(there)
-            print(f"run {run + 1}/{args.runs} {transport}: p99 4 MiB PUSH tailcut run "
-                  f"{here * 1e3:.1f} ms, kubernetes {there * 1e3:.1f} ms", flush=True)
+    with operator_stopped(args.kubeconfig, args.operator_namespace):
+        for run in range(args.runs):
+            for transport in args.transports:
+                name = f"kpush-{'bl' if transport == 'bounded-loss' else transport}-{run}"
+                job = bench_job(name, transport, loss, args.racks)
+                configs = role_configs(job, transport, args.rounds)
+                here = bl_net.pct(run_local(job, configs), 99)
+                there = bl_net.pct(run_cluster(args.kubeconfig, args.namespace, job,
+                                               configs), 99)
+                p99.setdefault(("local", transport), []).append(here)
+                p99.setdefault(("kubernetes", transport), []).append(there)
+                print(f"run {run + 1}/{args.runs} {transport}: p99 4 MiB PUSH tailcut run "
+                      f"{here * 1e3:.1f} ms, kubernetes {there * 1e3:.1f} ms", flush=True)
     med = {k: statistics.median(v) for k, v in p99.items()}
     print(f"\n4 MiB PUSH, {WORKERS} workers -> ps-0 in {args.racks} rack(s), 1 Gbit/s, loss "
           f"{loss} both ways, {args.rounds} rounds, median of {args.runs} runs:")

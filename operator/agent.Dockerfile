@@ -2,12 +2,13 @@
 # programs. Build from the repository root:
 #   docker build -f operator/agent.Dockerfile -t ghcr.io/tailcut/agent:0.1.0 .
 # It runs as root with only the capabilities the chart grants (values.yaml says why).
+# nftables: the guard that accepts a job's VXLAN only from its nodes (tailcut.net.overlay).
 # BASE is Debian 12 (BCC comes from Debian's python3-bpfcc); `tailcut images build`
 # uses a locally made one.
 ARG BASE=debian:12-slim
 FROM ${BASE}
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        python3 python3-venv python3-bpfcc iproute2 && rm -rf /var/lib/apt/lists/*
+        python3 python3-venv python3-bpfcc iproute2 nftables && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml setup.py README.md ./
 COPY tailcut ./tailcut

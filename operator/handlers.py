@@ -4,16 +4,20 @@ Run by path (`kopf run --standalone -A operator/handlers.py`); this directory ha
 __init__.py on purpose, since a package named `operator` would shadow the standard
 library. Two backends, chosen by TAILCUT_OPERATOR_BACKEND:
 
-- kubernetes (default): creates the job's config map, headless service and PS/worker
-  pods (tailcut.k8s.resources), all owned by the TrainingJob; follows the pods and
-  writes phase, replica counts and conditions into the job's status. It never touches
-  netlink: shaping each pod is the node agent's job (tailcut.k8s.agent).
+- kubernetes (default): records in the job's status the spec generation and the
+  racks' placement the node agents build from, then creates the job's config map,
+  headless service and PS/worker pods (tailcut.k8s.resources), all controlled by the
+  TrainingJob; follows the pods it controls and writes phase, replica counts and
+  conditions into the job's status. It never touches netlink: shaping each pod is the
+  node agent's job (tailcut.k8s.agent).
 - local: runs the job on this host with the local runtime (`tailcut run`, which needs
   root) and writes progress, JCT and accuracy into the status. For a single-host lab
   with a real API server but no kubelet.
 
-Every handler is idempotent: objects that already exist are left alone, status is
-recomputed from what exists, so a restarted operator picks up where it stopped.
+Every handler is idempotent: objects the job already controls are left alone, status
+is recomputed from what exists, so a restarted operator picks up where it stopped. An
+object of the job's names that the job does not control is never taken over: the job
+fails naming it (ObjectNotOwned), and pods the job does not control count for nothing.
 """
 
 import json
@@ -116,25 +120,26 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
         _start_local(job, namespace, old, patch, generation, logger)
         return
     owner = resources.owner_reference(body)
+    uid = body["metadata"]["uid"]
     core = kubernetes.client.CoreV1Api()
-    where = _placement(core, job, namespace)
-    _create(core.create_namespaced_config_map, namespace,
-            resources.config_map(job, owner, where))
-    _create(core.create_namespaced_service, namespace, resources.service(job, owner))
-    bg = _create_background(core, job, namespace, owner, patch, where)
-    for pod in background.with_sidecars(job, bg, resources.pods(job, owner, WORKER_IMAGE,
-                                                                where=where),
-                                        WORKER_IMAGE):
-        try:
-            _create(core.create_namespaced_pod, namespace, pod)
-        except _Forbidden as err:
-            # E.g. a namespace whose Pod Security level forbids the capabilities of a
-            # bounded-loss pod: the API server's words name the rule.
-            _set_status(patch, old, "Failed", "PodForbidden", str(err), generation)
-            kopf.warn(body, reason="PodForbidden", message=str(err))
-            return
-    pods = core.list_namespaced_pod(namespace, label_selector=f"{resources.LABEL_JOB}={name}")
-    _record_pods(job, pods.items, old, patch, generation)
+    where = _record_placement(core, job, namespace, generation)
+    try:
+        _create(core.create_namespaced_config_map, core.read_namespaced_config_map,
+                namespace, resources.config_map(job, owner), uid)
+        _create(core.create_namespaced_service, core.read_namespaced_service, namespace,
+                resources.service(job, owner), uid)
+        bg = _create_background(core, job, namespace, owner, patch, where)
+        for pod in background.with_sidecars(job, bg, resources.pods(
+                job, owner, WORKER_IMAGE, where=where), WORKER_IMAGE):
+            _create(core.create_namespaced_pod, _read_pod(core), namespace, pod, uid)
+    except _Refused as err:
+        # E.g. a namespace whose Pod Security level forbids the capabilities of a
+        # bounded-loss pod (the API server's words name the rule), or an object of the
+        # job's name that someone else made: retrying cannot fix either.
+        _set_status(patch, old, "Failed", err.reason, str(err), generation)
+        kopf.warn(body, reason=err.reason, message=str(err))
+        return
+    _record_pods(job, _owned_pods(core, namespace, name, uid), old, patch, generation)
     if not old.get("phase"):
         kopf.info(body, reason="Created", message="pods, service and config map created")
 
@@ -170,9 +175,8 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
                               "metadata": {"name": name}, "spec": tj["spec"]})
     except SpecError:
         return  # reconcile() already failed the job with the reason
-    pods = kubernetes.client.CoreV1Api().list_namespaced_pod(
-        namespace, label_selector=f"{resources.LABEL_JOB}={name}")
-    api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p) for p in pods.items]
+    api_pods = _owned_pods(kubernetes.client.CoreV1Api(), namespace, name,
+                           tj["metadata"]["uid"])
     if old.get("phase") in TERMINAL:
         # The workers finished first; ps-0's final figures came after, and the node
         # agents record each pod's queue drops as they release it: add only those.
@@ -186,8 +190,7 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
         return
     figures = resources.figures_from_pods(job, api_pods)
     new: dict[str, Any] = {}
-    _record_pods(job, pods.items, old, new,
-                 tj["metadata"].get("generation"))
+    _record_pods(job, api_pods, old, new, tj["metadata"].get("generation"))
     new.update(figures)
     if any(old.get(k) != v for k, v in new.items() if k != "conditions") or \
             _conditions_changed(old, new):
@@ -198,7 +201,7 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
             logger.info(f"{namespace}/{name}: {new['phase']}")
             _phase_event(tj, new)
         if new["phase"] in TERMINAL:
-            _stop_background(namespace, pods.items, logger)
+            _stop_background(namespace, api_pods, logger)
 
 
 @kopf.timer(crd.GROUP, crd.VERSION, crd.PLURAL, interval=PROGRESS_EVERY_S,
@@ -215,10 +218,17 @@ def follow_progress(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
                               "metadata": {"name": name}, "spec": dict(body["spec"])})
     except SpecError:
         return
+    core = kubernetes.client.CoreV1Api()
+    # Only the job's own pods speak for it: a pod of ps-0's name made by someone else
+    # once ps-0 is gone must not write its progress.
+    ours = {p["metadata"]["name"] for p in _owned_pods(core, namespace, name,
+                                                        body["metadata"]["uid"])}
     # ps-0 reports epochs; once it is lost, the replica that took over does.
     for replica in ("ps-0", "replica-0") if job.spec.replicas.ps_replica else ("ps-0",):
+        if resources.pod_name(job, replica) not in ours:
+            continue
         try:
-            log = kubernetes.client.CoreV1Api().read_namespaced_pod_log(
+            log = core.read_namespaced_pod_log(
                 resources.pod_name(job, replica), namespace, tail_lines=40)
         except kubernetes.client.ApiException:
             continue   # not started yet, or gone: the next tick or pod event says
@@ -257,12 +267,13 @@ def background_pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
         return
     namespace = body["metadata"]["namespace"]
     name = body["metadata"]["labels"][resources.LABEL_JOB]
-    pods = kubernetes.client.CoreV1Api().list_namespaced_pod(
-        namespace, label_selector=f"{resources.LABEL_JOB}={name}")
-    api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p)
-                for p in pods.items]
+    api = kubernetes.client.CustomObjectsApi()
     try:
-        kubernetes.client.CustomObjectsApi().patch_namespaced_custom_object_status(
+        tj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name)
+        api_pods = _owned_pods(kubernetes.client.CoreV1Api(), namespace, name,
+                               tj["metadata"]["uid"])
+        api.patch_namespaced_custom_object_status(
             crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name,
             {"status": {"background": background.pods_summary(api_pods)}})
     except kubernetes.client.ApiException as err:
@@ -284,40 +295,92 @@ def deleted(body: kopf.Body, **_: Any) -> None:
         proc.terminate()
 
 
-class _Forbidden(Exception):
-    """The API server refused to create an object for a reason retrying cannot fix."""
+class _Refused(Exception):
+    """The API server refused an object, or one of its name is someone else's, for a
+    reason retrying cannot fix; `reason` is the Failed condition's."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
-def _create(create: Any, namespace: str, manifest: dict[str, Any]) -> None:
+def _create(create: Any, read: Any, namespace: str, manifest: dict[str, Any],
+            uid: str) -> None:
+    """Create the object, or find it made by this job before (a restart, a retry).
+    One of its name that this TrainingJob does not control is never taken over."""
+    kind, name = manifest["kind"], manifest["metadata"]["name"]
     try:
         create(namespace, manifest)
+        return
     except kubernetes.client.ApiException as err:
         if err.status == 403 and "violates PodSecurity" in (err.body or ""):
             try:
                 message = json.loads(err.body).get("message", err.body)
             except ValueError:
                 message = err.body
-            raise _Forbidden(f"{manifest['kind']} {manifest['metadata']['name']}: "
-                             f"{message}") from err
-        if err.status != 409:   # already there: created by us before a restart
-            raise kopf.TemporaryError(
-                f"creating {manifest['kind']} {manifest['metadata']['name']}: "
-                f"{err.status} {err.reason}", delay=5) from err
+            raise _Refused("PodForbidden", f"{kind} {name}: {message}") from err
+        if err.status != 409:
+            raise kopf.TemporaryError(f"creating {kind} {name}: {err.status} "
+                                      f"{err.reason}", delay=5) from err
+    existing = kubernetes.client.ApiClient().sanitize_for_serialization(
+        read(name, namespace))
+    if resources.controller_uid(existing) == uid:
+        return   # ours, from before a restart
+    refs = (existing.get("metadata") or {}).get("ownerReferences") or []
+    if any(r.get("controller") and r.get("kind") == "TrainingJob"
+           and r.get("name") == manifest["metadata"]["ownerReferences"][0]["name"]
+           for r in refs):
+        # An earlier TrainingJob of this name: the garbage collector removes what it
+        # controlled (its owner is gone), then the retry creates ours.
+        raise kopf.TemporaryError(f"{kind} {namespace}/{name} belongs to an earlier "
+                                  "TrainingJob of this name; waiting for the garbage "
+                                  "collector to remove it", delay=5)
+    raise _Refused("ObjectNotOwned", (
+        f"{kind} {namespace}/{name} already exists and this TrainingJob (uid {uid}) "
+        "does not control it: the operator takes over nothing it did not create. "
+        f"Delete that {kind} or give the job another name, then re-create the "
+        "TrainingJob"))
 
 
-def _placement(core: Any, job: spec.TrainingJob, namespace: str) -> placement.Placement:
-    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node. Once
-    the job's config map holds one (an earlier reconcile wrote it), that one stays:
-    pods created by a retry must land where the agents expect them."""
-    try:
-        cm = core.read_namespaced_config_map(resources.spec_map_name(job), namespace)
-        return placement.from_config(cm.data or {})
-    except kubernetes.client.ApiException as err:
-        if err.status != 404:
-            raise
+def _read_pod(core: Any) -> Any:
+    """A pod by name, as the operator may read one: with its list right (it is granted
+    no get on pods)."""
+    def read(name: str, namespace: str) -> Any:
+        found = core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}")
+        if not found.items:   # gone since the 409: nobody's, the retry creates it
+            raise kopf.TemporaryError(f"pod {namespace}/{name} vanished", delay=1)
+        return found.items[0]
+    return read
+
+
+def _owned_pods(core: Any, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
+    """The job's own pods, as the API returns them (camelCase dicts): those its label
+    finds that the TrainingJob with `uid` controls (resources.owned_pods)."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{resources.LABEL_JOB}={name}")
+    client = kubernetes.client.ApiClient()
+    return resources.owned_pods(name, uid, [client.sanitize_for_serialization(p)
+                                            for p in pods.items])
+
+
+def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
+                      generation: Optional[int]) -> placement.Placement:
+    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node. The
+    first reconcile records it, with the spec's generation, in the job's status
+    before anything is created: the node agents build from there, and a retry's pods
+    land where the first ones did. Read fresh: a retry's body may predate it."""
+    api = kubernetes.client.CustomObjectsApi()
+    tj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name)
+    recorded = tj.get("status") or {}
+    if recorded.get("specGeneration") is not None:
+        return placement.from_status(recorded.get("placement") or {})
     nodes = core.list_node().items
-    return placement.place(job, namespace, placement.schedulable(
+    where = placement.place(job, namespace, placement.schedulable(
         [kubernetes.client.ApiClient().sanitize_for_serialization(n) for n in nodes]))
+    api.patch_namespaced_custom_object_status(
+        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name,
+        {"status": {"specGeneration": generation, "placement": placement.to_status(where)}})
+    return where
 
 
 def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
@@ -329,35 +392,37 @@ def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
     bg = background.plan(job)
     if bg is None:
         return None
-    _create(core.create_namespaced_config_map, namespace, background.config_map(job, bg, owner))
+    uid = owner["uid"]
+    _create(core.create_namespaced_config_map, core.read_namespaced_config_map, namespace,
+            background.config_map(job, bg, owner), uid)
     for pod in background.pods(job, bg, owner, WORKER_IMAGE, where=where):
-        _create(core.create_namespaced_pod, namespace, pod)
+        _create(core.create_namespaced_pod, _read_pod(core), namespace, pod, uid)
     patch.status["background"] = background.status(job, bg, namespace)
     return bg
 
 
-def _stop_background(namespace: str, pods: list[Any], logger: Logger) -> None:
+def _stop_background(namespace: str, pods: list[dict[str, Any]], logger: Logger) -> None:
     """The job ended: end its background pods now rather than at their deadline. A
     pod's activeDeadlineSeconds may only be lowered; at 1 the kubelet stops it at once
     (SIGTERM: Locust writes its CSVs) and keeps its logs, which deleting would not."""
     core = kubernetes.client.CoreV1Api()
     for pod in pods:
-        role = (pod.metadata.labels or {}).get(resources.LABEL_ROLE)
-        if role not in background.ROLES or (pod.status and pod.status.phase in TERMINAL):
+        meta = pod["metadata"]
+        role = (meta.get("labels") or {}).get(resources.LABEL_ROLE)
+        if role not in background.ROLES or (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
         try:
-            core.patch_namespaced_pod(pod.metadata.name, namespace,
+            core.patch_namespaced_pod(meta["name"], namespace,
                                       {"spec": {"activeDeadlineSeconds": 1}})
         except kubernetes.client.ApiException as err:
             if err.status != 404:
-                logger.warning(f"stopping {namespace}/{pod.metadata.name}: "
+                logger.warning(f"stopping {namespace}/{meta['name']}: "
                                f"{err.status} {err.reason}")
 
 
-def _record_pods(job: spec.TrainingJob, pods: list[Any], old: dict[str, Any],
+def _record_pods(job: spec.TrainingJob, api_pods: list[dict[str, Any]], old: dict[str, Any],
                  patch: Any, generation: Optional[int]) -> None:
-    # The client's objects to the API's own camelCase shape, which resources reads.
-    api_pods = [kubernetes.client.ApiClient().sanitize_for_serialization(p) for p in pods]
+    """Phase, counts and the agents' records from the job's own pods (_owned_pods)."""
     phase, counts, reason, message = resources.status_from_pods(job, api_pods)
     _set_status(patch, old, phase, reason, message, generation)
     target = patch.status if hasattr(patch, "status") else patch

@@ -1,8 +1,10 @@
 """The node agent: builds each job's network on its node and wires the job's pods in.
 
 Runs on every node (a DaemonSet with hostPID and the capabilities listed in the
-chart's values.yaml). It watches the tailcut pods scheduled to its node. When the
-first pod of a job is running there, it builds that job's spine and racks on the node
+chart's values.yaml). It watches the tailcut pods scheduled to its node and acts only
+for those a TrainingJob controls, building only from that TrainingJob: its spec and the
+placement the operator recorded in its status (tailcut.k8s.admission says exactly what
+is checked). When the first pod of a job is running there, it builds that job's spine and racks on the node
 (namespaces, ToR bridges, uplinks shaped both ways) from the same topology plan and
 with the same code as `tailcut run` (tailcut.net.topology, tailcut.net.build). Then
 for each of the job's pods as it runs, it finds a process of the pod by the pod's UID
@@ -17,7 +19,9 @@ under `tailcut run`. What was applied goes on the pod as the annotation
 tailcut.dev/network; the operator gathers it into the job's status.network. When the
 pod ends, the packets its links' full queues dropped (both ends of its access link and
 of its rack's uplink, so far) go on it as tailcut.dev/queue-drops, which the operator
-gathers into status.queueDrops (network.json's queue_drops under `tailcut run`).
+gathers into status.queueDrops (network.json's queue_drops under `tailcut run`). Both
+are written through the pod's status subresource: the agent may not patch pods, so it
+cannot change what any pod runs.
 
 When the pod goes (deleted, Succeeded or Failed, or missing when the agent relists)
 the agent removes its access link (and with it tc0 and their filters) and drops the
@@ -46,13 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-import yaml
-
-from tailcut import features, spec
+from tailcut import features
 from tailcut.datapath import tor
 from tailcut.errors import TailcutError
 from tailcut.innetwork import aggregation, hotstore
-from tailcut.k8s import metrics, placement, policy, resources
+from tailcut.k8s import admission, crd, metrics, placement, resources
 from tailcut.net import build, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
 from tailcut.spec.model import TrainingJob
@@ -134,7 +136,8 @@ class Fabric:
     store: Optional[tor.Store] = None   # the hot-parameter store, on ps-0's node
     # in-network aggregation: a program per rack of this node with workers
     aggregators: aggregation.Aggregators = field(default_factory=dict)
-    spec_uid: str = ""   # of the job's config map: which incarnation of the job
+    job_uid: str = ""   # the TrainingJob's: which incarnation of the job
+    overlay_vni: Optional[int] = None   # its VXLAN, guarded in the node's namespace
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
 
@@ -166,16 +169,23 @@ def readable(fabric: Fabric, wired_ns: dict[str, str], key: str) -> str:
 
 
 def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
-                 where: placement.Placement) -> Fabric:
+                 where: placement.Placement,
+                 vnis_taken: Optional[dict[int, str]] = None) -> Fabric:
     """The job's spine and the racks placed on `node` (all of them without a
     placement), with cadentflow's classes on both ends of every uplink, and the VXLAN
-    to the job's spines on other nodes. Call it from the node's network namespace.
+    to the job's spines on other nodes (refused if its VNI is one of `vnis_taken`,
+    another job's on this node). Call it from the node's network namespace.
     All or nothing."""
     topo = node_topology(job, namespace, node)
     here = [r for r in topo.racks if not where or where[r.name].name == node]
     if not here:
         raise AgentError(f"{namespace}/{job.name}: no rack of the job is placed on node "
                          f"{node} ({', '.join(f'{r}: {n.name}' for r, n in where.items())})")
+    vni = overlay.vni(f"{namespace}/{job.name}")
+    if len(_spines(topo, where)) > 1 and vni in (vnis_taken or {}):
+        raise AgentError(f"{namespace}/{job.name}: its VXLAN's VNI {vni} (a hash of its "
+                         f"name) is also {(vnis_taken or {})[vni]}'s on this node; rename "
+                         "one of the jobs")
     stale = [n for n in [topo.spine_netns] + [r.netns for r in topo.racks]
              if netns.exists(n)]
     for name in stale:   # left by a first pod that failed to wire half-way: rebuild
@@ -186,9 +196,11 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
         spines = _spines(topo, where)
         if len(spines) > 1:
             me = spines.pop(node)
-            key = f"{namespace}/{job.name}"
+            # The peers are the nodes of the job's placement, and only they: the
+            # VXLAN goes to them and is accepted from them alone.
+            fabric.overlay_vni = vni   # (set first: a failure half-way is undone too)
             network.applied[f"{topo.spine_netns}/{overlay.VXLAN_IF}"] = overlay.join(
-                topo.spine_netns, job.name, overlay.vni(key), me, list(spines.values()))
+                topo.spine_netns, job.name, vni, me, list(spines.values()))
         if _cadentflow(job):
             fabric.enforcement = enforce.apply_to(
                 [e for r in here for e in enforce.uplink_egresses(topo, r)],
@@ -246,7 +258,22 @@ def remove_fabric(fabric: Fabric) -> None:
             if fabric.enforcement is not None:
                 fabric.enforcement.detach()
         finally:
-            build.remove_fabric(fabric.network)
+            try:
+                build.remove_fabric(fabric.network)
+            finally:
+                _leave_overlay(fabric)
+
+
+def _leave_overlay(fabric: Fabric) -> None:
+    """Remove the guard of the job's VXLAN from the node's namespace (vx0 went with
+    the spine), logging what it refused."""
+    if fabric.overlay_vni is None:
+        return
+    dropped = overlay.leave(fabric.overlay_vni)
+    fabric.overlay_vni = None
+    if dropped:
+        log.warning("%s/%s: the VXLAN's guard dropped %d packets from addresses that are "
+                    "not the job's nodes", fabric.namespace, fabric.job.name, dropped)
 
 
 def _count_uplink_drops(fabric: Fabric) -> None:
@@ -275,7 +302,7 @@ def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
     pod = topo.pod(replica)
     if not netns.exists(topo.racks[pod.rack].netns):
         raise AgentError(f"{replica} belongs to rack {topo.racks[pod.rack].name}, which is "
-                         "placed on another node (the job's config map, placement.json)")
+                         "placed on another node (the job's status.placement)")
     wired = Wired(uid=uid, name=name, replica=replica, fabric=fabric)
     wired.applied = build.wire_pod(fabric.network, pod, name)
     try:
@@ -368,8 +395,10 @@ class Agent:
     """Follows the tailcut pods of one node: builds each job's fabric once, wires each
     pod once, and undoes both when they go."""
 
-    def __init__(self, core: Any, node: str, shape_host_network: bool = False) -> None:
-        self.core = core
+    def __init__(self, core: Any, jobs: Any, node: str,
+                 shape_host_network: bool = False) -> None:
+        self.core = core   # CoreV1Api: the node's pods
+        self.jobs = jobs   # CustomObjectsApi: their TrainingJobs
         self.node = node
         self.shape_host_network = shape_host_network
         self.has_netem = features.netem().available
@@ -389,22 +418,14 @@ class Agent:
                         "would be the node's; set agent.dangerouslyShapeHostNetworkPods "
                         "to allow)")
             return
-        job, racks_at, spec_uid = self._job(pod)
-        try:
-            policy.check_enforceable(job)   # the operator refused these already
-        except TailcutError as err:
-            raise AgentError(f"{where}: not wired: {err}") from err
-        replica = (pod.metadata.labels or {}).get(resources.LABEL_REPLICA)
-        if replica not in {p.name for p in topology.plan(job).pods}:
-            raise AgentError(f"{where}: label {resources.LABEL_REPLICA}={replica!r} names "
-                             f"no pod of job {job.name}")
+        ok = self.admit(pod)
         pid = pid_of_pod(uid)
         if pid is None:
             log.warning(f"{where}: running but no process found in /proc; retrying later")
             return
         try:
-            wired = self._wire(pod.metadata.namespace, job, racks_at, spec_uid, uid,
-                               replica, pid)
+            wired = self._wire(pod.metadata.namespace, ok.job, ok.racks_at, ok.job_uid, uid,
+                               ok.replica, pid)
             wired.where = where
         except Exception:
             metrics.shaping_failures.inc()
@@ -415,19 +436,34 @@ class Agent:
         log.info(f"{where}: {wired.description}")
         self._annotate(pod, wired)
 
+    def admit(self, pod: Any) -> admission.Admitted:
+        """What to wire `pod` with, from the TrainingJob that controls it; raises
+        admission.Refused (naming the pod and why) for any other pod."""
+        ref = admission.controller(pod)
+        try:
+            job = self.jobs.get_namespaced_custom_object(
+                crd.GROUP, crd.VERSION, pod.metadata.namespace, crd.PLURAL, ref.name)
+        except Exception as err:
+            if getattr(err, "status", None) != 404:
+                raise
+            job = None
+        return admission.admit(pod, job)
+
     def _wire(self, namespace: str, job: TrainingJob, where: placement.Placement,
-              spec_uid: str, uid: str, replica: str, pid: int) -> Wired:
+              job_uid: str, uid: str, replica: str, pid: int) -> Wired:
         key = (namespace, job.name)
         fabric = self.fabrics.get(key)
-        if fabric is not None and fabric.spec_uid != spec_uid:
+        if fabric is not None and fabric.job_uid != job_uid:
             # The job was deleted and created again while the old one's pods were
             # still going: theirs is a dead job's fabric.
             for old in list(fabric.pods):
                 self.release(old)
             fabric = self.fabrics.get(key)
         if fabric is None:
-            fabric = build_fabric(namespace, job, self.has_netem, self.node, where)
-            fabric.spec_uid = spec_uid
+            fabric = build_fabric(namespace, job, self.has_netem, self.node, where, {
+                f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
+                if f.overlay_vni is not None})
+            fabric.job_uid = job_uid
             self.fabrics[key] = fabric
             log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "
                      + "; ".join(f"{readable(fabric, {}, k)}: {v}"
@@ -453,7 +489,8 @@ class Agent:
         links = {readable(wired.fabric, names, k): v for k, v in
                  list(wired.applied.items()) + list(self._uplinks_of(wired).items())}
         try:
-            self.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, {
+            # Through the status subresource: it cannot touch the pod's spec or owners.
+            self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {
                 "metadata": {"annotations": {ANNOTATION_NETWORK: json.dumps(links)}}})
         except Exception as err:   # noqa: BLE001 - the API's errors are many; log them
             log.warning(f"{pod.metadata.namespace}/{pod.metadata.name}: could not record "
@@ -507,7 +544,7 @@ class Agent:
         drops = {**access, **uplink}
         if report and wired.pod_name:
             try:
-                self.core.patch_namespaced_pod(wired.pod_name, wired.fabric.namespace, {
+                self.core.patch_namespaced_pod_status(wired.pod_name, wired.fabric.namespace, {
                     "metadata": {"annotations": {ANNOTATION_QUEUE_DROPS: json.dumps(drops)}}})
             except Exception as err:   # noqa: BLE001 - the API's errors are many; log them
                 log.warning(f"{wired.where}: could not record its queue drops on the pod: "
@@ -520,16 +557,6 @@ class Agent:
             del self.fabrics[key]
             remove_fabric(fabric)
             log.info(f"{key[0]}/{key[1]}: no pod left on this node: spine and racks removed")
-
-    def _job(self, pod: Any) -> tuple[TrainingJob, placement.Placement, str]:
-        """The pod's job, its racks' nodes and the config map's UID (a job deleted and
-        created again under its name has a new one), from the job's config map."""
-        cm_name = (pod.metadata.annotations or {}).get(resources.ANNOTATION_SPEC_MAP)
-        cm = self.core.read_namespaced_config_map(cm_name, pod.metadata.namespace)
-        job = spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
-                             source=f"configmap {pod.metadata.namespace}/{cm_name}")
-        uid = getattr(getattr(cm, "metadata", None), "uid", None) or ""
-        return job, placement.from_config(cm.data), str(uid)
 
     def release_all(self) -> None:
         """Unwire every pod and remove every fabric (the agent is stopping)."""
@@ -576,7 +603,7 @@ def main() -> int:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
-    agent = Agent(kubernetes.client.CoreV1Api(), node,
+    agent = Agent(kubernetes.client.CoreV1Api(), kubernetes.client.CustomObjectsApi(), node,
                   os.environ.get("TAILCUT_SHAPE_HOST_NETWORK", "false") == "true")
     signal.signal(signal.SIGTERM, _stop)   # the DaemonSet's pod is deleted or rolled
     last_seen = [time.monotonic()]

@@ -10,10 +10,10 @@ the training pods. For `senders: [rack-1]`, `receivers: [ps-0, rack-0]` in job `
     Pod demo-ps-0               + sidecars locust-master and locust (worker)
     Pod demo-bg-client-1        rack rack-0: a Locust worker
 
-Background pods carry the job's labels, its rack label and rack affinity, and the
-spec annotation, so they land with their rack's training pods and the node agent
-shapes their access link as it shapes a training pod's; they are owned by the
-TrainingJob and have activeDeadlineSeconds, so they end with the job or by themselves.
+Background pods carry the job's labels, its rack label and rack affinity, so they
+land with their rack's training pods; they are controlled by the TrainingJob, so the
+node agent shapes their access link as it shapes a training pod's; they have
+activeDeadlineSeconds, so they end with the job or by themselves.
 Sidecars in a training pod are native sidecars (init containers with restartPolicy
 Always): they start before the role and are stopped when it exits.
 """
@@ -123,12 +123,10 @@ def pods(job: TrainingJob, p: bgplan.Plan, owner: dict[str, Any], image: str,
                 "metadata": {
                     "name": resources.pod_name(job, bg.name),
                     "labels": resources.labels(job, bg.role, bg.name, rack.name),
-                    # The agent shapes every pod of the job by this: a background pod
+                    "annotations": {ANNOTATION: ",".join(c["name"] for c in containers(
+                        p, bg.name, image))},
+                    # The agent wires every pod the job controls: a background pod
                     # gets the access link its rack's training pods have.
-                    "annotations": {resources.ANNOTATION_SPEC_MAP:
-                                    resources.spec_map_name(job),
-                                    ANNOTATION: ",".join(c["name"] for c in containers(
-                                        p, bg.name, image))},
                     "ownerReferences": [owner]},
                 "spec": {
                     "hostname": bg.name, "subdomain": job.name,

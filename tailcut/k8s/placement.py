@@ -3,10 +3,12 @@
 A rack's pods hang off its ToR bridge by veths (tailcut.k8s.agent), so a rack lives on
 one node: the operator places the job's racks round robin on the schedulable nodes
 (sorted by name, starting at one chosen by a hash of the job, so that jobs do not all
-put their first rack on the same node), pins the rack's pods there with a nodeSelector, and writes the
-placement into the job's config map (placement.json) with each node's InternalIP. The
-node agents read it: each builds the racks placed on its node and the job's spine,
-and joins its spine to the other nodes' spines of the job by VXLAN to those addresses.
+put their first rack on the same node), pins the rack's pods there with a nodeSelector,
+and records the placement with each node's InternalIP in the TrainingJob's
+status.placement before it creates anything (the status subresource: only the operator
+writes it). The node agents read it there: each builds the racks placed on its node and
+the job's spine, and joins its spine to the other nodes' spines of the job by VXLAN to
+those addresses and accepts the VXLAN only from them (tailcut.net.overlay).
 
 Pure functions of the API's node objects (as dicts, camelCase), so they are tested
 without a cluster. No schedulable node (an API server without kubelets): no placement,
@@ -14,13 +16,11 @@ and the pods keep the preferred rack affinity of tailcut.k8s.resources.
 """
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from tailcut.spec.model import TrainingJob
 
-PLACEMENT_KEY = "placement.json"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 _BLOCKING_TAINTS = ("NoSchedule", "NoExecute")
 
@@ -64,22 +64,16 @@ def place(job: TrainingJob, namespace: str, nodes: list[NodeAddress]) -> Placeme
             for i, rack in enumerate(job.spec.network.racks)}
 
 
-def config_data(placement: Placement) -> dict[str, str]:
-    """The config map entry the agents read (none without a placement)."""
-    if not placement:
-        return {}
-    return {PLACEMENT_KEY: json.dumps({rack: {"node": n.name, "hostname": n.hostname,
-                                              "ip": n.ip}
-                                       for rack, n in placement.items()}, indent=1)}
+def to_status(placement: Placement) -> dict[str, dict[str, str]]:
+    """The TrainingJob's status.placement (tailcut.k8s.status.RackNode per rack)."""
+    return {rack: {"node": n.name, "hostname": n.hostname, "ip": n.ip}
+            for rack, n in placement.items()}
 
 
-def from_config(data: Mapping[str, str]) -> Placement:
-    """The placement in a job's config map data; empty if it has none."""
-    raw = data.get(PLACEMENT_KEY)
-    if not raw:
-        return {}
+def from_status(recorded: Mapping[str, Any]) -> Placement:
+    """The placement in a TrainingJob's status.placement; empty if it has none."""
     return {rack: NodeAddress(name=n["node"], hostname=n["hostname"], ip=n["ip"])
-            for rack, n in json.loads(raw).items()}
+            for rack, n in (recorded or {}).items()}
 
 
 def scheduling(rack: str, placement: Placement) -> Optional[dict[str, Any]]:

@@ -4,8 +4,8 @@ Pure functions from a validated TrainingJob to manifests (plain dicts), and from
 job's pods back to a status; the operator only sends them. For a job `demo` with one
 PS and two workers in namespace `lab`:
 
-    ConfigMap demo-spec      spec.yaml (the job, defaults filled in) for roles and agent;
-                             flows.json (per-tensor tags, tailcut.k8s.policy) for roles
+    ConfigMap demo-spec      spec.yaml (the job, defaults filled in) and flows.json
+                             (per-tensor tags, tailcut.k8s.policy), for the roles
     Service   demo           headless (clusterIP None); gives ps-0.demo.lab.svc (for
                              people: roles talk over the job's links, below)
     Pod       demo-ps-0      hostname ps-0, subdomain demo; role ps, rack rack-0
@@ -13,7 +13,8 @@ PS and two workers in namespace `lab`:
     Pod       demo-worker-1  links: the node agent wires each pod into its rack (tc0)
 
 Every object carries the labels below and an ownerReference to the TrainingJob
-(controller: true), so deleting the job deletes them all. A backgroundLoad adds its
+(controller: true), so deleting the job deletes them all. The labels only find
+things: what counts as the job's is what the job controls (owned_pods). A backgroundLoad adds its
 own config map, pods and sidecars (tailcut.k8s.background).
 """
 
@@ -30,7 +31,6 @@ LABEL_JOB = "tailcut.dev/job"
 LABEL_ROLE = "tailcut.dev/role"         # ps | worker | aggregator | replica | bg-*
 LABEL_REPLICA = "tailcut.dev/replica"   # ps-0, worker-3: the pod's name inside the job
 LABEL_RACK = "tailcut.dev/rack"
-ANNOTATION_SPEC_MAP = "tailcut.dev/spec-configmap"
 ANNOTATION_NETWORK = "tailcut.dev/network"   # the agent's: what the pod's links got
 ANNOTATION_QUEUE_DROPS = "tailcut.dev/queue-drops"   # the agent's, as it releases the pod
 SPEC_KEY = "spec.yaml"
@@ -73,14 +73,38 @@ def pod_name(job: TrainingJob, replica: str) -> str:
     return f"{job.name}-{replica}"
 
 
-def config_map(job: TrainingJob, owner: dict[str, Any],
-               where: Optional[placement.Placement] = None) -> dict[str, Any]:
+def config_map(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
+    """What the job's pods read (mounted at SPEC_MOUNT). The node agents do not read
+    it: they build from the TrainingJob itself (tailcut.k8s.admission)."""
     spec_yaml = yaml.safe_dump(job.model_dump(by_alias=True, mode="json"), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": spec_map_name(job), "labels": labels(job),
                          "ownerReferences": [owner]},
-            "data": {SPEC_KEY: spec_yaml, **policy.config_data(job),
-                     **placement.config_data(where or {})}}
+            "data": {SPEC_KEY: spec_yaml, **policy.config_data(job)}}
+
+
+def controller_uid(obj: Mapping[str, Any]) -> Optional[str]:
+    """The UID of the object's controller (its ownerReference with controller: true),
+    as the API server returns objects; None without one."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def owned_pods(job_name: str, job_uid: str,
+               pod_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's own pods among those labelled with its name: controlled by the
+    TrainingJob with that UID and named as the operator names them. A label is anyone's
+    to set, so nothing else may count towards the job's status."""
+    out = []
+    for pod in pod_list:
+        meta = pod.get("metadata") or {}
+        replica = (meta.get("labels") or {}).get(LABEL_REPLICA)
+        if (controller_uid(pod) == job_uid and replica is not None
+                and meta.get("name") == f"{job_name}-{replica}"):
+            out.append(pod)
+    return out
 
 
 def service(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +161,8 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
             "metadata": {
                 "name": pod_name(job, replica),
                 "labels": labels(job, role, replica, racks[replica]),
-                "annotations": {ANNOTATION_SPEC_MAP: spec_map_name(job)},
+                # The node agent wires a pod because this TrainingJob controls it
+                # (tailcut.k8s.admission), and builds from the job, not from the pod.
                 "ownerReferences": [owner]},
             "spec": {
                 "hostname": replica, "subdomain": job.name,

@@ -74,11 +74,30 @@ class QueueDrops(_Model):
         default_factory=dict, description="per link end ('rack-0/up', 'worker-1/tc0')")
 
 
+class RackNode(_Model):
+    """The node a rack of the job was placed on (tailcut.k8s.placement)."""
+
+    node: str
+    hostname: str = Field(description="its kubernetes.io/hostname label (the pods' nodeSelector)")
+    ip: str = Field(description="its InternalIP: the VXLAN endpoint of its spine")
+
+
 class Status(_Model):
     phase: Optional[Phase] = None
     observed_generation: Optional[int] = Field(
         default=None, description="metadata.generation of the spec this status describes")
     conditions: list[Condition] = Field(default_factory=list)
+    # Written by the operator, before it creates anything, through the status
+    # subresource (which a namespace's users are not granted): the node agents build
+    # the job's network from these and the spec, nothing from objects in the namespace.
+    spec_generation: Optional[int] = Field(
+        default=None, description="metadata.generation of the spec the job's pods were "
+                                  "made from; the node agents wire pods only while the "
+                                  "spec is still that one")
+    placement: dict[str, RackNode] = Field(
+        default_factory=dict, description="per rack: the node that holds it (empty: no "
+                                          "schedulable node was known, every node builds "
+                                          "every rack)")
     replica_statuses: dict[str, ReplicaStatus] = Field(
         default_factory=dict, description="per role (PS, Worker): pod counts")
     backend: Optional[str] = Field(default=None, description="kubernetes or local")

@@ -14,17 +14,40 @@ Every address is known from the placement, so nothing is learnt: each vx0 has a 
 of its spine's number, and the forwarding database and neighbour table get permanent
 entries for the other spines (no flooding, no ARP over the overlay). vx0's MTU is the
 pods' (1500), so a node LAN whose MTU is below 1550 fragments the outer packets.
+
+What goes out goes only to the peers (the static entries; no default destination).
+What comes in is another matter: the kernel hands a VXLAN packet to the device of its
+VNI whatever its source, and the VNI is a hash of the job's name. So the overlay is
+guarded in the node's namespace by an nftables table of ours, before the packets reach
+the VXLAN socket (the input hook), one chain per job, e.g. for VNI 1193046 with peers
+192.168.78.2 and .3:
+
+    table ip tck8s_overlay {
+      map vnis { typeof @th,96,24 : verdict; elements = { 1193046 : jump vni_1193046 } }
+      chain input { type filter hook input priority filter; policy accept;
+                    udp dport 4789 @th,96,24 vmap @vnis }   # th+12 bytes: the VNI
+      chain vni_1193046 { ip saddr != { 192.168.78.2, 192.168.78.3 } counter drop }
+    }
+
+A source address is not a proof: a host that can forge a peer node's address on the
+node network can still inject (docs/kubernetes.md says what remains).
 """
 
 import hashlib
+import json
+import shutil
+import subprocess
 from dataclasses import dataclass
+from typing import Any, Optional
 
+from tailcut.errors import NetError
 from tailcut.net import forwarding, naming, netns
 
 VXLAN_PORT = 4789
 VXLAN_IF = "vx0"
 MTU = 1500
 NUD_PERMANENT = 0x80
+TABLE = "tck8s_overlay"   # nftables, family ip, in the node's namespace
 
 
 @dataclass(frozen=True)
@@ -51,14 +74,21 @@ def vni(key: str) -> int:
 
 
 def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine]) -> str:
-    """Add vx0 to `spine_ns` and route `peers`' subnets over it. Call it from the node's
-    network namespace: the outer packets leave from there. Returns what was applied."""
+    """Add vx0 to `spine_ns`, route `peers`' subnets over it and accept its packets
+    only from the peers' addresses (guard). Call it from the node's network namespace:
+    the outer packets leave from there and the guard lives there; `leave` removes the
+    guard (vx0 goes with the spine). Returns what was applied."""
     from pyroute2 import IPRoute
 
-    with IPRoute() as ipr:   # here: the node's namespace
-        ipr.link("add", ifname=VXLAN_IF, kind="vxlan", vxlan_id=vni_id,
-                 vxlan_local=me.underlay_ip, vxlan_port=VXLAN_PORT, vxlan_learning=0,
-                 net_ns_fd=netns.path(spine_ns))
+    guard(vni_id, peers)   # first: no moment when vx0 takes packets from anywhere
+    try:
+        with IPRoute() as ipr:   # here: the node's namespace
+            ipr.link("add", ifname=VXLAN_IF, kind="vxlan", vxlan_id=vni_id,
+                     vxlan_local=me.underlay_ip, vxlan_port=VXLAN_PORT, vxlan_learning=0,
+                     net_ns_fd=netns.path(spine_ns))
+    except BaseException:
+        leave(vni_id)
+        raise
     with netns.ipr(spine_ns) as spine:
         index = spine.link_lookup(ifname=VXLAN_IF)[0]
         spine.link("set", index=index, address=me.mac, mtu=MTU, ifalias=naming.alias(job))
@@ -72,4 +102,65 @@ def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine]) ->
                 spine.route("add", dst=subnet, gateway=peer.ip)
     forwarding.enable(spine_ns, VXLAN_IF)
     return (f"vxlan {vni_id} from {me.underlay_ip} to "
-            + ", ".join(f"{p.underlay_ip} ({', '.join(p.subnets)})" for p in peers))
+            + ", ".join(f"{p.underlay_ip} ({', '.join(p.subnets)})" for p in peers)
+            + f"; accepted only from {', '.join(p.underlay_ip for p in peers)}")
+
+
+def guard(vni_id: int, peers: list[Spine]) -> None:
+    """Drop VXLAN packets of `vni_id` from any source but the peers' addresses, in
+    this (the node's) network namespace. Replaces the job's chain if it is there
+    (left by an agent killed outright)."""
+    if not peers:
+        raise NetError(f"vxlan {vni_id}: no peer to accept packets from")
+    chain = f"vni_{vni_id}"
+    if _nft(f"list map ip {TABLE} vnis", check=False) != 0:   # the node's first overlay
+        _nft(f"add table ip {TABLE}\n"
+             f"add map ip {TABLE} vnis {{ typeof @th,96,24 : verdict; }}\n"
+             f"add chain ip {TABLE} input {{ type filter hook input priority filter; "
+             "policy accept; }\n"
+             f"add rule ip {TABLE} input udp dport {VXLAN_PORT} @th,96,24 vmap @vnis\n")
+    sources = ", ".join(p.underlay_ip for p in peers)
+    _nft(f"add chain ip {TABLE} {chain}\nflush chain ip {TABLE} {chain}\n"
+         f"add rule ip {TABLE} {chain} ip saddr != {{ {sources} }} counter drop\n")
+    if _nft(f"get element ip {TABLE} vnis {{ {vni_id} }}", check=False) != 0:
+        _nft(f"add element ip {TABLE} vnis {{ {vni_id} : jump {chain} }}\n")
+
+
+def leave(vni_id: int) -> int:
+    """Remove the guard of `vni_id` (and the table with the node's last one); the
+    packets it dropped. Nothing there is fine."""
+    dropped = refused(vni_id)
+    _nft(f"delete element ip {TABLE} vnis {{ {vni_id} }}\n"
+         f"delete chain ip {TABLE} vni_{vni_id}\n", check=False)
+    shown = _nft_json(f"list map ip {TABLE} vnis")
+    if shown is not None and not any(m.get("map", {}).get("elem") for m in shown):
+        _nft(f"delete table ip {TABLE}\n", check=False)
+    return dropped
+
+
+def refused(vni_id: int) -> int:
+    """The packets of `vni_id` the guard has dropped (0 without one)."""
+    shown = _nft_json(f"list chain ip {TABLE} vni_{vni_id}") or []
+    return sum(e["counter"]["packets"] for item in shown
+               for e in item.get("rule", {}).get("expr", []) if "counter" in e)
+
+
+def _nft(script: str, check: bool = True) -> int:
+    nft = shutil.which("nft")
+    if nft is None:
+        raise NetError("the VXLAN between a job's nodes needs nft (Debian's nftables "
+                       "package) to accept it only from the job's nodes: install it")
+    result = subprocess.run([nft, "-f", "-"], input=script, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise NetError(f"nft: {result.stderr.strip()} (applying: {script.strip()})")
+    return result.returncode
+
+
+def _nft_json(command: str) -> Optional[list[dict[str, Any]]]:
+    nft = shutil.which("nft")
+    if nft is None:
+        return None
+    result = subprocess.run([nft, "-j", *command.split()], capture_output=True, text=True)
+    if result.returncode != 0:
+        return None
+    return list(json.loads(result.stdout).get("nftables", []))

@@ -57,3 +57,14 @@ def operator_kubeconfig(cp, release, name):
     token = cp.kubectl("-n", release, "create", "token", "tailcut-operator",
                        "--duration=2h").stdout.strip()
     return cp.user_kubeconfig(name, token)
+
+
+def agent_clients(cp, release, name):
+    """CoreV1Api and CustomObjectsApi carrying a token of the chart's agent service
+    account, as the agent makes its requests (kubectl would read before it patches)."""
+    import kubernetes
+
+    token = cp.kubectl("-n", release, "create", "token", "tailcut-agent").stdout.strip()
+    client = kubernetes.config.new_client_from_config(
+        config_file=str(cp.user_kubeconfig(name, token)))
+    return kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)

@@ -6,18 +6,19 @@ lets go when the pod goes and leaves the pod itself running."""
 
 import json
 import re
+import socket
+import struct
 import subprocess
 import time
 import uuid
 from types import SimpleNamespace
 
 import pytest
-import yaml
 from pyroute2 import IPRoute
 
 from tailcut import spec
-from tailcut.k8s import agent, metrics, placement, resources
-from tailcut.net import netns, topology
+from tailcut.k8s import admission, agent, metrics, placement, resources
+from tailcut.net import netns, overlay, topology
 from tests import netutil, waiting
 from tests.k8s import fakepod
 
@@ -47,25 +48,44 @@ def job(name, **job_spec):
                            "metadata": {"name": name}, "spec": job_spec})
 
 
-def as_yaml(j):
-    return yaml.safe_dump(j.model_dump(by_alias=True, mode="json"))
+JOB_UID = "7e57a9e1-0000-4000-8000-00000000j0b5"
 
 
-class FakeCore:
-    """The API calls the agent makes: the job's spec config map, and the patches that
-    record a pod's links and its queue drops (kept here, merged as the API server
-    merges annotations)."""
+class NotFound(Exception):
+    status = 404
 
-    def __init__(self, job_yaml, extra=None):
-        self.job_yaml = job_yaml
-        self.extra = extra or {}
+
+def training_job(j, where=None):
+    """The TrainingJob as the API server returns it once the operator has recorded the
+    spec's generation and the racks' placement in its status."""
+    return {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": j.name, "namespace": K8S_NS, "uid": JOB_UID,
+                         "generation": 1},
+            "spec": j.model_dump(by_alias=True, mode="json")["spec"],
+            "status": {"specGeneration": 1, "placement": placement.to_status(where or {})}}
+
+
+class FakeApi:
+    """The API calls the agent makes: the TrainingJob that controls a pod, and the
+    status patches that record a pod's links and its queue drops (kept here, merged
+    as the API server merges annotations)."""
+
+    def __init__(self, j=None, where=None):
+        self.training_job = None if j is None else training_job(j, where)
         self.annotations = {}
 
-    def read_namespaced_config_map(self, name, namespace):
-        return SimpleNamespace(data={resources.SPEC_KEY: self.job_yaml, **self.extra})
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        if self.training_job is None or self.training_job["metadata"]["name"] != name:
+            raise NotFound(name)
+        return self.training_job
 
-    def patch_namespaced_pod(self, name, namespace, body):
+    def patch_namespaced_pod_status(self, name, namespace, body):
         self.annotations.setdefault(name, {}).update(body["metadata"]["annotations"])
+
+
+def make_agent(j=None, node="k8-node", where=None):
+    api = FakeApi(j, where)
+    return agent.Agent(api, api, node=node)
 
 
 @pytest.fixture
@@ -79,18 +99,21 @@ def pods():
 def agents():
     """Agents made by a test release everything at the end, even after a failure."""
     made = []
-    yield lambda job_yaml: made.append(agent.Agent(FakeCore(job_yaml), node="k8-node")) \
-        or made[-1]
+    yield lambda j: made.append(make_agent(j)) or made[-1]
     for a in made:
         a.release_all()
 
 
-def pod_event(pod, phase, job_name="k8-demo"):
+def pod_event(pod, phase, job_name="k8-demo", uid=JOB_UID):
+    """The pod as the agent's watch yields it: controlled by TrainingJob `job_name`."""
+    owner = SimpleNamespace(api_version="tailcut.dev/v1alpha1", kind="TrainingJob",
+                            name=job_name, uid=uid, controller=True)
     return SimpleNamespace(
         metadata=SimpleNamespace(uid=pod.uid, namespace=K8S_NS,
                                  name=f"{job_name}-{pod.replica}",
-                                 labels={resources.LABEL_REPLICA: pod.replica},
-                                 annotations={resources.ANNOTATION_SPEC_MAP: "spec"}),
+                                 labels={resources.LABEL_JOB: job_name,
+                                         resources.LABEL_REPLICA: pod.replica},
+                                 annotations={}, owner_references=[owner]),
         spec=SimpleNamespace(host_network=False), status=SimpleNamespace(phase=phase))
 
 
@@ -119,7 +142,7 @@ def test_agent_wires_pods_into_their_racks_with_the_planned_addresses_and_both_w
                              "accessLink": {"bandwidth": "100Mbit"},
                              "uplink": {"bandwidth": "200Mbit"}})
     topo = topology.plan(two_racks)
-    node_agent = agents(as_yaml(two_racks))
+    node_agent = agents(two_racks)
     ps, worker = pods("ps-0"), pods("worker-0")
     node_agent.handle("MODIFIED", pod_event(ps, "Pending"))
     assert not node_agent.wired and not fabric_namespaces("k8-demo"), \
@@ -167,7 +190,7 @@ def test_a_pod_that_ends_leaves_its_links_queue_drops_for_the_jobs_status(pods, 
     shallow = job("k8-buf", replicas={"workers": 1},
                   network={"accessLink": {"bandwidth": "10Mbit", "bufferPackets": 8}})
     topo = topology.plan(shallow)
-    node_agent = agents(as_yaml(shallow))
+    node_agent = agents(shallow)
     ps, worker = pods("ps-0"), pods("worker-0")
     for pod in (ps, worker):
         node_agent.handle("MODIFIED", pod_event(pod, "Running", "k8-buf"))
@@ -205,9 +228,7 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
                              "placement": {"ps-0": "a", "worker-0": "b"}})
     where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
              "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
-    data = placement.config_data(where)
-    node_agents = [agent.Agent(FakeCore(as_yaml(two_racks), data), node=n)
-                   for n in ("node-a", "node-b")]
+    node_agents = [make_agent(two_racks, n, where) for n in ("node-a", "node-b")]
     ps, worker = pods("ps-0"), pods("worker-0")
     try:
         for node_ns, node_agent, pod in zip(two_nodes, node_agents, (ps, worker)):
@@ -221,6 +242,19 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
         spine_a = node_agents[0].fabrics[(K8S_NS, "k8-two")].network
         vxlan = spine_a.applied["tck8s-k8-lab.k8-two@node-a.spine/vx0"]
         assert vxlan.startswith("vxlan ") and "192.168.78.2 (10.2.0.0/24)" in vxlan
+        assert vxlan.endswith("; accepted only from 192.168.78.2")
+
+        # The VXLAN is accepted from the job's other node only: the same encapsulated
+        # datagram for ps-0 arrives from node-b's address, not from another on its LAN.
+        vni = overlay.vni(f"{K8S_NS}/k8-two")
+        frame = vxlan_frame(vni, topo.pod("worker-0").ip, topo.pod("ps-0").ip)
+        with netns.ipr(two_nodes[1]) as ipr:
+            ipr.addr("add", index=ipr.link_lookup(ifname="lan0")[0],
+                     address="192.168.78.3", prefixlen=24)
+        assert inject(two_nodes[1], "192.168.78.3", "192.168.78.1", frame, ps.name) == 0
+        with netns.entered(two_nodes[0]):
+            assert overlay.refused(vni) == 20, "the guard dropped them"
+        assert inject(two_nodes[1], "192.168.78.2", "192.168.78.1", frame, ps.name) == 20
         # A pod of rack b is not node-a's to wire.
         stray = pods("worker-0")
         with pytest.raises(agent.AgentError, match=r"worker-0 belongs to rack b, which is "
@@ -231,6 +265,58 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
         for node_ns, node_agent in zip(two_nodes, node_agents):
             with netns.entered(node_ns):
                 node_agent.release_all()
+    for node_ns in two_nodes:
+        listed = subprocess.run(["ip", "netns", "exec", node_ns, "nft", "list", "ruleset"],
+                                capture_output=True, text=True, check=True).stdout
+        assert overlay.TABLE not in listed, "the guard went with the job"
+
+
+def test_two_jobs_whose_vnis_collide_do_not_share_a_node():
+    """The second would replace the first's guard; refused before anything is built."""
+    two_racks = job("k8-vni", network={"racks": [{"name": "a"}, {"name": "b"}]})
+    where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
+             "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
+    vni = overlay.vni(f"{K8S_NS}/k8-vni")
+    with pytest.raises(agent.AgentError, match=rf"VNI {vni} .* is also lab/other's on this "
+                                               "node; rename one of the jobs"):
+        agent.build_fabric(K8S_NS, two_racks, False, "node-a", where, {vni: "lab/other"})
+    assert fabric_namespaces("k8-vni", "node-a") == []
+
+
+INJECT_PORT = 5299
+
+
+def vxlan_frame(vni, src_ip, dst_ip, payload=b"inject"):
+    """A VXLAN packet's UDP payload: the VXLAN header of `vni` and an Ethernet frame
+    from spine 1 to spine 0 (node-b's and node-a's vx0) carrying a UDP datagram from
+    `src_ip` to `dst_ip`:INJECT_PORT."""
+    udp = struct.pack("!HHHH", 40000, INJECT_PORT, 8 + len(payload), 0) + payload
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0,
+                         socket.inet_aton(src_ip), socket.inet_aton(dst_ip))
+    words = sum(struct.unpack("!10H", header))
+    while words >> 16:
+        words = (words & 0xFFFF) + (words >> 16)
+    header = header[:10] + struct.pack("!H", ~words & 0xFFFF) + header[12:]
+    spine_a, spine_b = (bytes.fromhex(overlay.Spine(i, "", ()).mac.replace(":", ""))
+                        for i in (0, 1))
+    ethernet = spine_a + spine_b + b"\x08\x00"
+    return struct.pack("!II", 0x08000000, vni << 8) + ethernet + header + udp
+
+
+def inject(from_ns, src_ip, node_ip, frame, pod_ns, count=20):
+    """How many of `count` copies of `frame`, sent from `src_ip` in `from_ns` to the
+    VXLAN port of `node_ip`, reach a receiver in `pod_ns`."""
+    rx = netutil.start(pod_ns, netutil.UDP_RECEIVER.format(port=INJECT_PORT))
+    netutil._wait_ready(rx)
+    with netns.entered(from_ns):
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        tx.bind((src_ip, 0))
+        for _ in range(count):
+            tx.sendto(frame, (node_ip, overlay.VXLAN_PORT))
+    finally:
+        tx.close()
+    return int(netutil._finish(rx, 30))
 
 
 @pytest.mark.netns
@@ -238,7 +324,7 @@ def test_a_lossy_link_drops_both_ways_and_pins_the_neighbours(pods, agents):
     lossy = job("k8-loss", replicas={"workers": 1},
                 network={"accessLink": {"bandwidth": "1Gbit", "loss": 0.2}})
     topo = topology.plan(lossy)
-    node_agent = agents(as_yaml(lossy))
+    node_agent = agents(lossy)
     ps, worker = pods("ps-0"), pods("worker-0")
     for pod in (ps, worker):
         node_agent.handle("ADDED", pod_event(pod, "Running", "k8-loss"))
@@ -253,7 +339,7 @@ def test_a_lossy_link_drops_both_ways_and_pins_the_neighbours(pods, agents):
 @pytest.mark.netns
 def test_a_pod_with_other_links_down_is_wired_without_waiting_for_them(pods, agents):
     """A CNI may leave tunnel devices down in every pod's namespace: not ours."""
-    node_agent = agents(as_yaml(job("k8-extra")))
+    node_agent = agents(job("k8-extra"))
     ps = pods("ps-0")
     with IPRoute(netns=f"/proc/{ps.pid}/ns/net") as ipr:
         ipr.link("add", ifname="extra0", kind="veth", peer="extra1")   # left down
@@ -264,7 +350,7 @@ def test_a_pod_with_other_links_down_is_wired_without_waiting_for_them(pods, age
 
 @pytest.mark.netns
 def test_agent_refuses_host_network_pods_unless_told_otherwise(pods, agents):
-    node_agent = agents("")
+    node_agent = agents(None)
     event = pod_event(pods("ps-0"), "Running")
     event.spec.host_network = True
     node_agent.handle("ADDED", event)
@@ -272,9 +358,9 @@ def test_agent_refuses_host_network_pods_unless_told_otherwise(pods, agents):
 
 
 def test_a_pod_whose_replica_label_names_no_pod_of_the_job_is_refused():
-    node_agent = agent.Agent(FakeCore(as_yaml(job("k8-label"))), node="k8-node")
+    node_agent = make_agent(job("k8-label"))
     pod = SimpleNamespace(uid=str(uuid.uuid4()), replica="worker-7")
-    with pytest.raises(agent.AgentError, match=r"label tailcut.dev/replica='worker-7' "
+    with pytest.raises(admission.Refused, match=r"label tailcut.dev/replica='worker-7' "
                                                r"names no pod of job k8-label"):
         node_agent.handle("ADDED", pod_event(pod, "Running", "k8-label"))
 
@@ -336,7 +422,7 @@ def test_agent_puts_cadentflow_classes_and_classifiers_on_both_ends_and_removes_
     cf = cadentflow_job("k8-cf", {"policy": "cadentflow", "priorityLevels": 3},
                         replicas={"workers": 1})
     topo = topology.plan(cf)
-    node_agent = agents(as_yaml(cf))
+    node_agent = agents(cf)
     ps, worker = pods("ps-0"), pods("worker-0")
     for pod in (ps, worker):
         node_agent.handle("MODIFIED", pod_event(pod, "Running", "k8-cf"))
@@ -369,7 +455,7 @@ def test_agent_puts_cadentflow_classes_and_classifiers_on_both_ends_and_removes_
 
 @pytest.mark.netns
 def test_agent_adds_no_classes_for_fair(pods, agents):
-    node_agent = agents(as_yaml(cadentflow_job("k8-fair", {"policy": "fair"})))
+    node_agent = agents(cadentflow_job("k8-fair", {"policy": "fair"}))
     ps = pods("ps-0")
     node_agent.handle("ADDED", pod_event(ps, "Running", "k8-fair"))
     kinds, classes, filters = tc_state(ps.name, "tc0")
@@ -381,7 +467,7 @@ def test_agent_adds_no_classes_for_fair(pods, agents):
 @pytest.mark.netns
 @pytest.mark.bpf
 def test_agent_stopping_releases_every_pod_and_fabric(pods, agents):
-    node_agent = agents(as_yaml(cadentflow_job("k8-stop", {"policy": "cadentflow"})))
+    node_agent = agents(cadentflow_job("k8-stop", {"policy": "cadentflow"}))
     ps = pods("ps-0")
     node_agent.handle("ADDED", pod_event(ps, "Running", "k8-stop"))
     [(_, prog_id)] = tc_state(ps.name, "tc0")[2]
@@ -392,11 +478,11 @@ def test_agent_stopping_releases_every_pod_and_fabric(pods, agents):
 
 
 def test_agent_refuses_a_policy_it_cannot_enforce_naming_the_field():
-    node_agent = agent.Agent(FakeCore(as_yaml(cadentflow_job(
-        "ks-appdrop", {"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9}))),
+    node_agent = make_agent(cadentflow_job(
+        "ks-appdrop", {"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9}),
         node="ks-node")
     pod = SimpleNamespace(uid=str(uuid.uuid4()), replica="ps-0")
-    with pytest.raises(agent.AgentError, match=r"spec.scheduling.policy='cadentflow' with "
+    with pytest.raises(admission.Refused, match=r"spec.scheduling.policy='cadentflow' with "
                                                r"spec.transport.type='app-drop'"):
         node_agent.handle("ADDED", pod_event(pod, "Running", "ks-appdrop"))
     assert not node_agent.wired

@@ -1,7 +1,8 @@
 """The node agent, running as the chart's agent service account against a real API
-server, finds the tailcut pods of its node, reads their job's spec, wires them and
-records their links on the pod; the audit log proves its ClusterRole lacks nothing
-and grants nothing it does not use. (No kubelet runs here: the pods' processes are
+server, finds the tailcut pods of its node, checks and reads the TrainingJob that
+controls them, wires them and records their links on the pod (through its status
+subresource); the audit log proves its ClusterRole lacks nothing and grants nothing it
+does not use. (No kubelet runs here: the pods' processes are
 faked, tests/k8s/fakepod.py.)"""
 
 import contextlib
@@ -30,18 +31,24 @@ def test_agent_wires_its_nodes_pods_with_exactly_the_charts_rbac(control_plane, 
 
 
 def run_agent(control_plane, release, namespace, tmp_path, stack):
+    # A TrainingJob with its status recorded as the operator records it (no operator
+    # runs here), and two of its pods as the operator makes them.
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+         "metadata": {"name": "k8-ag"}, "spec": {}}))
+    tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob", "k8-ag")
+    control_plane.kubectl("-n", namespace, "patch", "trainingjob", "k8-ag",
+                          "--subresource=status", "--type=merge", "-p", json.dumps(
+                              {"status": {"specGeneration": tj["metadata"]["generation"],
+                                          "placement": {}}}))
     job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
                           "metadata": {"name": "k8-ag"}, "spec": {}})
-    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "x"}
-    cm = resources.config_map(job, owner)
-    del cm["metadata"]["ownerReferences"]
-    pods = [p for p in resources.pods(job, owner, "tailcut/worker:test")
+    pods = [p for p in resources.pods(job, resources.owner_reference(tj), "tailcut/worker:test")
             if p["metadata"]["name"] in ("k8-ag-ps-0", "k8-ag-worker-0")]
     for pod in pods:
-        del pod["metadata"]["ownerReferences"]
         pod["spec"]["nodeName"] = "k8-node-a"      # as if scheduled there
     control_plane.kubectl("-n", namespace, "apply", "-f", "-",
-                          input=yaml.safe_dump_all([cm, *pods]))
+                          input=yaml.safe_dump_all(pods))
     # ps-0 has a process (faked) to find; worker-0 has none yet.
     uid = operator_proc.get_json(control_plane, "-n", namespace, "get", "pod",
                                  "k8-ag-ps-0")["metadata"]["uid"]
@@ -65,6 +72,9 @@ def run_agent(control_plane, release, namespace, tmp_path, stack):
             .get("annotations") or {}), 60, "the agent to record ps-0's links", log)
     finally:
         operator_proc.stop(proc)
+    annotations = operator_proc.get_json(control_plane, "-n", namespace, "get", "pod",
+                                         "k8-ag-ps-0")["metadata"]["annotations"]
+    assert resources.ANNOTATION_QUEUE_DROPS in annotations, "recorded as it let ps-0 go"
     text = log.read_text()
     assert f"{namespace}/k8-ag-worker-0: running but no process found" in text
     assert f"{namespace}/k8-ag-ps-0: ps-0/tc0: htb 1000 Mbit/s" in text, text

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from tailcut import spec
-from tailcut.k8s import agent, resources
+from tailcut.k8s import resources
 from tailcut.scheduling import flowreport
 from tests.k8s import fakepod
-from tests.k8s.test_agent import FakeCore, in_pod, pod_event, prog_unloaded, tc_state
+from tests.k8s.test_agent import in_pod, make_agent, pod_event, prog_unloaded, tc_state
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.e2e]
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def test_pods_tag_their_tensors_and_the_agents_classifier_sorts_them(tmp_path):
     for key, text in data.items():
         (mount / key).write_text(text)
 
-    node_agent = agent.Agent(FakeCore(data[resources.SPEC_KEY]), node="ks-node")
+    node_agent = make_agent(job, node="ks-node")
     with fakepod.Maker() as make:
         pods = {r: make(r) for r in ("ps-0", "worker-0")}
         try:

@@ -1,5 +1,6 @@
 """The chart's own promises, checked without a cluster: every Linux capability the
-agent asks for is explained, values match their schema, manifests/ matches the chart."""
+agent asks for and every RBAC rule is explained, values match their schema, manifests/
+matches the chart."""
 
 import json
 import re
@@ -21,6 +22,17 @@ def test_every_agent_capability_has_a_comment_saying_why():
     for cap in values["agent"]["capabilities"]:
         line = re.search(rf"^\s*- {cap}\s*#\s*(\S.*)$", text, re.M)
         assert line, f"values.yaml: capability {cap} has no comment saying why"
+
+
+def test_every_rule_of_both_cluster_roles_has_a_comment_saying_why():
+    for name in ("operator-rbac.yaml", "agent-rbac.yaml"):
+        lines = (CHART / "templates" / name).read_text().splitlines()
+        rules = [i for i, line in enumerate(lines) if line.strip().startswith("- apiGroups:")]
+        assert rules, f"{name}: no rules found"
+        for i in rules:
+            assert lines[i - 1].strip().startswith("#"), (
+                f"{name}:{i + 1}: a rule without a comment saying why (docs/kubernetes.md's "
+                "table has one per rule too)")
 
 
 def test_default_values_satisfy_the_values_schema():

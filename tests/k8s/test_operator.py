@@ -159,6 +159,11 @@ def test_a_valid_job_gets_pods_service_and_config_map_owned_by_it(control_plane,
     assert stored["spec"]["training"]["epochs"] == 3
     assert stored["spec"]["network"]["accessLink"]["bandwidth"] == "1Gbit"  # for the agent
     assert tj["status"]["observedGeneration"] == tj["metadata"]["generation"]
+    # Recorded for the node agents, which build from the job and nothing else (no
+    # node runs here: no placement).
+    assert tj["status"]["specGeneration"] == tj["metadata"]["generation"]
+    assert tj["status"]["placement"] == {}
+    assert "placement.json" not in cm["data"]
     created = {c["type"]: c for c in tj["status"]["conditions"]}["Created"]
     assert created["status"] == "True"
 
@@ -227,6 +232,72 @@ def test_queue_drops_the_agents_record_on_ended_pods_reach_the_status(control_pl
     operator_proc.wait_for(lambda: operator_proc.get_json(
         control_plane, "-n", namespace, "get", "trainingjob", "k8-drops")["status"].get(
             "queueDrops") == expected, 60, "status.queueDrops", operator)
+
+
+def test_a_config_map_of_the_jobs_name_made_by_someone_else_is_refused_not_adopted(
+        control_plane, namespace, operator):
+    squatted = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "k8-squat-spec"},
+                "data": {resources.SPEC_KEY: "not the job's"}}
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(squatted))
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-squat", {"replicas": {"workers": 1}}))
+    tj = _wait_job(control_plane, namespace, "k8-squat", "Failed", operator)
+    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "ObjectNotOwned"
+    assert (f"ConfigMap {namespace}/k8-squat-spec already exists and this TrainingJob "
+            f"(uid {tj['metadata']['uid']}) does not control it") in failed["message"]
+    cm = operator_proc.get_json(control_plane, "-n", namespace, "get", "configmap",
+                                "k8-squat-spec")
+    assert cm["data"] == squatted["data"] and "ownerReferences" not in cm["metadata"], \
+        "left as it was"
+    assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+    assert control_plane.kubectl("-n", namespace, "get", "service", "k8-squat",
+                                 check=False).returncode != 0, "nothing more was created"
+    operator_proc.wait_for(lambda: [
+        e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                          "events")["items"]
+        if e["involvedObject"]["name"] == "k8-squat" and e["reason"] == "ObjectNotOwned"
+        and "k8-squat-spec" in e["message"]], 30, "the ObjectNotOwned event", operator)
+
+
+def _end_pod(cp, namespace, name, phase, exit_code, message):
+    cp.kubectl("-n", namespace, "patch", "pod", name, "--subresource=status", "--type=merge",
+               "-p", json.dumps({"status": {"phase": phase, "containerStatuses": [{
+                   "name": "c", "image": "x", "imageID": "", "ready": False,
+                   "restartCount": 0, "state": {"terminated": {
+                       "exitCode": exit_code, "reason": "Error", "message": message}}}]}}))
+
+
+def test_pods_with_the_jobs_labels_that_it_does_not_control_change_nothing(
+        control_plane, namespace, operator):
+    cp = control_plane
+    cp.kubectl("-n", namespace, "apply", "-f", "-",
+               input=job_yaml("k8-fake", {"replicas": {"workers": 1}}))
+    tj = _wait_job(cp, namespace, "k8-fake", "Pending", operator)
+    labels = {resources.LABEL_JOB: "k8-fake", resources.LABEL_REPLICA: "ps-0"}
+    done = json.dumps({"event": "done", "jct_s": 0.5, "final_accuracy": 0.99,
+                       "final_loss": 0.01, "converged": True, "epochs": 1})
+    forged_owner = resources.owner_reference(tj)   # anyone who can read the job can
+    fakes = [   # a pod labelled ps-0 that fails, and one that claims the job and reports
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "k8-fake-evil", "labels": labels},
+         "spec": {"containers": [{"name": "c", "image": "x"}]}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "k8-fake-forged",
+                      "labels": {**labels, resources.LABEL_REPLICA: "replica-0"},
+                      "ownerReferences": [forged_owner]},
+         "spec": {"containers": [{"name": "c", "image": "x"}]}}]
+    cp.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump_all(fakes))
+    _end_pod(cp, namespace, "k8-fake-evil", "Failed", 3, "fail the job")
+    _end_pod(cp, namespace, "k8-fake-forged", "Succeeded", 0, done)
+    for replica in ("ps-0", "worker-0"):   # play the kubelet for the job's own pods
+        _set_pod_phase(cp, namespace, f"k8-fake-{replica}", "Running")
+    tj = _wait_job(cp, namespace, "k8-fake", "Running", operator)
+    assert tj["status"]["replicaStatuses"]["PS"] == {"active": 1, "succeeded": 0, "failed": 0}
+    _set_pod_phase(cp, namespace, "k8-fake-worker-0", "Succeeded")
+    tj = _wait_job(cp, namespace, "k8-fake", "Succeeded", operator)
+    assert "jctSeconds" not in tj["status"] and "accuracy" not in tj["status"], tj["status"]
+    assert "evil" not in tj["status"]["message"] and "forged" not in tj["status"]["message"]
 
 
 def test_a_spec_change_after_start_is_reported_not_silently_ignored(control_plane, namespace,

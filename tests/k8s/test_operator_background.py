@@ -84,8 +84,9 @@ def test_a_job_with_background_load_gets_server_and_locust_pods_on_their_racks(
             term["labelSelector"]["matchExpressions"]
         assert bg["spec"]["affinity"] == pods["ps-0" if rack == "rack-0" else "worker-1"][
             "spec"]["affinity"]
-        # The agent shapes pods by this annotation, as it shapes training pods.
-        assert bg["metadata"]["annotations"][resources.ANNOTATION_SPEC_MAP] == f"{job}-spec"
+        # The agent wires what the job controls, as it wires training pods.
+        (owner,) = bg["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("TrainingJob", job, True)
         assert (bg["spec"]["hostname"], bg["spec"]["subdomain"]) == (
             labels[resources.LABEL_REPLICA], job)
         # Bounded: the run (30 s) + the servers' stop grace + a start-up margin.

@@ -1,7 +1,7 @@
-"""Racks to nodes: which nodes count, the round robin, and the config map's record."""
+"""Racks to nodes: which nodes count, the round robin, and the record in the job's status."""
 
 from tailcut import spec
-from tailcut.k8s import placement, resources
+from tailcut.k8s import placement, resources, status
 
 
 def node(name, ready="True", ip="10.240.0.2", **spec_fields):
@@ -40,12 +40,14 @@ def test_racks_go_round_robin_from_a_start_that_depends_on_the_job():
     assert placement.place(job(2), "lab", []) == {}
 
 
-def test_the_placement_pins_pods_and_survives_the_config_map():
+def test_the_placement_pins_pods_and_survives_the_jobs_status():
     nodes = placement.schedulable([node("a", ip="10.0.0.1"), node("b", ip="10.0.0.2")])
     j = job(2)
     where = placement.place(j, "lab", nodes)
-    data = resources.config_map(j, {"uid": "x"}, where)["data"]
-    assert placement.from_config(data) == where
+    recorded = placement.to_status(where)
+    assert status.Status.model_validate({"placement": recorded}).placement["r0"].ip in (
+        "10.0.0.1", "10.0.0.2"), "status.placement fits the status schema"
+    assert placement.from_status(recorded) == where
     pods = resources.pods(j, {"uid": "x"}, "img", where=where)
     for pod in pods:
         rack = pod["metadata"]["labels"][resources.LABEL_RACK]
@@ -53,4 +55,6 @@ def test_the_placement_pins_pods_and_survives_the_config_map():
         assert "affinity" not in pod["spec"]
     unplaced = resources.pods(j, {"uid": "x"}, "img")
     assert all("affinity" in p["spec"] and "nodeSelector" not in p["spec"] for p in unplaced)
-    assert placement.from_config(resources.config_map(j, {"uid": "x"})["data"]) == {}
+    assert placement.from_status({}) == {}
+    assert "placement.json" not in resources.config_map(j, {"uid": "x"})["data"], \
+        "nothing in the namespace says where the racks are"

@@ -204,3 +204,20 @@ def test_queue_drops_gather_each_link_end_once_keeping_an_uplinks_latest_count()
         "total": 52, "byLinkEnd": {"ps-0/tc0": 0, "rack-0/p0": 40, "rack-0/p1": 0,
                                    "rack-0/up": 5, "worker-0/tc0": 7}}
     assert resources.queue_drops_from_pods([{"metadata": {}}]) == {}
+
+
+def test_only_pods_the_job_controls_and_names_count_as_its_own():
+    made = resources.pods(job(1), OWNER, "img:1")   # ps-0 and worker-0, as created
+    labelled = {"metadata": {"name": "k8-demo-ps-0-evil",
+                             "labels": {resources.LABEL_REPLICA: "ps-0"}}}
+    claims = {"metadata": {"name": "k8-demo-evil", "ownerReferences": [OWNER],
+                           "labels": {resources.LABEL_REPLICA: "ps-0"}}}
+    stale = {"metadata": {**made[0]["metadata"],
+                          "ownerReferences": [{**OWNER, "uid": "an-earlier-job"}]}}
+    not_controller = {"metadata": {**made[0]["metadata"],
+                                   "ownerReferences": [{**OWNER, "controller": False}]}}
+    pods = made + [labelled, claims, stale, not_controller]
+    assert resources.owned_pods("k8-demo", "1234", pods) == made
+    assert resources.controller_uid(made[0]) == "1234"
+    assert resources.controller_uid(labelled) is None
+    assert resources.controller_uid(not_controller) is None
