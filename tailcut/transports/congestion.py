@@ -35,6 +35,7 @@ from typing import Protocol, TypeVar
 MIN_RATE_BIT = 1e6  # no grant paces a sender below 1 Mbit/s (a hostile or stale GRANT)
 MAX_GRANT_KBIT = 0xFFFF_FFFF  # the frame's count field: 4.3 Tbit/s
 REGRANT_RATIO = 0.02  # shares closer than 2% to the last grant are not sent again
+POOL_STEP = 0.05  # the pool is re-shared once the other traffic moves it by 5% of the link
 SAMPLE_S = 0.005  # how often the receiver reads its link's byte counter
 SMOOTH_S = 0.02  # time constant of the other traffic's moving average
 MIN_POOL = 0.1  # the share of the link the job's messages always get
@@ -84,6 +85,7 @@ class LinkMonitor:
         self.ifname = ifname
         self.path = proc_net_dev
         self.other_bit = 0.0
+        self._smoothed = 0.0
         self._last: tuple[float, int] | None = None  # (time, interface bytes)
         self._ours = 0  # our datagram bytes since the last sample
 
@@ -102,9 +104,12 @@ class LinkMonitor:
         if last is None or now <= last[0]:
             return self.other_bit
         dt = now - last[0]
-        other = max(0.0, 8 * (total - last[1] - ours) / dt)
+        # Not clamped per sample: datagrams counted by the interface but not read yet
+        # make one sample high and the next low, and only their average is right.
+        other = 8 * (total - last[1] - ours) / dt
         weight = min(1.0, dt / SMOOTH_S)
-        self.other_bit += weight * (other - self.other_bit)
+        self._smoothed += weight * (other - self._smoothed)
+        self.other_bit = max(0.0, self._smoothed)
         return self.other_bit
 
     def _read(self) -> int | None:

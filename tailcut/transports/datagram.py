@@ -627,13 +627,13 @@ class DatagramTransport(base.Transport):
 
     def _resample(self, monitor: congestion.LinkMonitor, now: float) -> None:
         """Re-read the other traffic on our link; grant anew if what is left for the
-        job's messages moved by more than congestion.REGRANT_RATIO."""
+        job's messages moved by more than congestion.POOL_STEP of the link."""
         other = monitor.sample(now)
         if other is None or self._link_bit is None or self._pool_bit is None:
             return
         pool = congestion.pool(self._link_bit, other)
         if pool is not None and abs(pool - self._pool_bit) > \
-                congestion.REGRANT_RATIO * self._pool_bit:
+                congestion.POOL_STEP * self._link_bit:
             self._pool_bit = pool
             self._regrant()
 

@@ -81,3 +81,18 @@ def test_an_unreadable_counter_reports_nothing(tmp_path) -> None:
     dev = tmp_path / "dev"
     _dev(dev, 1)
     assert congestion.LinkMonitor("tc0", str(dev)).sample(0.0) is None
+
+
+def test_datagrams_not_read_yet_at_a_sample_do_not_count_as_other_traffic(tmp_path) -> None:
+    """The counter runs ahead of the socket: 1000 of our datagrams counted by the
+    interface at one sample are read only before the next. Nothing else arrived, so
+    the smoothed other traffic must come back to 0, not stay at the first sample's."""
+    dev = tmp_path / "dev"
+    _dev(dev, 0)
+    mon = congestion.LinkMonitor("eth0", str(dev))
+    mon.sample(0.0)
+    size = 1500
+    _dev(dev, 1000 * size)                    # in the interface, not read yet
+    assert mon.sample(0.005) > 0
+    mon.ours(1000 * (size - congestion.WIRE_OVERHEAD_BYTES), 1000)
+    assert mon.sample(0.010) == pytest.approx(0.0, abs=1.0)
