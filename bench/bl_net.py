@@ -41,14 +41,15 @@ def network(name: str, workers: int, loss: float,
         net.destroy()
 
 
-def start(pod: topology.Pod, config: dict[str, Any],
-          tree: Path | None = None) -> subprocess.Popen[bytes]:
+def start(pod: topology.Pod, config: dict[str, Any], tree: Path | None = None,
+          script: Path | None = None) -> subprocess.Popen[bytes]:
     """Run a bench role in ``pod``, with tailcut from ``tree`` (a checkout of another
-    revision, to compare) or from this one."""
+    revision, to compare) or from this one: ``tree``'s bl_role.py, or ``script`` (a
+    role of this tree's bench run against ``tree``'s tailcut)."""
     tree = tree or Path(__file__).resolve().parent.parent
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": str(tree)}
-    role = tree / "bench" / ROLE.name
+    role = script or tree / "bench" / ROLE.name
     return procs.spawn(pod.netns, [sys.executable, str(role), json.dumps(config)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 

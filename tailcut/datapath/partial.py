@@ -169,6 +169,10 @@ class Counter:
             events, self._events = self._events, []
         return events
 
+    def fileno(self) -> int:
+        """The event ring's file descriptor: poll(2) says POLLIN while an event waits."""
+        return int(self._ring.map_fd)
+
     def state(self, message: int, job: int) -> dict[str, int] | None:
         """The program's record of a message (counted, packets, duplicates, ...), or None."""
         table = self.program.table(MESSAGES_MAP)

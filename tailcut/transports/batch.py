@@ -74,6 +74,14 @@ assert ctypes.sizeof(_CmsgTimespec) == socket.CMSG_SPACE(16)
 assert _CmsgInt.value.offset == socket.CMSG_LEN(0)
 assert ctypes.sizeof(_CmsgInt) == socket.CMSG_SPACE(4)
 
+# numpy's views of the structs, made once (from ctypes each time, they cost more than
+# the rest of a batch's setup).
+_IOV = np.dtype(_IoVec)
+_MMSG = np.dtype(_MMsgHdr)
+_NAME = np.dtype(_SockAddrIn)
+_CMSG_TS = np.dtype(_CmsgTimespec)
+_CMSG_INT = np.dtype(_CmsgInt)
+
 _sendmmsg = getattr(_libc, "sendmmsg", None)
 if _sendmmsg is not None:
     _sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
@@ -126,8 +134,8 @@ class Batch:
         self._pieces = pieces  # keeps the buffers alive while the kernel reads from them
         self._name = _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
                                  (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
-        iov_dtype = np.dtype(_IoVec)
-        msg_dtype = np.dtype(_MMsgHdr)
+        iov_dtype = _IOV
+        msg_dtype = _MMSG
         self._iov = np.zeros((n, k), iov_dtype)
         for j, piece in enumerate(pieces):
             self._iov["iov_base"][:, j] = piece.array.ctypes.data + piece.offsets
@@ -140,7 +148,7 @@ class Batch:
                           + np.arange(n, dtype=np.int64) * k * iov_dtype.itemsize)
         hdr["msg_iovlen"] = k
         if tos is not None:
-            self._ctrl = np.zeros(n, np.dtype(_CmsgInt))
+            self._ctrl = np.zeros(n, _CMSG_INT)
             self._ctrl["cmsg_len"] = socket.CMSG_LEN(4)
             self._ctrl["cmsg_level"] = socket.IPPROTO_IP
             self._ctrl["cmsg_type"] = socket.IP_TOS
@@ -172,26 +180,27 @@ class Inbox:
     def __init__(self, sock: socket.socket, count: int, row_bytes: int) -> None:
         self._sock = sock
         self.data = np.zeros((count, row_bytes), np.uint8)
-        self._names = np.zeros(count, np.dtype(_SockAddrIn))
-        self._ctrl = np.zeros(count, np.dtype(_CmsgTimespec))
-        self._iov = np.zeros(count, np.dtype(_IoVec))
+        self._names = np.zeros(count, _NAME)
+        self._ctrl = np.zeros(count, _CMSG_TS)
+        self._iov = np.zeros(count, _IOV)
         self._iov["iov_base"] = self.data.ctypes.data + np.arange(count) * row_bytes
         self._iov["iov_len"] = row_bytes
-        msg_dtype = np.dtype(_MMsgHdr)
+        msg_dtype = _MMSG
         self._msgs = np.zeros(count, msg_dtype)
         hdr = self._msgs["msg_hdr"]
         hdr["msg_name"] = self._names.ctypes.data + np.arange(count) * self._names.itemsize
         hdr["msg_iov"] = self._iov.ctypes.data + np.arange(count) * self._iov.itemsize
         hdr["msg_iovlen"] = 1
         hdr["msg_control"] = self._ctrl.ctypes.data + np.arange(count) * self._ctrl.itemsize
+        self._namelen = hdr["msg_namelen"]  # views, reset before every call
+        self._controllen = hdr["msg_controllen"]
         self._count = count
 
     def recv(self) -> int:
         """Read the datagrams waiting in the socket, up to ``count``, without blocking;
         0 if there are none. Raises OSError when the socket is closed."""
-        hdr = self._msgs["msg_hdr"]
-        hdr["msg_namelen"] = self._names.itemsize  # the kernel overwrites both
-        hdr["msg_controllen"] = self._ctrl.itemsize
+        self._namelen[:] = self._names.itemsize  # the kernel overwrites both
+        self._controllen[:] = self._ctrl.itemsize
         while True:
             got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._msgs.ctypes.data, self._count,
                             MSG_DONTWAIT | MSG_TRUNC, None)
@@ -214,7 +223,7 @@ class Inbox:
     def arrival_ns(self, i: int) -> int | None:
         """Kernel arrival time (CLOCK_REALTIME) of datagram ``i``, if the socket has
         SO_TIMESTAMPNS on."""
-        if self._msgs["msg_hdr"]["msg_controllen"][i] < self._ctrl.itemsize:
+        if self._controllen[i] < self._ctrl.itemsize:
             return None
         c = self._ctrl[i]
         if c["cmsg_level"] != socket.SOL_SOCKET or c["cmsg_type"] != SO_TIMESTAMPNS:

@@ -14,7 +14,8 @@ its own link's rate divided by the messages it is sending at once, so:
 
 What is shared out is the link less the other traffic arriving on it (background
 flows, another job): the receiver reads its interface's byte counter
-(/proc/net/dev, per network namespace) every SAMPLE_S, subtracts its own datagrams,
+(/proc/net/dev, per network namespace, held open) every SAMPLE_S while messages are
+coming in (every 50 ms otherwise), subtracts its own datagrams,
 and grants what is left, never less than MIN_POOL of the link, as TCP flows sharing
 the link would leave it. So background load is not run over, and a shallow switch
 buffer sees little more than the link can carry.
@@ -28,6 +29,7 @@ or as drops, and the p floor (NACK and retransmit) still holds.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
@@ -40,6 +42,7 @@ SAMPLE_S = 0.005  # how often the receiver reads its link's byte counter
 SMOOTH_S = 0.02  # time constant of the other traffic's moving average
 MIN_POOL = 0.1  # the share of the link the job's messages always get
 WIRE_OVERHEAD_BYTES = 14 + 20 + 8  # Ethernet, IP and UDP headers of each datagram
+READ_BYTES = 1 << 16  # /proc/net/dev is read this much at a time
 
 
 class Granted(Protocol):
@@ -88,6 +91,7 @@ class LinkMonitor:
         self._smoothed = 0.0
         self._last: tuple[float, int] | None = None  # (time, interface bytes)
         self._ours = 0  # our datagram bytes since the last sample
+        self._fd: int | None = None  # the counter file, held open: pread re-reads it
 
     def ours(self, datagram_bytes: int, datagrams: int) -> None:
         """Count datagrams of ours that arrived (their payload bytes and number)."""
@@ -114,14 +118,23 @@ class LinkMonitor:
 
     def _read(self) -> int | None:
         try:
-            with open(self.path, "rb") as f:
-                for line in f:
-                    name, _, rest = line.partition(b":")
-                    if rest and name.strip().decode() == self.ifname:
-                        return int(rest.split()[0])
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            chunks = [os.pread(self._fd, READ_BYTES, 0)]
+            while len(chunks[-1]) == READ_BYTES:  # a namespace with many interfaces
+                chunks.append(os.pread(self._fd, READ_BYTES, READ_BYTES * len(chunks)))
+            for line in b"".join(chunks).splitlines():
+                name, _, rest = line.partition(b":")
+                if rest and name.strip().decode() == self.ifname:
+                    return int(rest.split()[0])
         except (OSError, ValueError, IndexError):
             return None
         return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def pool(link_bit: float | None, other_bit: float) -> float | None:

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
+import os
 import queue
 import select
 import socket
@@ -73,13 +75,21 @@ _BUFFER_OPTS = {33: socket.SO_RCVBUF, 32: socket.SO_SNDBUF}  # FORCE -> plain
 SOCKET_BUFFER_BYTES = 32 << 20
 MAX_SLOTS = wire.const("MAX_SLOTS")
 RECV_BATCH = 128  # datagrams read per recvmmsg call at most
-IDLE_WAIT_MS = 2  # the receive loop's wait for data when the socket is empty
-# After a batch this small the loop waits COALESCE_S before the next read: a batch
-# costs 40-100 us of numpy calls whatever its size, a packet ~1 us, and at 1 Gbit/s a
-# packet arrives every 12 us. 0.2 ms bounds the delay it adds to a completion.
+# While a message is coming in, the receive loop lets packets gather between reads
+# rather than pay a batch's fixed cost (tens to hundreds of us of numpy calls, and a
+# wake-up of the thread, which on a busy machine waits for a core) on every one or two
+# of them: with the XDP counter it reads every COALESCE_MS (the event of a message
+# crossing p still wakes it at once); without it, it sleeps COALESCE_S after a batch
+# of fewer than COALESCE_PACKETS. 1 ms at 1 Gbit/s is 83 packets, within one read.
+COALESCE_MS = 1
 COALESCE_PACKETS = 16
 COALESCE_S = 0.0002
-STALE_CHECK_S = 0.1  # how often finished messages' XDP entries are freed again
+IDLE_WAIT_S = 0.1  # longest sleep with nothing due (close and END also wake the loop)
+IDLE_SAMPLE_S = 0.05  # the link's counter is read this often while nothing comes in
+STALE_DELAY_S = 0.02  # after a completion, when its XDP entry is freed (late packets in)
+# A bounded-loss pass over before DONE waits this long for it before sending END (which
+# a NACK then follows end_grace_ms later, if below p).
+END_WAIT_S = 0.002
 
 # Kept here for callers that knew them in this module.
 threshold_elements = receiver.threshold_elements
@@ -91,7 +101,7 @@ class _Tx:
     its grants (congestion.py): the latest, and the lowest, which the connection's next
     message starts at."""
 
-    frames: queue.Queue[Frame | BaseException] = field(default_factory=queue.Queue)
+    frames: queue.SimpleQueue[Frame | BaseException] = field(default_factory=queue.SimpleQueue)
     done: threading.Event = field(default_factory=threading.Event)
     grant_bit: float | None = None
     lowest_grant_bit: float | None = None
@@ -107,7 +117,8 @@ class _Outgoing:
     """A message whose BEGIN is sent, waiting for the connection's sender thread."""
 
     message: int
-    packets: sender.Packets
+    values: np.ndarray  # the sender's copy, laid out for the wire
+    kind: int
     order: np.ndarray
     tos: np.ndarray | None
     layout: cutlayout.Layout | None
@@ -131,8 +142,9 @@ class DatagramConnection(base.Connection):
         self.peer = channel.peer
         self.peer_id = peer_id
         self.udp_addr = udp_addr
-        self.inbox: queue.Queue[tuple[Message, dict[str, Any] | None] | BaseException] = \
-            queue.Queue()
+        # SimpleQueues: a fraction of a Queue's cost, paid per message on every side.
+        self.inbox: queue.SimpleQueue[tuple[Message, dict[str, Any] | None] |
+                                      BaseException] = queue.SimpleQueue()
         self.tx: dict[int, _Tx] = {}
         self.cuts: dict[Kind, tuple[base.Cut, ...]] = {}
         self.tos_of: Callable[[int], int] | None = None
@@ -142,7 +154,7 @@ class DatagramConnection(base.Connection):
         # Data goes out from a thread of its own, so that send returns once a message
         # is handed over (as a TCP send returns once the kernel has it) and the PS's
         # replies to several workers are under way at once, each at its share.
-        self._outgoing: queue.Queue[_Outgoing | None] = queue.Queue()
+        self._outgoing: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
         self._send_error: base.TransportError | None = None
         self.start_grant_bit: float | None = None  # where the next message's rate starts
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
@@ -292,6 +304,10 @@ class DatagramTransport(base.Transport):
         self._sending = 0  # messages being paced at once: they share _pace_bit
         self._sending_lock = threading.Lock()
         self.counter: Any = None  # tailcut.datapath.partial.Counter when XDP is on
+        # Wakes the receive thread from its sleep: an END was read, or close().
+        self._wake: int | None = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._wake_lock = threading.Lock()
+        self._stale_at: float | None = None  # when finished messages' entries are freed
         self.completions: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
 
     # ---- setup ----------------------------------------------------------------------
@@ -431,6 +447,7 @@ class DatagramTransport(base.Transport):
     def close(self) -> None:
         super().close()
         self._running = False
+        self._wake_loop()
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=2.0)
@@ -441,6 +458,17 @@ class DatagramTransport(base.Transport):
         if self.counter is not None:
             self.counter.detach()
             self.counter = None
+        if self._monitor is not None:
+            self._monitor.close()
+        with self._wake_lock:
+            if self._wake is not None:
+                os.close(self._wake)
+                self._wake = None
+
+    def _wake_loop(self) -> None:
+        with self._wake_lock:
+            if self._wake is not None:
+                os.eventfd_write(self._wake, 1)
 
     # ---- sending --------------------------------------------------------------------
 
@@ -460,7 +488,17 @@ class DatagramTransport(base.Transport):
                              f"{min(self.max_elements, MAX_SLOTS * self.stride)} "
                              f"({MAX_SLOTS} packets of {self.stride})")
         mid = conn._next_id()
-        packets = sender.Packets(values, self.job_id, mid, int(msg.kind), self.stride)
+        tx = conn.tx[mid] = _Tx(grant_bit=conn.start_grant_bit)
+        try:
+            # BEGIN first, so that the receiver sets up while the packets are made; from
+            # the caller's thread, so that it stays in order with the control frames
+            # the caller sends next (a worker's PULL follows its PUSH).
+            conn.channel.send(Frame(FrameType.BEGIN, int(msg.kind), mid, msg.iteration,
+                                    msg.sender, total, sent_at,
+                                    layout.encode() if layout is not None else b""))
+        except BaseException:
+            del conn.tx[mid]
+            raise
         tos = None
         if layout is None:
             order = self._rng.permutation(n_slots)
@@ -473,28 +511,22 @@ class DatagramTransport(base.Transport):
             cut_tos = np.array([0 if c.level is None else tos_of(c.level)
                                 for c in layout.cuts], np.int64)
             tos = cut_tos[layout.slot_cut]
-        tx = conn.tx[mid] = _Tx(grant_bit=conn.start_grant_bit)
-        try:
-            # BEGIN from the caller's thread: it stays in order with the control frames
-            # the caller sends next (a worker's PULL follows its PUSH).
-            conn.channel.send(Frame(FrameType.BEGIN, int(msg.kind), mid, msg.iteration,
-                                    msg.sender, total, sent_at,
-                                    layout.encode() if layout is not None else b""))
-        except BaseException:
-            del conn.tx[mid]
-            raise
-        conn._outgoing.put(_Outgoing(mid, packets, order, tos, layout, tx, deadline))
+        conn._outgoing.put(_Outgoing(mid, values, int(msg.kind), order, tos, layout, tx,
+                                     deadline))
 
     def _transmit(self, conn: DatagramConnection, out: _Outgoing) -> None:
         """Send one message's packets (the connection's sender thread): a pass, END,
         then (bounded-loss) retransmit what each NACK lists until DONE."""
-        mid, packets, order, tos, layout, tx, deadline = (
-            out.message, out.packets, out.order, out.tos, out.layout, out.tx, out.deadline)
+        mid, order, tos, layout, tx, deadline = (
+            out.message, out.order, out.tos, out.layout, out.tx, out.deadline)
+        packets = sender.Packets(out.values, self.job_id, mid, out.kind, self.stride)
         n_slots = len(packets)
         try:
             self._pace(conn, packets, order, 0, 0, tx, deadline, tos)
             seq = len(order)
-            if tx.done.is_set():
+            # A message that reaches p near the end of its pass (a small one: p = 0.9
+            # of 180 packets leaves 18 to send) is DONE soon after: then no END.
+            if tx.done.is_set() or (self.bounded and tx.done.wait(END_WAIT_S)):
                 return
             self._end(conn, mid, order, tos)
             if not self.bounded:
@@ -588,6 +620,7 @@ class DatagramTransport(base.Transport):
         elif frame.type == FrameType.END:
             with self._lock:
                 self._recv.end(conn, frame.message, frame.iteration)
+            self._wake_loop()  # it may sleep; the pass is to be judged end_grace_ms on
         elif frame.type in (FrameType.DONE, FrameType.NACK):
             tx = conn.tx.get(frame.message)
             if tx is not None:
@@ -624,6 +657,7 @@ class DatagramTransport(base.Transport):
                                     f.iteration, f.sender, f.count, f.sent_at_ns, layout)
         self._finish(done)
         self._regrant()
+        self._wake_loop()  # with XDP on, the receive thread reads only once told
 
     def _resample(self, monitor: congestion.LinkMonitor, now: float) -> None:
         """Re-read the other traffic on our link; grant anew if what is left for the
@@ -650,14 +684,34 @@ class DatagramTransport(base.Transport):
                 pass  # the peer is gone; its reader thread reports it to recv()
 
     def _udp_loop(self) -> None:
-        """The receive thread: read the socket a batch at a time, then the XDP events."""
+        """The receive thread: read the socket a batch at a time, then the XDP events;
+        in between, sleep until there is something to read or to do.
+
+        With the XDP counter, datagrams do not wake the thread: a BEGIN does (from the
+        control reader), then it reads every COALESCE_MS while messages are coming in,
+        and the event of a message crossing p wakes it at once. Whatever arrives with
+        no message coming in (packets still in flight after a DONE) is read when the
+        finished messages' XDP entries are freed, STALE_DELAY_S on, off any message's
+        path. Without it (udp, or XDP off), a datagram wakes it, and a short batch is
+        followed by COALESCE_S of sleep."""
         udp = self._udp
         assert udp is not None
         inbox = batch.Inbox(udp, RECV_BATCH, self._recv.row_bytes)
-        waiter = select.poll()
-        waiter.register(udp.fileno(), select.POLLIN)
+        ring = self.counter.fileno() if self.counter is not None else None
+        wake = self._wake
+        assert wake is not None
+        signals = select.poll()  # a wake-up (BEGIN, END, close) or an XDP event
+        signals.register(wake, select.POLLIN)
+        data = select.poll()  # the same, or a datagram
+        data.register(wake, select.POLLIN)
+        data.register(udp.fileno(), select.POLLIN)
+        ring_ready = select.poll()
+        if ring is not None:
+            signals.register(ring, select.POLLIN)
+            data.register(ring, select.POLLIN)
+            ring_ready.register(ring, select.POLLIN)
         read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of what has been read
-        next_sweep = next_stale = next_sample = 0.0
+        sampled = -math.inf  # when the link's counter was last read
         monitor = self._monitor
         while self._running:
             asked_ns = time.time_ns()
@@ -673,35 +727,62 @@ class DatagramTransport(base.Transport):
                 # The socket was empty: everything that arrived before we asked is read.
                 read_up_to_ns = asked_ns
             # After the batch: an event is in the ring before its packet is in the socket.
-            events = self.counter.consume() if self.counter is not None else []
+            events = self.counter.consume() if ring is not None and ring_ready.poll(0) else []
             done: list[receiver.Done] = []
             now = time.monotonic()
             with self._lock:
                 if n:
-                    self._recv.accept(inbox.data[:n], inbox.lengths(n), inbox.sources(n), done)
+                    self._recv.accept(inbox.data[:n], inbox.lengths(n), inbox.sources(n),
+                                      done)
                 for ev in events:
                     if ev.job == self.job_id:
                         self._recv.fired(ev.message, ev.ktime_ns, done)
-                if now >= next_sweep:
-                    self._recv.sweep(now, read_up_to_ns, self.end_grace_s, done)
-                    next_sweep = now + 0.001
+                self._recv.sweep(now, read_up_to_ns, self.end_grace_s, done)
+                live = bool(self._recv.rx)
+                sweep_at = self._recv.next_sweep(self.end_grace_s)
+                hurry = self._recv.fired_short()
             self._finish(done)
-            if monitor is not None and now >= next_sample:
+            # The other traffic on the link matters to the messages coming in: read it
+            # every SAMPLE_S while there are some, now and then otherwise.
+            if monitor is not None and now >= sampled + (congestion.SAMPLE_S if live
+                                                         else IDLE_SAMPLE_S):
                 self._resample(monitor, now)
-                next_sample = now + congestion.SAMPLE_S
-            if self.counter is not None and now >= next_stale:
+                sampled = now
+            if self._stale_at is not None and now >= self._stale_at:
+                self._stale_at = None
                 self._free_stale()
-                next_stale = now + STALE_CHECK_S
-            if not n:
-                waiter.poll(IDLE_WAIT_MS)
-            elif n < COALESCE_PACKETS:
-                # Packets are flowing but the loop has caught up: let a few more arrive
-                # rather than pay the per-batch cost on every one or two of them.
-                time.sleep(COALESCE_S)
+                continue  # and read what came in meanwhile
+            if n == RECV_BATCH:
+                continue  # more is waiting
+            due = [t for t in (sweep_at, self._stale_at) if t is not None]
+            if monitor is not None:
+                due.append(sampled + (congestion.SAMPLE_S if live else IDLE_SAMPLE_S))
+            if ring is None:
+                if n and live and n < COALESCE_PACKETS:
+                    # Packets are flowing but the loop has caught up: let a few more
+                    # arrive rather than pay the per-batch cost on every one or two.
+                    time.sleep(COALESCE_S)
+                    continue
+            elif live and not hurry:
+                due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
+            wait_s = min([IDLE_WAIT_S] + [t - now for t in due])
+            # An event whose packet is not read yet: wait for the socket, not a timer.
+            waiter = data if ring is None or hurry else signals
+            # In whole ms (poll's unit), rounded up, but not for the float error of
+            # "now + 1 ms - now", which would make every COALESCE_MS wait 2 ms.
+            waiter.poll(max(0, math.ceil(wait_s * 1e3 - 1e-3)))
+            try:
+                os.eventfd_read(wake)
+            except BlockingIOError:
+                pass  # nobody woke us
+            except OSError:
+                break  # closed under a late thread
 
     def _free_stale(self) -> None:
-        """Packets still in flight after DONE (the sender stops a little late) re-create
-        a finished message's XDP entry: free those again."""
+        """Free the XDP entries of finished messages (packets still in flight after DONE,
+        the sender stops a little late, re-create them), off a completion's path."""
+        if self.counter is None:
+            return
         with self._lock:
             stale = [m for m in self.counter.messages() if m in self._recv.finished]
         for m in stale:
@@ -722,8 +803,8 @@ class DatagramTransport(base.Transport):
                                                count=rx.count))
             except base.TransportError:
                 pass  # the peer is gone; its reader thread reports it to recv()
-            if self.counter is not None:
-                self.counter.forget(rx.message, self.job_id)
+            if self.counter is not None:  # its XDP entry: freed by the receive thread
+                self._stale_at = time.monotonic() + STALE_DELAY_S
             full = rx.count == rx.elements
             record = {"message": rx.message, "reason": reason, "total": rx.elements,
                       "delivered": rx.count, "event_ns": rx.event_ns,

@@ -337,6 +337,16 @@ class Receiver:
         while len(self.finished) > FINISHED_REMEMBERED:
             self.finished.popitem(last=False)
 
+    def next_sweep(self, grace_s: float) -> float | None:
+        """When ``sweep`` next has a pass to judge (monotonic), or None: no END is in."""
+        ends = [rx.end_at for rx in self.rx.values() if rx.end_at is not None]
+        return min(ends) + grace_s if ends else None
+
+    def fired_short(self) -> bool:
+        """Whether a message's XDP event is in but not yet its crossing packet (the
+        event is in the ring before the packet is in the socket): read on at once."""
+        return any(rx.fired and rx.count < rx.threshold for rx in self.rx.values())
+
     def sweep(self, now: float, read_up_to_ns: int, grace_s: float, done: list[Done]) -> None:
         """Passes that ended: complete (udp, or p without an XDP event) or NACK."""
         for rx in list(self.rx.values()):

@@ -18,8 +18,20 @@ from tailcut.transports import base, wire
 from tailcut.transports import batch as batch_mod
 
 ETH_BYTES = 14  # what HTB counts on top of the IP packet
-BURST_PACKETS = 16  # packets sent between two checks of the clock and of DONE
+# A burst (one sendmmsg, then a look at the clock and for DONE) is BURST_S of link time
+# at the rate being paced, at least BURST_PACKETS and at most MAX_BURST_PACKETS: each
+# burst is a wake-up of the sender thread, and on a busy machine every wake-up waits
+# for a core. 0.4 ms is 33 packets at 1 Gbit/s, a third of the link's 1 ms bucket.
+BURST_PACKETS = 16
+BURST_S = 0.0004
+MAX_BURST_PACKETS = 128
 CATCH_UP_S = 0.004  # most link time a late sender sends at once (330 packets at 1 Gbit/s)
+# A pass starts with this much link time at its rate sent at once: what the link's own
+# token bucket lets through unqueued after an idle spell (HTB's burst is 1 ms at line
+# rate, tailcut.net.shaping.Htb), which a TCP sender uses at the start of every
+# message. Messages paced at once share their sender's link, so their credits add up
+# to at most one such burst.
+START_CREDIT_S = 0.001
 
 
 class Packets:
@@ -106,17 +118,29 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | None, send_one: Callable[[int], None]) -> int:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
-    due = time.monotonic()  # when the link has carried what was sent so far
-    lengths = packets.lengths[order]
-    for first in range(0, len(order), BURST_PACKETS):
-        count = min(BURST_PACKETS, len(order) - first)
+    # Bytes on the wire before packet i of the pass (HTB counts Ethernet, IP and UDP).
+    sent_bytes = np.concatenate(([0], np.cumsum(
+        packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES)))).tolist()
+    rate_bit = rate_of()
+    # When the link has carried what was sent so far, a little in the past at first.
+    due = time.monotonic() - START_CREDIT_S
+    first = 0
+    while first < len(order):
+        count = BURST_PACKETS
+        if rate_bit:
+            count = max(count, min(MAX_BURST_PACKETS, int(
+                rate_bit * BURST_S / 8 / (sent_bytes[1] - sent_bytes[0]))))
+            if first == 0:  # the credit goes out at once
+                count = max(count, int(rate_bit * START_CREDIT_S / 8 / sent_bytes[1]))
+        count = min(count, len(order) - first)
         if batch is not None:
             batch.send(first, count)
         else:
             for slot in order[first:first + count]:
                 send_one(int(slot))
+        first += count
         if stop.is_set():
-            return first + count
+            return first
         if deadline is not None and time.monotonic() > deadline:
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
         rate_bit = rate_of()
@@ -126,8 +150,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             continue
         # Paced against the running total, not burst by burst: a late wake-up (sleep
         # overshoot, another process on the CPU) is made up by the next bursts.
-        due += 8 * int(lengths[first:first + count].sum()
-                       + count * (wire.IP_UDP_BYTES + ETH_BYTES)) / rate_bit
+        due += 8 * (sent_bytes[first] - sent_bytes[first - count]) / rate_bit
         ahead = due - now
         if ahead > 0:
             time.sleep(ahead)
