@@ -130,18 +130,23 @@ def test_the_receiver_nacks_and_the_sender_retransmits_until_p() -> None:
     """Drop every third packet at the sender's socket: one pass reaches 2/3 < p = 0.9,
     so only retransmissions of NACKed slots can complete the message."""
     with pair("bounded-loss", 27204, p=0.9, xdp=False, job="bl-nack") as (_, s, client, c):
-        real = client._udp.sendto
-        calls = {"n": 0}
-
-        def lossy(data: Any, addr: Any) -> int:
-            calls["n"] += 1
-            return 0 if calls["n"] % 3 == 0 else real(data, addr)
-
-        client._udp = _Wrapped(client._udp, lossy)
+        lose_every_third(client)
         c.send(Message(Kind.PUSH, 0, 0, VECTOR), 10)
         msg = s.recv(10)
         assert delivered(msg).sum() >= datagram.threshold_elements(0.9, VECTOR.size)
         assert client.stats["retransmitted"] > 0 and s.transport.stats["nacks"] >= 1
+
+
+def lose_every_third(transport: Any) -> None:
+    """Drop every third datagram ``transport`` sends, at its socket."""
+    real = transport._udp.sendto
+    calls = {"n": 0}
+
+    def lossy(data: Any, addr: Any) -> int:
+        calls["n"] += 1
+        return 0 if calls["n"] % 3 == 0 else real(data, addr)
+
+    transport._udp = _Wrapped(transport._udp, lossy)
 
 
 class _Wrapped:
@@ -523,14 +528,7 @@ def test_p_stays_a_floor_whatever_grants_arrive_meanwhile() -> None:
     rng = np.random.default_rng(11)
     with pair("bounded-loss", 27214, p=0.9, xdp=False, job="bl-grants") as \
             (_, s, client, c):
-        real = client._udp.sendto
-        calls = {"n": 0}
-
-        def lossy(data: Any, addr: Any) -> int:
-            calls["n"] += 1
-            return 0 if calls["n"] % 3 == 0 else real(data, addr)
-
-        client._udp = _Wrapped(client._udp, lossy)
+        lose_every_third(client)
         for i in range(3):
             live = (c.peer_id << 16) | (i + 1)   # the id this message gets
             c.send(Message(Kind.PUSH, i, 0, VECTOR), 20)
