@@ -83,8 +83,8 @@ def p_ppm(p: float) -> int:
 def compile_program(stride: int) -> bcc.Program:
     """Compile and load the counter for packets of `stride` elements, serving no
     receiver yet (serve() adds them; no attach)."""
-    # 4096 covers a 9000-byte MTU (2235) with room; MAX_SLOTS * 4096 elements (and 4
-    # bytes each of one packet) stay far inside the program's u32 arithmetic.
+    # 4096 covers a 9000-byte MTU (2235 floats) with room; 8192 slots of 4096 floats
+    # (2^25) and their byte counts stay far inside the program's u32 arithmetic.
     if not 1 <= stride <= MAX_STRIDE:
         raise ValueError(f"stride={stride}: elements per packet must be in 1..{MAX_STRIDE}")
     return bcc.load(STEM, {FUNCTION: "xdp"}, cflags=[f"-DTAILCUT_BL_STRIDE={stride}"])

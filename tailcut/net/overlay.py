@@ -79,9 +79,9 @@ def vni(key: str) -> int:
 def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine],
          mtu: int = DEFAULT_MTU) -> str:
     """Add vx0, of the job's `mtu`, to `spine_ns`, route `peers`' subnets over it and
-    accept its packets only from the peers' addresses (guard). Call it from the node's network namespace:
-    the outer packets leave from there and the guard lives there; `leave` removes the
-    guard (vx0 goes with the spine). Returns what was applied."""
+    accept its packets only from the peers' addresses (guard). Call it from the node's
+    network namespace: the outer packets leave from there and the guard lives there;
+    `leave` removes the guard (vx0 goes with the spine). Returns what was applied."""
     from pyroute2 import IPRoute
 
     guard(vni_id, peers)   # first: no moment when vx0 takes packets from anywhere

@@ -66,7 +66,8 @@ class Link(_Model):
     buffer_bytes: Optional[int] = Field(
         default=None, ge=MIN_BUFFER_BYTES, le=MAX_BUFFER_BYTES,
         description="output queue of each end of the link, in bytes (tail drop, per HTB "
-                    "class); at least one full frame, 1514; give this or bufferPackets")
+                    "class); at least one full frame, 1514 (mtu + 14 for a larger "
+                    "network.mtu); give this or bufferPackets")
 
     @field_validator("buffer_packets", mode="before")
     @classmethod
