@@ -156,7 +156,9 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
     t = job.spec.transport
     options: dict[str, Any] = {"type": t.type}
     if t.type in ("udp", "bounded-loss"):
-        options.update(job=job.name, rate_mbit=t.rate_mbit, seed=job.spec.training.seed
+        # Packets as large as the job's links carry: one datagram per frame.
+        options.update(job=job.name, mtu=job.spec.network.mtu, rate_mbit=t.rate_mbit,
+                       seed=job.spec.training.seed
                        + pod.index + (0 if pod.role == "ps" else 1))
     if t.type == "bounded-loss":
         options.update(p=t.p, xdp_mode=t.xdp_mode)

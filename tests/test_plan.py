@@ -90,3 +90,20 @@ def test_coflow_rates_are_not_shared_between_jobs_on_different_links():
     fast, slow = plan.role_flows(coflow("1Gbit")), plan.role_flows(coflow("100Mbit"))
     assert fast["pace"] != slow["pace"]
     assert plan.role_flows(coflow("1Gbit")) is fast
+
+
+@pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
+def test_the_datagram_transports_size_their_packets_by_the_jobs_mtu(transport):
+    kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
+    jumbo = job(network={"mtu": 9000}, transport=kind)
+    pod = topology.plan(jumbo).pod("worker-0")
+    assert plan.transport_options(jumbo, pod)["mtu"] == 9000
+    default = job(transport=kind)
+    assert plan.transport_options(default, topology.plan(default).pod("ps-0"))["mtu"] == 1500
+
+
+@pytest.mark.parametrize("transport", ["tcp", "app-drop"])
+def test_the_stream_transports_take_no_mtu(transport):
+    kind = {"type": transport} | ({"p": 0.9} if transport == "app-drop" else {})
+    jumbo = job(network={"mtu": 9000}, transport=kind)
+    assert "mtu" not in plan.transport_options(jumbo, topology.plan(jumbo).pod("ps-0"))

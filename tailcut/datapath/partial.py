@@ -47,6 +47,7 @@ STATS_MAP = "bl_stats"
 XDP_FLAGS = {"native": 4, "generic": 2}  # XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE
 XDP_ATTACHED = {"native": "xdp", "generic": "xdpgeneric"}  # IFLA_XDP_ATTACHED, by pyroute2
 _GONE = (errno.ENOENT, errno.ENODEV)
+MAX_STRIDE = 4096  # elements per packet the counter compiles for (see compile_program)
 
 
 def reasons() -> list[str]:
@@ -82,8 +83,10 @@ def p_ppm(p: float) -> int:
 def compile_program(stride: int) -> bcc.Program:
     """Compile and load the counter for packets of `stride` elements, serving no
     receiver yet (serve() adds them; no attach)."""
-    if not 1 <= stride <= 2048:
-        raise ValueError(f"stride={stride}: elements per packet must be in 1..2048")
+    # 4096 covers a 9000-byte MTU (2235 floats) with room; 8192 slots of 4096 floats
+    # (2^25) and their byte counts stay far inside the program's u32 arithmetic.
+    if not 1 <= stride <= MAX_STRIDE:
+        raise ValueError(f"stride={stride}: elements per packet must be in 1..{MAX_STRIDE}")
     return bcc.load(STEM, {FUNCTION: "xdp"}, cflags=[f"-DTAILCUT_BL_STRIDE={stride}"])
 
 

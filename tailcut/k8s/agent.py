@@ -200,11 +200,11 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
             # VXLAN goes to them and is accepted from them alone.
             fabric.overlay_vni = vni   # (set first: a failure half-way is undone too)
             network.applied[f"{topo.spine_netns}/{overlay.VXLAN_IF}"] = overlay.join(
-                topo.spine_netns, job.name, vni, me, list(spines.values()))
+                topo.spine_netns, job.name, vni, me, list(spines.values()), topo.mtu)
         if _cadentflow(job):
             fabric.enforcement = enforce.apply_to(
                 [e for r in here for e in enforce.uplink_egresses(topo, r)],
-                job.spec.scheduling)
+                job.spec.scheduling, topo.mtu)
         if topo.pod("ps-0").rack in [r.index for r in here]:
             fabric.store = hotstore.create(job, network)   # None without inNetwork
             if fabric.store is not None:
@@ -308,7 +308,8 @@ def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
     try:
         if _cadentflow(fabric.job):
             wired.enforcement = enforce.apply_to(
-                enforce.access_egresses(topo, pod, name, DATA_IF), fabric.job.spec.scheduling)
+                enforce.access_egresses(topo, pod, name, DATA_IF), fabric.job.spec.scheduling,
+                topo.mtu)
             for key, classes in wired.enforcement.applied.items():
                 wired.applied[key] += f"; {fabric.job.spec.scheduling.policy}: {classes}"
         if fabric.store is not None:

@@ -132,12 +132,12 @@ def _network(topo: Topology, has_netem: bool, wiring: PodWiring) -> Network:
     """An empty Network with the shaping of the access link (at the rack's port, and at
     the pod's own end, which has no switch buffer) and of the uplink; raises for a link
     the kernel cannot emulate, before anything exists."""
-    field = "spec.network.accessLink"
+    field, mtu = "spec.network.accessLink", topo.mtu
     return Network(
         topology=topo, wiring=wiring,
-        access_ops=shaping.plan(topo.access_link, has_netem, field),
-        pod_end_ops=shaping.plan(shaping.host_end(topo.access_link), has_netem, field),
-        uplink_ops=shaping.plan(topo.uplink, has_netem, "spec.network.uplink"))
+        access_ops=shaping.plan(topo.access_link, has_netem, field, mtu),
+        pod_end_ops=shaping.plan(shaping.host_end(topo.access_link), has_netem, field, mtu),
+        uplink_ops=shaping.plan(topo.uplink, has_netem, "spec.network.uplink", mtu))
 
 
 def build(topo: Topology, has_netem: bool) -> Network:
@@ -256,13 +256,16 @@ def _build_fabric(network: Network, racks: tuple[Rack, ...], sockets: Sockets) -
 def _build_rack(topo: Topology, rack: Rack, sockets: Sockets) -> None:
     ipr = sockets[rack.netns]
     alias = naming.alias(topo.job)
-    ipr.link("add", ifname=naming.TOR_BRIDGE, kind="bridge")
+    # The bridge gets the MTU too: until it has ports it would sit at 1500, and a
+    # bridge set explicitly keeps its MTU rather than following the least of its ports.
+    ipr.link("add", ifname=naming.TOR_BRIDGE, kind="bridge", mtu=topo.mtu)
     tor = ipr.link_lookup(ifname=naming.TOR_BRIDGE)[0]
     ipr.link("set", index=tor, ifalias=alias, state="up")
     # Uplink: rack end "up" on the bridge, spine end "r<rack>" as the gateway.
     spine_if = naming.spine_port(rack.index)
-    ipr.link("add", ifname=naming.RACK_UPLINK_IF, kind="veth",
-             peer={"ifname": spine_if, "net_ns_fd": netns.path(topo.spine_netns)})
+    ipr.link("add", ifname=naming.RACK_UPLINK_IF, kind="veth", mtu=topo.mtu,
+             peer={"ifname": spine_if, "net_ns_fd": netns.path(topo.spine_netns),
+                   "mtu": topo.mtu})
     _attach_port(ipr, naming.RACK_UPLINK_IF, tor, alias)
     spine = sockets[topo.spine_netns]
     idx = spine.link_lookup(ifname=spine_if)[0]
@@ -276,8 +279,9 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets) -> None
     ipr = sockets[rack.netns]
     alias = naming.alias(topo.job)
     port = naming.rack_port(pod.slot)
-    ipr.link("add", ifname=port, kind="veth",
-             peer={"ifname": wiring.ifname, "net_ns_fd": netns.path(pod_ns)})
+    ipr.link("add", ifname=port, kind="veth", mtu=topo.mtu,
+             peer={"ifname": wiring.ifname, "net_ns_fd": netns.path(pod_ns),
+                   "mtu": topo.mtu})
     network.pods[pod.name] = pod_ns
     _attach_port(ipr, port, ipr.link_lookup(ifname=naming.TOR_BRIDGE)[0], alias)
     pod_ipr = sockets[pod_ns]

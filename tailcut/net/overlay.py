@@ -13,7 +13,9 @@ spines over it:
 Every address is known from the placement, so nothing is learnt: each vx0 has a MAC
 of its spine's number, and the forwarding database and neighbour table get permanent
 entries for the other spines (no flooding, no ARP over the overlay). vx0's MTU is the
-pods' (1500), so a node LAN whose MTU is below 1550 fragments the outer packets.
+job's (spec.network.mtu, the pods' too), and VXLAN adds 50 bytes of outer headers: the
+node LAN needs an MTU of at least the job's + 50 (1550 for the default 1500, 9050 for
+jumbo frames), or the outer packets are fragmented.
 
 What goes out goes only to the peers (the static entries; no default destination).
 What comes in is another matter: the kernel hands a VXLAN packet to the device of its
@@ -42,10 +44,11 @@ from typing import Any, Optional
 
 from tailcut.errors import NetError
 from tailcut.net import forwarding, naming, netns
+from tailcut.spec.model import DEFAULT_MTU
 
 VXLAN_PORT = 4789
 VXLAN_IF = "vx0"
-MTU = 1500
+VXLAN_OVERHEAD_BYTES = 50   # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 NUD_PERMANENT = 0x80
 TABLE = "tck8s_overlay"   # nftables, family ip, in the node's namespace
 
@@ -73,11 +76,12 @@ def vni(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:6], 16) or 1
 
 
-def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine]) -> str:
-    """Add vx0 to `spine_ns`, route `peers`' subnets over it and accept its packets
-    only from the peers' addresses (guard). Call it from the node's network namespace:
-    the outer packets leave from there and the guard lives there; `leave` removes the
-    guard (vx0 goes with the spine). Returns what was applied."""
+def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine],
+         mtu: int = DEFAULT_MTU) -> str:
+    """Add vx0, of the job's `mtu`, to `spine_ns`, route `peers`' subnets over it and
+    accept its packets only from the peers' addresses (guard). Call it from the node's
+    network namespace: the outer packets leave from there and the guard lives there;
+    `leave` removes the guard (vx0 goes with the spine). Returns what was applied."""
     from pyroute2 import IPRoute
 
     guard(vni_id, peers)   # first: no moment when vx0 takes packets from anywhere
@@ -91,7 +95,7 @@ def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine]) ->
         raise
     with netns.ipr(spine_ns) as spine:
         index = spine.link_lookup(ifname=VXLAN_IF)[0]
-        spine.link("set", index=index, address=me.mac, mtu=MTU, ifalias=naming.alias(job))
+        spine.link("set", index=index, address=me.mac, mtu=mtu, ifalias=naming.alias(job))
         spine.addr("add", index=index, address=me.ip, prefixlen=24)
         spine.link("set", index=index, state="up")
         for peer in peers:

@@ -37,7 +37,7 @@ from pyroute2.netlink.rtnl import tcmsg
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from tailcut.errors import KernelFeatureMissing
-from tailcut.spec.model import Link
+from tailcut.spec.model import DEFAULT_MTU, Link
 
 if TYPE_CHECKING:
     from pyroute2 import IPRoute
@@ -51,7 +51,8 @@ NETEM_CLASS = 0x100001   # 10:1, netem's one class, where its child hangs
 NETEM_CHILD_HANDLE = 0x110000  # 11:
 NETEM_DEFAULT_LIMIT = 1000     # packets, the kernel's (and pyroute2's) default
 DELAY_LINE_PACKETS = 1_000_000  # netem's limit when a child queue is the buffer
-MTU_BYTES = 1514
+MTU_BYTES = 1514          # a full frame at the default MTU: 1500 + 14 of Ethernet header
+ETH_HEADER_BYTES = 14
 HTB_QUANTUM_MAX = 200_000  # bytes; the kernel warns about (and clamps) larger quanta
 GSO_BYTES = 65_536         # a veth hands HTB up to 64 KiB at once
 FIFO_KINDS = {"packets": "pfifo", "bytes": "bfifo"}
@@ -61,19 +62,27 @@ FIFO_KINDS = {"packets": "pfifo", "bytes": "bfifo"}
 tcmsg.plugins.setdefault("bfifo", sched_pfifo)
 
 
+def frame_bytes(mtu: int) -> int:
+    """A full-size frame as a qdisc on a veth counts it: the MTU plus the Ethernet header."""
+    return mtu + ETH_HEADER_BYTES
+
+
 @dataclass(frozen=True)
 class Htb:
     rate_bit: int
+    frame_bytes: int = MTU_BYTES   # the job's full-size frame (frame_bytes(mtu))
 
     @property
     def burst_bytes(self) -> int:
-        # One millisecond at line rate, but never less than one GSO packet: a smaller
-        # bucket makes HTB undershoot its rate with TSO/GSO super-packets.
-        return max(self.rate_bit // 8 // 1000, GSO_BYTES + MTU_BYTES)
+        # One millisecond at line rate, but never less than one GSO packet plus a
+        # frame: a smaller bucket makes HTB undershoot its rate with TSO/GSO
+        # super-packets.
+        return max(self.rate_bit // 8 // 1000, GSO_BYTES + self.frame_bytes)
 
     @property
     def quantum_bytes(self) -> int:
-        return max(MTU_BYTES, min(HTB_QUANTUM_MAX, self.rate_bit // 8 // 10))
+        # At least one frame, so one round of HTB's deficit round robin sends a packet.
+        return max(self.frame_bytes, min(HTB_QUANTUM_MAX, self.rate_bit // 8 // 10))
 
 
 @dataclass(frozen=True)
@@ -130,10 +139,11 @@ def host_end(link: Link) -> Link:
     return link.model_copy(update={"buffer_packets": None, "buffer_bytes": None})
 
 
-def plan(link: Link, has_netem: bool, field: str) -> list[Op]:
-    """The ops that shape one egress of `link`. `field` names the link in the spec
-    (e.g. 'spec.network.uplink') for the error when the kernel cannot do it."""
-    ops: list[Op] = [Htb(rate_bit=link.bandwidth)]
+def plan(link: Link, has_netem: bool, field: str, mtu: int = DEFAULT_MTU) -> list[Op]:
+    """The ops that shape one egress of `link`, a link of MTU `mtu`. `field` names the
+    link in the spec (e.g. 'spec.network.uplink') for the error when the kernel cannot
+    do it."""
+    ops: list[Op] = [Htb(rate_bit=link.bandwidth, frame_bytes=frame_bytes(mtu))]
     queue = buffer(link)
     wants_netem = link.delay_ms > 0 or link.jitter_ms > 0
     if has_netem and (wants_netem or link.loss > 0):
@@ -280,18 +290,20 @@ class PrioClass:
     # ahead of a busy urgent one. The ceil bucket (cburst) stays large: it sets the rate.
     burst_bytes: int = MTU_BYTES
     queue: Optional[Queue] = None   # its leaf; None: the kernel's default (or apply's)
+    frame_bytes: int = MTU_BYTES    # the job's full-size frame
 
     @property
     def cburst_bytes(self) -> int:
-        return Htb(self.ceil_bit).burst_bytes
+        return Htb(self.ceil_bit, self.frame_bytes).burst_bytes
 
     @property
     def quantum_bytes(self) -> int:
-        return max(MTU_BYTES, min(HTB_QUANTUM_MAX, self.rate_bit // 8 // 10))
+        return Htb(self.rate_bit, self.frame_bytes).quantum_bytes
 
 
 def plan_priorities(link_rate_bit: int, levels: int, weights: list[float] | None = None,
-                    queue: Optional[Queue] = None) -> list[PrioClass]:
+                    queue: Optional[Queue] = None,
+                    mtu: int = DEFAULT_MTU) -> list[PrioClass]:
     """The classes for `levels` priority levels on a link of `link_rate_bit`, the
     default class first. `weights` (one per level) turns strict priority into shares.
     `queue` (the link's buffer) becomes the leaf of each level's class; the default
@@ -303,16 +315,18 @@ def plan_priorities(link_rate_bit: int, levels: int, weights: list[float] | None
         if len(weights) != levels or any(w <= 0 for w in weights):
             raise ValueError(f"weights={weights}: need {levels} positive numbers, one per level")
     floor = max(8_000, link_rate_bit // PRIORITY_FLOOR)
-    classes = [PrioClass(None, DEFAULT_CLASS, floor, link_rate_bit, HTB_MAX_PRIO)]
+    frame = frame_bytes(mtu)
+    classes = [PrioClass(None, DEFAULT_CLASS, floor, link_rate_bit, HTB_MAX_PRIO, frame,
+                         frame_bytes=frame)]
     for level in range(levels):
         if weights is None:
-            rate, prio, burst = floor, level, MTU_BYTES
+            rate, prio, burst = floor, level, frame
         else:
             rate, prio = max(floor, int(link_rate_bit * weights[level] / sum(weights))), 0
-            burst = Htb(rate).burst_bytes   # shares: each class must reach its rate
+            burst = Htb(rate, frame).burst_bytes   # shares: each class must reach its rate
         classid = 0x10000 | (PRIORITY_CLASS_BASE + level)
         classes.append(PrioClass(level, classid, rate, link_rate_bit, prio, burst,
-                                 None if queue is None else queue.under(classid)))
+                                 None if queue is None else queue.under(classid), frame))
     return classes
 
 

@@ -4,7 +4,7 @@ address each pod gets. Pure: it builds nothing, so it is testable without root."
 from dataclasses import dataclass
 
 from tailcut.net import naming
-from tailcut.spec.model import Link, TrainingJob
+from tailcut.spec.model import DEFAULT_MTU, Link, TrainingJob
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Topology:
     spine_netns: str
     access_link: Link
     uplink: Link
+    mtu: int = DEFAULT_MTU   # of every link: veth ends, bridges, the overlay's vx0
 
     @property
     def pods(self) -> tuple[Pod, ...]:
@@ -72,7 +73,7 @@ def plan(job: TrainingJob) -> Topology:
                           pods=pods))
     return Topology(job=name, racks=tuple(racks), spine_netns=naming.spine_netns(name),
                     access_link=job.spec.network.access_link,
-                    uplink=job.spec.network.uplink)
+                    uplink=job.spec.network.uplink, mtu=job.spec.network.mtu)
 
 
 BACKGROUND_ROLES = ("bg-server", "bg-client")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Optional
 from tailcut.errors import SpecError, detach_all
 from tailcut.net import naming, netns, shaping
 from tailcut.net.topology import Pod, Rack, Topology
-from tailcut.spec.model import Link, Scheduling
+from tailcut.spec.model import DEFAULT_MTU, Link, Scheduling
 
 if TYPE_CHECKING:
     from tailcut.spec.model import TrainingJob
@@ -126,10 +126,11 @@ def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
     egresses = [e for rack in topo.racks for e in (
         [a for pod in rack.pods for a in access_egresses(topo, pod, pod.netns)]
         + uplink_egresses(topo, rack))]
-    return apply_to(egresses, scheduling)
+    return apply_to(egresses, scheduling, topo.mtu)
 
 
-def apply_to(egresses: list[Egress], scheduling: Scheduling) -> Enforcement:
+def apply_to(egresses: list[Egress], scheduling: Scheduling,
+             mtu: int = DEFAULT_MTU) -> Enforcement:
     """Add what `scheduling.policy` needs to each egress (netns, ifname, link) whose
     HTB tree tailcut.net.shaping.apply built: the local runtime's every
     shaped egress, the node agent's per pod and per node. All or nothing: if one fails, the
@@ -146,7 +147,7 @@ def apply_to(egresses: list[Egress], scheduling: Scheduling) -> Enforcement:
     try:
         for ns, ifname, link in egresses:
             classes = shaping.plan_priorities(link.bandwidth, scheduling.priority_levels,
-                                              weights, shaping.buffer(link))
+                                              weights, shaping.buffer(link), mtu)
             with netns.ipr(ns) as ipr:
                 shaping.apply_priorities(classes, ipr, ifname)
             result.classifiers.append(classifier.attach(ns, ifname))

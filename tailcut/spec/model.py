@@ -41,6 +41,12 @@ class _Model(BaseModel):
 MIN_BUFFER_BYTES: Final = 1514
 MAX_BUFFER_PACKETS: Final = 1_000_000      # ~1.5 GB of full frames: far past any switch
 MAX_BUFFER_BYTES: Final = 1_000_000_000
+# The job's MTU (docs/network.md#mtu). IPv4 only: 576 is the datagram size every IPv4
+# host must accept (RFC 791), so no lower MTU is realistic; 9000 is the jumbo frame
+# datacenter fabrics run, and what the bounded-loss XDP counter is sized for.
+DEFAULT_MTU: Final = 1500
+MIN_MTU: Final = 576
+MAX_MTU: Final = 9000
 
 
 class Link(_Model):
@@ -60,7 +66,8 @@ class Link(_Model):
     buffer_bytes: Optional[int] = Field(
         default=None, ge=MIN_BUFFER_BYTES, le=MAX_BUFFER_BYTES,
         description="output queue of each end of the link, in bytes (tail drop, per HTB "
-                    "class); at least one full frame, 1514; give this or bufferPackets")
+                    "class); at least one full frame, 1514 (mtu + 14 for a larger "
+                    "network.mtu); give this or bufferPackets")
 
     @field_validator("buffer_packets", mode="before")
     @classmethod
@@ -286,6 +293,12 @@ class Network(_Model):
     uplink: Link = Field(default_factory=Link, description="each rack to the spine")
     in_network: Optional[InNetwork] = Field(
         default=None, description="hot parameters held by the PS's ToR (BPF)")
+    mtu: int = Field(
+        default=DEFAULT_MTU, ge=MIN_MTU, le=MAX_MTU,
+        description="IP MTU in bytes of every link of the job (the pods' interfaces, the "
+                    "rack ports, the uplinks and the ToR bridges); the datagram transports "
+                    "(udp, bounded-loss) size their packets by it. 576 (the least every "
+                    "IPv4 host accepts) to 9000 (jumbo frames); 1500 is Ethernet's")
 
     @field_validator("racks")
     @classmethod
@@ -295,6 +308,18 @@ class Network(_Model):
         if dupes:
             raise ValueError(f"rack names must be unique; repeated: {', '.join(dupes)}")
         return racks
+
+    @model_validator(mode="after")
+    def _buffers_hold_a_frame(self) -> "Network":
+        # Link's own floor is a 1500-byte MTU's frame; a larger MTU raises it.
+        frame = self.mtu + 14
+        for name, link in (("accessLink", self.access_link), ("uplink", self.uplink)):
+            if link.buffer_bytes is not None and link.buffer_bytes < frame:
+                raise ValueError(
+                    f"{name}.bufferBytes: {link.buffer_bytes} is less than one full-size "
+                    f"frame at mtu {self.mtu} ({frame} bytes): the queue would drop every "
+                    f"full-size packet; give at least {frame} or lower mtu")
+        return self
 
 
 SCHEDULING_POLICIES = ("fair", "coflow", "cadentflow")

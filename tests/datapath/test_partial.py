@@ -336,3 +336,11 @@ def test_the_header_view_matches_the_c_layout() -> None:
     assert names == ["magic", "version", "flags", "kind", "reserved", "job", "message",
                      "seq", "start", "end", "total"]
     assert wire.HEADER_BYTES == 32 and struct.calcsize("!IBBBBIIIIII") == 32
+
+
+def test_the_counter_compiles_for_a_9000_byte_mtus_stride_and_refuses_past_its_bound() -> None:
+    stride = wire.elements_per_packet(9000)
+    assert stride == 2235 <= partial.MAX_STRIDE
+    with pytest.raises(ValueError, match="stride=4097: elements per packet must be in 1..4096"):
+        partial.compile_program(partial.MAX_STRIDE + 1)
+    partial.compile_program(stride).close()

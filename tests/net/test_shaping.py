@@ -95,3 +95,18 @@ def test_a_buffer_asks_senders_for_one_wire_packet_per_skb():
     # A 64 kB GSO skb would count as one packet of the buffer.
     assert shaping.drops_packets(shaping.plan(Link(buffer_packets=8), False, "f"))
     assert shaping.drops_packets(shaping.plan(Link(buffer_bytes=20_000), False, "f"))
+
+
+def test_htb_of_a_jumbo_link_fits_a_gso_packet_and_a_frame_of_its_mtu():
+    htb = shaping.plan(Link(bandwidth="1Mbit"), False, "f", mtu=9000)[0]
+    assert htb == shaping.Htb(rate_bit=10**6, frame_bytes=9014)
+    assert htb.burst_bytes == shaping.GSO_BYTES + 9014
+    # A tenth of a second at 1 Mbit/s is 12500 bytes; at 100 kbit/s less than a frame.
+    assert shaping.Htb(10**5, frame_bytes=9014).quantum_bytes == 9014
+    assert shaping.Htb(10**5).quantum_bytes == shaping.MTU_BYTES
+
+
+def test_priority_classes_of_a_jumbo_link_hold_a_frame_of_its_mtu():
+    classes = shaping.plan_priorities(10**9, 3, mtu=9000)
+    assert all(c.burst_bytes == 9014 and c.quantum_bytes >= 9014 for c in classes)
+    assert all(c.cburst_bytes == 10**9 // 8 // 1000 for c in classes)

@@ -43,3 +43,9 @@ def test_background_pods_join_their_racks_after_the_training_pods():
     # ps-0 receives the flows itself: no client pod of its own
     assert [p.name for p in topo.racks[0].pods] == ["ps-0", "worker-0", "worker-1"]
     assert topology.background_pods(spec.load_file("examples/quickstart.yaml"), "rack-0") == []
+
+
+def test_the_plan_carries_the_jobs_mtu_for_every_link():
+    assert topology.plan(spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1",
+                                         "kind": "TrainingJob", "metadata": {"name": "m"},
+                                         "spec": {"network": {"mtu": 9000}}})).mtu == 9000

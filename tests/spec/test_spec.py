@@ -18,6 +18,13 @@ def error_of(body: str) -> str:
     return str(info.value)
 
 
+def test_the_mtu_is_ethernets_1500_unless_the_network_sets_one():
+    assert load("spec: {}").spec.network.mtu == 1500
+    job = load("spec: {network: {mtu: 9000, uplink: {bufferBytes: 9014}}}")
+    assert job.spec.network.mtu == 9000
+    assert job.model_dump(by_alias=True)["spec"]["network"]["mtu"] == 9000
+
+
 def test_an_empty_spec_gets_the_documented_defaults():
     job = load("spec: {}")
     s = job.spec
@@ -89,6 +96,11 @@ def test_bandwidth_round_trips_in_tc_spelling():
      "spec.network.accessLink.bufferBytes", "give bufferPackets or bufferBytes, not both"),
     ("spec: {network: {uplink: {bufferPackets: 2000000}}}",
      "spec.network.uplink.bufferPackets=2000000", "less than or equal to 1000000"),
+    ("spec: {network: {mtu: 575}}", "spec.network.mtu=575", "greater than or equal to 576"),
+    ("spec: {network: {mtu: 9001}}", "spec.network.mtu=9001", "less than or equal to 9000"),
+    ("spec: {network: {mtu: '9000'}}", "spec.network.mtu='9000'", "valid integer"),
+    ("spec: {network: {mtu: 9000, uplink: {bufferBytes: 5000}}}", "spec.network",
+     "uplink.bufferBytes: 5000 is less than one full-size frame at mtu 9000 (9014 bytes)"),
     ("spec: {network: {placement: {worker-0: rack-9}}}",
      "spec.network.placement.worker-0", "rack 'rack-9' does not exist"),
     ("spec: {network: {placement: {worker-7: rack-0}}}",
