@@ -162,6 +162,8 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                        + pod.index + (0 if pod.role == "ps" else 1))
     if t.type == "bounded-loss":
         options.update(p=t.p, xdp_mode=t.xdp_mode)
+        if t.min_p is not None:  # early close below p (unset: p is the floor)
+            options.update(min_p=t.min_p)
     if t.type == "app-drop":
         options.update(p=t.p, seed=job.spec.training.seed + pod.index
                        + (0 if pod.role == "ps" else 1))

@@ -202,6 +202,15 @@ class Transport(_Model):
         default="generic",
         description="bounded-loss: XDP mode of the receive counter (native costs TCP "
                     "throughput on a veth)")
+    min_p: Optional[float] = Field(
+        default=None, gt=0.0, le=1.0,
+        description="bounded-loss: early close (adaptive completion, as LTP's Early Close "
+                    "and OptiReduce's adaptive timeout). A message below p whose pass is "
+                    "over (its last packet read, then nothing more from it for 16 of its "
+                    "recent inter-packet gaps, 0.2-2 ms; or its END drained) is handed "
+                    "over with what arrived if that is at least minP, instead of being "
+                    "NACKed and retransmitted up to p. Unset: p, the floor it never goes "
+                    "under (docs/bounded-loss.md)")
 
     @field_validator("type")
     @classmethod
@@ -219,6 +228,13 @@ class Transport(_Model):
         if self.type not in LOSSY_TRANSPORTS and self.p is not None:
             raise ValueError(f"p: only {' and '.join(LOSSY_TRANSPORTS)} take p; "
                              f"{self.type} delivers what it delivers")
+        if self.min_p is not None and self.type != "bounded-loss":
+            raise ValueError(f"minP: only bounded-loss closes a message early; {self.type} "
+                             "does not take minP")
+        if self.min_p is not None and self.p is not None and self.min_p > self.p:
+            raise ValueError(f"minP: {self.min_p} is above p = {self.p}; minP is the "
+                             "floor a message may close at once its packets stop coming, "
+                             "p where it completes at once, so minP <= p")
         if self.type in ("tcp", "app-drop") and self.rate_mbit is not None:
             raise ValueError(f"rateMbit: {self.type} is paced by TCP; only udp and "
                              "bounded-loss take a rate")

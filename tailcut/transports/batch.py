@@ -220,6 +220,14 @@ class Inbox:
         """IPv4 source addresses of the first ``n`` datagrams, as big-endian u32 ints."""
         return self._names["sin_addr"][:n].copy().view(">u4").reshape(n).astype(np.int64)
 
+    def arrivals(self, n: int) -> np.ndarray:
+        """Kernel arrival times (CLOCK_REALTIME ns) of the first ``n`` datagrams, 0
+        where the socket gave none (SO_TIMESTAMPNS off)."""
+        c = self._ctrl[:n]
+        ok = (self._controllen[:n] >= self._ctrl.itemsize) \
+            & (c["cmsg_level"] == socket.SOL_SOCKET) & (c["cmsg_type"] == SO_TIMESTAMPNS)
+        return np.where(ok, c["tv_sec"] * 1_000_000_000 + c["tv_nsec"], 0).astype(np.int64)
+
     def arrival_ns(self, i: int) -> int | None:
         """Kernel arrival time (CLOCK_REALTIME) of datagram ``i``, if the socket has
         SO_TIMESTAMPNS on."""

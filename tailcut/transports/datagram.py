@@ -17,6 +17,10 @@ Everything else goes over a TCP control channel (control.py). Per message:
                                       <-  NACK with the missing slots
     retransmit them (flag RETX), END  ->  ... until p
 
+With ``min_p`` below p (early close, docs/bounded-loss.md) a message below p whose
+pass's LAST packet is in and whose packets have stopped coming is handed over with
+what arrived, if at least min_p, instead of NACKed (``receiver.Receiver.sweep``).
+
 ``udp`` sends one pass and never retransmits; the receiver completes once the pass is
 drained (read up to END's arrival, see ``receiver.Receiver.sweep``) with whatever
 arrived. The receiver hands the application the vector and a mask of what arrived
@@ -733,7 +737,8 @@ class DatagramTransport(base.Transport):
             with self._lock:
                 if n:
                     self._recv.accept(inbox.data[:n], inbox.lengths(n), inbox.sources(n),
-                                      done)
+                                      done, inbox.arrivals(n) if self._recv.early_close
+                                      else None)
                 for ev in events:
                     if ev.job == self.job_id:
                         self._recv.fired(ev.message, ev.ktime_ns, done)
@@ -837,12 +842,21 @@ class BoundedLossTransport(DatagramTransport):
     def __init__(self, p: float = 0.9, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
                  rate_mbit: float | None = None, xdp: bool = True,
                  xdp_mode: str = "generic", end_grace_ms: float = 2.0,
-                 max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None) -> None:
+                 max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
+                 min_p: float | None = None) -> None:
+        """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
+        and whose packets have stopped coming is handed over below p with what
+        arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
         super().__init__(job=job, mtu=mtu, rate_mbit=rate_mbit, end_grace_ms=end_grace_ms,
                          max_elements=max_elements, seed=seed)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver at least "
                              "90% of every message)")
+        if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float))
+                                  or not 0 < min_p <= p):
+            raise ValueError(f"min_p={min_p!r}: must be a fraction in (0, p={p}] (the floor a "
+                             "message whose packets stopped coming may be handed over at)")
+        self._recv.min_p = None if min_p is None else float(min_p)
         if xdp_mode not in ("generic", "native"):
             raise ValueError(f"xdp_mode={xdp_mode!r}: must be generic or native")
         self.p = self._recv.p = float(p)

@@ -25,6 +25,14 @@ from tailcut.transports import cutlayout, wire
 STASH_PACKETS = 16384
 FINISHED_REMEMBERED = 4096
 MAX_ENDS = 256  # END frames a pass may announce (one per TOS it used)
+# Early close (min_p < p): once a pass's LAST packet is read, a message below p is
+# handed over with what arrived (if at least min_p) after QUIET_GAPS of its recent
+# inter-packet gaps pass with nothing more from it, that quiet time kept within
+# [QUIET_MIN_NS, QUIET_MAX_NS]: what a reordered packet of the pass would still take.
+QUIET_GAPS = 16
+QUIET_MIN_NS = 200_000
+QUIET_MAX_NS = 2_000_000
+GAP_WEIGHT = 0.25  # of each batch's mean gap in the moving average
 
 
 class Peer(Protocol):
@@ -60,6 +68,13 @@ class Rx:
     end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
     ends: int = 0  # END frames of the current pass read so far (a tagged pass sends several)
     granted_kbit: int = 0  # the last GRANT sent for it (congestion.py); 0: none yet
+    # Early close: the threshold below p it may be handed over at, the kernel arrival
+    # time (CLOCK_REALTIME) of its newest packet, the moving average of the gaps
+    # between its packets, and whether the current pass's LAST packet was read.
+    min_threshold: int = 0
+    last_arrival_ns: int = 0
+    gap_ns: float | None = None
+    pass_over: bool = False
     begun_ns: int = field(default_factory=time.monotonic_ns)
     # A CadentFlow-tagged message: its cuts' wire layout (``total`` is then the wire
     # length, padding included, and ``elements`` the message's), the slots each cut
@@ -81,7 +96,7 @@ class Done:
     """What to do for a message once the lock is released: deliver it, or NACK."""
 
     rx: Rx
-    reason: str  # full | xdp | p | end | nack
+    reason: str  # full | xdp | p | end | early | nack
     missing: bytes = b""  # NACK: the missing slots as big-endian u32s
 
 
@@ -95,10 +110,13 @@ class Receiver:
     """Messages being received from any peer; the caller holds one lock around every call."""
 
     def __init__(self, job_id: int, stride: int, p: float, bounded: bool, xdp: bool,
-                 max_elements: int, stats: collections.Counter[str]) -> None:
+                 max_elements: int, stats: collections.Counter[str],
+                 min_p: float | None = None) -> None:
         self.job_id = job_id
         self.stride = stride
         self.p = p
+        # The floor below p a message may close early at (None: p, no early close).
+        self.min_p = min_p
         self.bounded = bounded
         self.xdp = xdp  # completions at p wait for the XDP counter's event
         self.max_elements = max_elements
@@ -113,6 +131,11 @@ class Receiver:
         self._early_fired: dict[int, int] = {}
         self.finished: collections.OrderedDict[int, None] = collections.OrderedDict()
 
+    @property
+    def early_close(self) -> bool:
+        """Whether a message may be handed over below p (bounded, min_p < p)."""
+        return self.bounded and self.min_p is not None and self.min_p < self.p
+
     def begin(self, conn: Peer, source: int, message: int, kind: int, iteration: int,
               sender: int, total: int, sent_at_ns: int,
               layout: cutlayout.Layout | None = None) -> list[Done]:
@@ -125,6 +148,8 @@ class Receiver:
                 threshold_elements(self.p, elements), np.zeros(total, wire.VALUE_DTYPE),
                 np.zeros(total, bool), np.zeros(n_slots, bool), np.zeros(n_slots, np.int64),
                 wire.template(self.job_id, message, kind, total), layout=layout)
+        rx.min_threshold = rx.threshold if not self.early_close else \
+            threshold_elements(self.min_p or self.p, elements)
         done: list[Done] = []
         self.finished.pop(message, None)
         self.rx[message] = rx
@@ -158,10 +183,12 @@ class Receiver:
             rx.end_ns = time.time_ns()
 
     def accept(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
-               done: list[Done]) -> None:
-        """Datagrams ``data[i, :lengths[i]]`` from ``sources[i]``: check them all, put
-        the values of the new slots in place, count every reason a packet is refused."""
-        if self._accept_run(data, lengths, sources, done):
+               done: list[Done], arrivals: np.ndarray | None = None) -> None:
+        """Datagrams ``data[i, :lengths[i]]`` from ``sources[i]``, which reached the
+        host at ``arrivals[i]`` (kernel CLOCK_REALTIME ns, 0 or None: unknown): check
+        them all, put the values of the new slots in place, count every reason a
+        packet is refused."""
+        if self._accept_run(data, lengths, sources, done, arrivals):
             return
         hdr = wire.headers(data)
         codes = wire.check_batch(hdr, lengths, self.max_elements)
@@ -187,11 +214,11 @@ class Receiver:
             if rx is None:
                 self._unbegun(message, idx, data, lengths, sources)
             else:
-                self._fill(rx, idx, hdr, data, lengths, sources)
+                self._fill(rx, idx, hdr, data, lengths, sources, arrivals)
                 self.check(rx, done)
 
     def _accept_run(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
-                    done: list[Done]) -> bool:
+                    done: list[Done], arrivals: np.ndarray | None) -> bool:
         """The common case in a few numpy calls: every datagram is a well-formed packet
         of one live message from its peer. False (nothing done) if any is not; then
         ``accept`` checks each one and names what is wrong. Passing here implies
@@ -210,7 +237,9 @@ class Receiver:
                 & (end == np.minimum(start + stride, rx.total))
                 & (lengths == wire.HEADER_BYTES + 4 * (end - start))).all():
             return False
-        self._add(rx, np.arange(len(slots)), slots, start, end, data, lengths)
+        idx = np.arange(len(slots))
+        self._add(rx, idx, slots, start, end, data, lengths)
+        self._arrived(rx, idx, hdr, arrivals)
         self.check(rx, done)
         return True
 
@@ -238,7 +267,8 @@ class Receiver:
         self._stashed += min(room, from_peer.size)
 
     def _fill(self, rx: Rx, idx: np.ndarray, hdr: np.ndarray, data: np.ndarray,
-              lengths: np.ndarray, sources: np.ndarray) -> None:
+              lengths: np.ndarray, sources: np.ndarray,
+              arrivals: np.ndarray | None = None) -> None:
         """Write the new slots among packets ``idx`` of message ``rx``."""
         stride = self.stride
         same = sources[idx] == rx.source
@@ -258,6 +288,27 @@ class Receiver:
             self.stats["misaligned"] += int(idx.size - np.count_nonzero(aligned))
             idx, start, end = idx[aligned], start[aligned], end[aligned]
         self._add(rx, idx, start // stride, start, end, data, lengths)
+        self._arrived(rx, idx, hdr, arrivals)
+
+    def _arrived(self, rx: Rx, idx: np.ndarray, hdr: np.ndarray,
+                 arrivals: np.ndarray | None) -> None:
+        """Packets ``idx`` of ``rx`` passed every check: when they arrived, how far
+        apart, and whether one ended the pass (early close's inputs)."""
+        if not self.early_close or not idx.size:
+            return
+        if (hdr["flags"][idx] & wire.F_LAST).any():
+            rx.pass_over = True
+        if arrivals is None:
+            return
+        t = arrivals[idx]
+        t = t[t > 0]
+        if not t.size:
+            return
+        first, last = int(t.min()), int(t.max())
+        rx.last_arrival_ns = max(rx.last_arrival_ns, last)
+        if t.size > 1:
+            gap = (last - first) / (t.size - 1)
+            rx.gap_ns = gap if rx.gap_ns is None else rx.gap_ns + GAP_WEIGHT * (gap - rx.gap_ns)
 
     def _add(self, rx: Rx, idx: np.ndarray, slots: np.ndarray, start: np.ndarray,
              end: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
@@ -347,9 +398,27 @@ class Receiver:
         event is in the ring before the packet is in the socket): read on at once."""
         return any(rx.fired and rx.count < rx.threshold for rx in self.rx.values())
 
+    def quiet_ns(self, rx: Rx) -> int:
+        """How long nothing more may arrive from ``rx``'s pass before it closes early:
+        QUIET_GAPS of its recent gaps, within [QUIET_MIN_NS, QUIET_MAX_NS]."""
+        if rx.gap_ns is None:
+            return QUIET_MAX_NS
+        return int(min(QUIET_MAX_NS, max(QUIET_MIN_NS, QUIET_GAPS * rx.gap_ns)))
+
     def sweep(self, now: float, read_up_to_ns: int, grace_s: float, done: list[Done]) -> None:
-        """Passes that ended: complete (udp, or p without an XDP event) or NACK."""
+        """Passes that ended: complete (udp, p without an XDP event, or early close at
+        min_p) or NACK. ``read_up_to_ns``: everything that reached the host before it
+        (CLOCK_REALTIME) has been read."""
         for rx in list(self.rx.values()):
+            # Early close: the pass's LAST packet is in, and nothing more came for a
+            # few of its gaps since its newest packet: whatever is missing is lost.
+            if self.early_close and rx.pass_over and rx.count >= rx.min_threshold \
+                    and rx.last_arrival_ns and \
+                    read_up_to_ns - rx.last_arrival_ns >= self.quiet_ns(rx):
+                self.stats["early_close"] += 1
+                self._retire(rx)
+                done.append(Done(rx, "early"))
+                continue
             # A pass is drained once the socket has been read up to END's arrival: the
             # sender sent END after the pass's last packet, over the same FIFO path, so
             # a datagram that reached the kernel after END was read means every packet
@@ -358,10 +427,13 @@ class Receiver:
             if rx.end_at is None or read_up_to_ns < rx.end_ns or now - rx.end_at < grace_s:
                 continue
             rx.end_at = None
-            if not self.bounded or rx.count >= rx.threshold:
+            if not self.bounded or rx.count >= rx.min_threshold:
+                if self.bounded and rx.count < rx.threshold:
+                    self.stats["early_close"] += 1
                 self._retire(rx)
                 done.append(Done(rx, "end"))
             else:
                 missing = np.flatnonzero(~rx.seen).astype(">u4")
                 self.stats["nacks"] += 1
+                rx.pass_over = False  # the next pass (retransmissions) ends anew
                 done.append(Done(rx, "nack", missing.tobytes()))

@@ -27,6 +27,9 @@ def test_one_line_switches_the_transport(line: str, kind: str, p: object) -> Non
     ("{type: tcp, p: 0.9}", "spec.transport.p: only bounded-loss and app-drop take p"),
     ("{type: tcp, rateMbit: 100}", "spec.transport.rateMbit: tcp is paced by TCP"),
     ("{type: bounded-loss, p: 0.9, xdpMode: offload}", "spec.transport.xdpMode='offload'"),
+    ("{type: udp, minP: 0.5}", "spec.transport.minP: only bounded-loss closes a message early"),
+    ("{type: bounded-loss, p: 0.8, minP: 0.9}", "spec.transport.minP: 0.9 is above p = 0.8"),
+    ("{type: bounded-loss, p: 0.8, minP: 0}", "spec.transport.minP=0: must be greater than 0"),
 ])
 def test_bad_transport_settings_name_the_field(line: str, words: str) -> None:
     assert words in error_of(f"spec: {{transport: {line}}}")
@@ -45,3 +48,17 @@ def test_no_sender_gets_a_static_share_unless_the_spec_sets_a_rate() -> None:
         "rate_mbit"] == 300
     tcp = load("spec: {transport: {type: tcp}}")
     assert plan.transport_options(tcp, topology.plan(tcp).pod("ps-0")) == {"type": "tcp"}
+
+
+def test_min_p_reaches_the_bounded_loss_transport_only_when_the_spec_sets_it() -> None:
+    job = load("spec: {transport: {type: bounded-loss, p: 0.9, minP: 0.8}}")
+    options = plan.transport_options(job, topology.plan(job).pod("worker-0"))
+    assert options["min_p"] == 0.8 and options["p"] == 0.9
+    from tailcut import transports
+    t = transports.get(options.pop("type"), **{**options, "xdp": False})
+    try:
+        assert t._recv.early_close and t._recv.min_p == 0.8  # type: ignore[attr-defined]
+    finally:
+        t.close()
+    plain = load("spec: {transport: {type: bounded-loss, p: 0.9}}")
+    assert "min_p" not in plan.transport_options(plain, topology.plan(plain).pod("ps-0"))

@@ -149,6 +149,30 @@ def lose_every_third(transport: Any) -> None:
     transport._udp = _Wrapped(transport._udp, lossy)
 
 
+def test_with_min_p_a_message_below_p_closes_when_its_pass_ends_instead_of_nacking() -> None:
+    """The same loss (every third packet), p = 0.9 and minP = 0.6: the pass's 2/3 is
+    handed over once its last packet is in and nothing more comes; nothing is NACKed
+    or retransmitted, and the sender gets DONE (its next message goes out)."""
+    with pair("bounded-loss", 27215, p=0.9, min_p=0.6, xdp=False, job="bl-early") as \
+            (_, s, client, c):
+        lose_every_third(client)
+        for i in range(2):
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
+            msg = s.recv(10)
+            got = delivered(msg).sum()
+            assert datagram.threshold_elements(0.6, VECTOR.size) <= got \
+                < datagram.threshold_elements(0.9, VECTOR.size)
+            assert np.array_equal(msg.values[delivered(msg)], VECTOR[delivered(msg)])
+        assert s.transport.stats["early_close"] == 2 and s.transport.stats["nacks"] == 0
+        assert client.stats["retransmitted"] == 0
+
+
+@pytest.mark.parametrize("min_p", [0, 0.95, True, "0.5"])
+def test_min_p_outside_zero_p_is_refused_naming_min_p(min_p: object) -> None:
+    with pytest.raises(ValueError, match=r"min_p=.*must be a fraction in \(0, p=0.9\]"):
+        transports.get("bounded-loss", p=0.9, min_p=min_p)
+
+
 class _Wrapped:
     """A socket whose sendto is replaced (to drop datagrams); the rest passes through."""
 

@@ -6,6 +6,7 @@ import collections
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from tailcut.transports import receiver, sender, wire
 from tailcut.transports.base import Kind
@@ -209,3 +210,102 @@ def test_a_tagged_message_counts_its_elements_not_the_padding_and_times_each_cut
     assert [d.reason for d in done] == ["full"] and rx.cut_done_ns[1] >= rx.cut_done_ns[0]
     values, mask = layout.from_wire(rx.values, rx.mask)
     assert mask.all() and np.array_equal(values, VECTOR)
+
+
+# ---- early close (min_p < p): what arrived, once the pass is over and quiet ----------------
+
+GAP_NS = 12_000  # 1 Gbit/s of full packets
+T0 = 1_700_000_000_000_000_000  # kernel arrival times are CLOCK_REALTIME
+
+
+def early(min_p: float | None, p: float = 0.9) -> tuple[receiver.Receiver, Peer]:
+    r = receiver.Receiver(JOB, STRIDE, p, True, False, 1 << 20, collections.Counter(), min_p)
+    peer = Peer()
+    r.peers[1] = (peer, PEER_IP)
+    begin(r, peer)
+    return r, peer
+
+
+def one_pass(r: receiver.Receiver, slots: list[int], lost: set[int]) -> int:
+    """A pass over ``slots`` in that order, LAST on the last one, GAP_NS apart; the
+    ``lost`` ones never arrive. Returns the arrival time of the newest that did."""
+    packets = sender.Packets(VECTOR, JOB, MESSAGE, int(Kind.PUSH), STRIDE)
+    packets.number(np.array(slots), 0, 0)
+    got = [(s, T0 + i * GAP_NS) for i, s in enumerate(slots) if s not in lost]
+    data, lengths = rows([packets.datagram(s) for s, _ in got])
+    done: list[receiver.Done] = []
+    r.accept(data, lengths, np.full(len(got), PEER_IP), done,
+             np.array([t for _, t in got], np.int64))
+    assert done == []
+    return got[-1][1]
+
+
+def sweep_at(r: receiver.Receiver, read_up_to_ns: int) -> list[str]:
+    done: list[receiver.Done] = []
+    r.sweep(0.0, read_up_to_ns, 2e-3, done)
+    return [d.reason for d in done]
+
+
+def test_a_message_closes_early_with_what_arrived_once_its_pass_is_over_and_quiet() -> None:
+    r, _ = early(min_p=0.6)
+    lost = {0, 5, 9, 14, 20}
+    newest = one_pass(r, list(range(SLOTS)), lost)  # 82% < p = 0.9
+    rx = r.rx[MESSAGE]
+    quiet = r.quiet_ns(rx)
+    # 16 of its gaps between arrivals (a lost packet widens one): 0.23 ms
+    assert quiet == receiver.QUIET_GAPS * (newest - T0 - GAP_NS) // (SLOTS - len(lost) - 1)
+    assert sweep_at(r, newest + quiet - 1) == []  # a reordered packet could still come
+    assert sweep_at(r, newest + quiet) == ["early"]
+    assert rx.threshold > rx.count >= rx.min_threshold and r.stats["early_close"] == 1
+    assert np.array_equal(rx.values[rx.mask], VECTOR[rx.mask])
+
+
+def test_no_early_close_before_the_pass_is_over_however_long_the_quiet() -> None:
+    """A pass still under way (its LAST packet not read: the sender may only be slow)
+    keeps the message open; once END is drained it closes at min_p rather than NACK."""
+    r, peer = early(min_p=0.6)
+    newest = one_pass(r, list(range(SLOTS)), lost={3, 7, 11, SLOTS - 1})  # LAST lost
+    assert sweep_at(r, newest + 10 ** 9) == []
+    r.end(peer, MESSAGE)
+    rx = r.rx[MESSAGE]
+    done: list[receiver.Done] = []
+    r.sweep(rx.end_at + 1, rx.end_ns, 0.0, done)
+    assert [d.reason for d in done] == ["end"] and rx.count < rx.threshold
+
+
+def test_early_close_never_goes_below_min_p() -> None:
+    r, peer = early(min_p=0.8)
+    lost = set(range(0, SLOTS, 3))  # 2/3 arrive: below min_p
+    newest = one_pass(r, list(range(SLOTS)), lost)
+    assert sweep_at(r, newest + 10 ** 9) == []
+    r.end(peer, MESSAGE)
+    rx = r.rx[MESSAGE]
+    done: list[receiver.Done] = []
+    r.sweep(rx.end_at + 1, rx.end_ns, 0.0, done)
+    assert [d.reason for d in done] == ["nack"]
+    assert np.frombuffer(done[0].missing, ">u4").tolist() == sorted(lost)
+    assert not rx.pass_over  # the retransmissions are a new pass, with a LAST of their own
+
+
+@pytest.mark.parametrize("min_p", [None, 0.9])
+def test_without_min_p_below_p_p_stays_the_floor(min_p: float | None) -> None:
+    r, peer = early(min_p)
+    newest = one_pass(r, list(range(SLOTS)), lost={0, 5, 9, 14, 20})
+    assert not r.early_close and sweep_at(r, newest + 10 ** 9) == []
+    r.end(peer, MESSAGE)
+    rx = r.rx[MESSAGE]
+    done: list[receiver.Done] = []
+    r.sweep(rx.end_at + 1, rx.end_ns, 0.0, done)
+    assert [d.reason for d in done] == ["nack"] and r.stats["early_close"] == 0
+
+
+def test_the_quiet_time_follows_the_gaps_within_its_bounds() -> None:
+    r, _ = early(min_p=0.5)
+    rx = r.rx[MESSAGE]
+    assert r.quiet_ns(rx) == receiver.QUIET_MAX_NS  # no gap seen yet
+    rx.gap_ns = 1_000.0
+    assert r.quiet_ns(rx) == receiver.QUIET_MIN_NS
+    rx.gap_ns = 50_000.0  # a quarter of the link: 16 gaps = 0.8 ms
+    assert r.quiet_ns(rx) == 800_000
+    rx.gap_ns = 1e6
+    assert r.quiet_ns(rx) == receiver.QUIET_MAX_NS
