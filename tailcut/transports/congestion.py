@@ -87,11 +87,15 @@ class LinkMonitor:
     def __init__(self, ifname: str, proc_net_dev: str = "/proc/net/dev") -> None:
         self.ifname = ifname
         self.path = proc_net_dev
-        self.other_bit = 0.0
-        self._smoothed = 0.0
+        self._smoothed = 0.0  # bit/s, may dip below 0 between samples
         self._last: tuple[float, int] | None = None  # (time, interface bytes)
         self._ours = 0  # our datagram bytes since the last sample
         self._fd: int | None = None  # the counter file, held open: pread re-reads it
+
+    @property
+    def other_bit(self) -> float:
+        """The smoothed other traffic, bit/s."""
+        return max(0.0, self._smoothed)
 
     def ours(self, datagram_bytes: int, datagrams: int) -> None:
         """Count datagrams of ours that arrived (their payload bytes and number)."""
@@ -113,7 +117,6 @@ class LinkMonitor:
         other = 8 * (total - last[1] - ours) / dt
         weight = min(1.0, dt / SMOOTH_S)
         self._smoothed += weight * (other - self._smoothed)
-        self.other_bit = max(0.0, self._smoothed)
         return self.other_bit
 
     def _read(self) -> int | None:
