@@ -35,11 +35,13 @@ PS = (0.9, 1.0)
 FAN_IN = 4
 
 
-def one(p: float, rounds: int, port: int, tree: Path | None, senders: int = 1) -> dict:
+def one(p: float, rounds: int, port: int, tree: Path | None, senders: int = 1,
+        gso: bool = True) -> dict:
     name = "bl-bench-gp" if senders == 1 else "bl-bench-fan"
     with bl_net.network(name, senders, 0.0) as topo:
         ps = topo.pod("ps-0")
-        base = {"transport": "bounded-loss", "options": {"job": name, "p": p},
+        base = {"transport": "bounded-loss", "options": {"job": name, "p": p,
+                                                              **({"gso": True} if gso else {})},
                 "host": ps.ip, "port": port}
         server = bl_net.start(ps, {**base, "role": "ps", "workers": senders, "rounds": rounds},
                               tree)
@@ -47,8 +49,7 @@ def one(p: float, rounds: int, port: int, tree: Path | None, senders: int = 1) -
                                 {**base, "role": "worker", "index": i, "elements": ELEMENTS},
                                 tree) for i in range(senders)]
         result = bl_net.finish(server)
-        for c in clients:
-            bl_net.finish(c)
+        result["sender_cpu_s"] = sum(bl_net.finish(c).get("cpu_s", 0.0) for c in clients)
     return result
 
 
@@ -81,10 +82,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with")
+    ap.add_argument("--no-gso-too", action="store_true",
+                    help="also this tree without UDP GSO (one datagram per sendmmsg entry)")
     args = ap.parse_args()
-    trees: dict[str, Path | None] = {"this tree": None}
+    # label -> (tree, UDP GSO); the loss-free path is where tailcut run turns GSO on.
+    variants: dict[str, tuple[Path | None, bool]] = {"this tree": (None, True)}
     if args.baseline:
-        trees = {"baseline": args.baseline.resolve(), "this tree": None}
+        variants = {"baseline": (args.baseline.resolve(), False), **variants}
+    if args.no_gso_too:
+        variants["no gso"] = (None, False)
+    trees = variants
     goodput = {t: {p: [] for p in PS} for t in trees}
     fairness = {t: [] for t in trees}
     fan_total = {t: [] for t in trees}
@@ -92,9 +99,9 @@ def main() -> None:
     queued_us: dict[str, list[float]] = {t: [] for t in trees}
     sending_ms: dict[str, list[float]] = {t: [] for t in trees}
     for run in range(args.runs):
-        for label, tree in trees.items():
+        for label, (tree, gso) in variants.items():
             for p in PS:
-                res = one(p, args.rounds, 7200 + run, tree)
+                res = one(p, args.rounds, 7200 + run, tree, gso=gso)
                 msgs = res["messages"][1:]  # round 0 warms up
                 gp = [m["delivered"] * ELEMENTS * 32 / m["completion_s"] / LINK_BIT
                       for m in msgs]
@@ -109,7 +116,7 @@ def main() -> None:
                       f"{statistics.mean(m['delivered'] for m in msgs):.4f}, completions by "
                       f"{sorted({r['reason'] for r in res['records']})} (load {load()})",
                       flush=True)
-            res = one(0.9, args.rounds, 7300 + run, tree, FAN_IN)
+            res = one(0.9, args.rounds, 7300 + run, tree, FAN_IN, gso)
             fair, total, shares = fan_in(res)
             fairness[label].append(fair)
             fan_total[label].append(total)
@@ -135,12 +142,12 @@ def main() -> None:
             # longer time here is the sender (or the link) being slow, not the receiver.
             print(f"  {label}: BEGIN read -> XDP event (sending up to p): p50 "
                   f"{bl_net.pct(sending_ms[label], 50):.1f} ms (line rate: 31.7 ms)")
-    if args.baseline:
+    for other in [v for v in variants if v != "this tree"]:
         for p in PS:
-            new, old = (statistics.median(goodput[t][p]) for t in ("this tree", "baseline"))
-            print(f"goodput alone (this tree) / (baseline), p={p}: {new / old:.2f}")
-        new, old = (statistics.median(fan_total[t]) for t in ("this tree", "baseline"))
-        print(f"fan-in total goodput (this tree) / (baseline): {new / old:.2f}")
+            new, old = (statistics.median(goodput[t][p]) for t in ("this tree", other))
+            print(f"goodput alone (this tree) / ({other}), p={p}: {new / old:.2f}")
+        new, old = (statistics.median(fan_total[t]) for t in ("this tree", other))
+        print(f"fan-in total goodput (this tree) / ({other}): {new / old:.2f}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ worker: connect; answer every go with a PUSH of `elements` float32s; exit at STO
 sender / receiver: one-to-one rounds (goodput and p-to-app latency)."""
 
 import json
+import resource
 import sys
 import time
 
@@ -15,11 +16,19 @@ from tailcut import transports
 from tailcut.transports.base import Kind, Message
 
 
+def _cpu_s() -> float:
+    """CPU time of this role so far, user and system (the kernel's work on the path
+    is mostly done in the sending and receiving threads' own context)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     t = transports.get(cfg["transport"], **cfg.get("options", {}))
     if cfg["role"] == "ps":
         conns = t.listen(cfg["host"], cfg["port"], cfg["workers"], 60)
+        cpu_at_start = _cpu_s()
         hellos = t.gather(conns, 60)
         conns = [c for _, c in sorted(zip([h.sender for h in hellos], conns))]
         rows = []
@@ -40,12 +49,14 @@ def main() -> None:
         for c in conns:
             c.close()
         t.close()
-        print(json.dumps({"messages": rows, "records": records, "stats": stats}))
+        print(json.dumps({"messages": rows, "records": records, "stats": stats,
+                          "cpu_s": _cpu_s() - cpu_at_start}))
     elif cfg["role"] == "worker":
         c = t.connect(cfg["host"], cfg["port"], 60)
         c.send(Message(Kind.HELLO, 0, cfg["index"]), 30)
         v = np.random.default_rng(cfg["index"]).standard_normal(cfg["elements"]).astype(
             np.float32)
+        cpu_at_start = _cpu_s()
         while True:
             go = c.recv(120)
             if go.kind == Kind.STOP:
@@ -53,7 +64,7 @@ def main() -> None:
             c.send(Message(Kind.PUSH, go.iteration, cfg["index"], v), 60)
         c.close()
         t.close()
-        print(json.dumps({"ok": True}))
+        print(json.dumps({"ok": True, "cpu_s": _cpu_s() - cpu_at_start}))
 
 
 if __name__ == "__main__":

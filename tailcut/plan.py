@@ -159,7 +159,12 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
         # Packets as large as the job's links carry: one datagram per frame.
         options.update(job=job.name, mtu=job.spec.network.mtu, rate_mbit=t.rate_mbit,
                        seed=job.spec.training.seed
-                       + pod.index + (0 if pod.role == "ps" else 1))
+                       + pod.index + (0 if pod.role == "ps" else 1),
+                       # UDP GSO unless the pod's own end drops at random: there a
+                       # dropper would lose a whole 64 KiB message at once. Every
+                       # hop after it cuts GSO messages into datagrams as needed
+                       # (tailcut.net.build, docs/bounded-loss.md).
+                       gso=job.spec.network.access_link.loss == 0)
     if t.type == "bounded-loss":
         options.update(p=t.p, xdp_mode=t.xdp_mode)
         if t.min_p is not None:  # early close below p (unset: p is the floor)

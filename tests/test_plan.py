@@ -107,3 +107,15 @@ def test_the_stream_transports_take_no_mtu(transport):
     kind = {"type": transport} | ({"p": 0.9} if transport == "app-drop" else {})
     jumbo = job(network={"mtu": 9000}, transport=kind)
     assert "mtu" not in plan.transport_options(jumbo, topology.plan(jumbo).pod("ps-0"))
+
+
+@pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
+def test_datagram_transports_use_udp_gso_unless_the_pods_own_end_drops_at_random(transport):
+    """A dropper at the pod's own end would drop a whole 64 KiB GSO message at once;
+    loss or a buffer elsewhere is past the kernel's cut (net/build.py's gso_max_segs)."""
+    kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
+    for network, gso in (({}, True), ({"uplink": {"loss": 0.01}}, True),
+                         ({"accessLink": {"bufferBytes": 85000}}, True),
+                         ({"accessLink": {"loss": 0.01}}, False)):
+        j = job(network=network, transport=kind)
+        assert plan.transport_options(j, topology.plan(j).pod("worker-0"))["gso"] is gso, network

@@ -22,7 +22,7 @@ from typing import Iterable, Optional, Sequence
 from pyroute2 import IPRoute
 
 from tailcut.errors import AlreadyExists, NetError, detach_all
-from tailcut.net import clean, forwarding, naming, netns, shaping
+from tailcut.net import clean, forwarding, naming, netns, offload, shaping
 from tailcut.net.topology import Pod, Rack, Topology
 
 UP_TIMEOUT_S = 5.0
@@ -284,6 +284,7 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets) -> None
                    "mtu": topo.mtu})
     network.pods[pod.name] = pod_ns
     _attach_port(ipr, port, ipr.link_lookup(ifname=naming.TOR_BRIDGE)[0], alias)
+    offload.cut_udp_gso_at(rack.netns, [port])
     pod_ipr = sockets[pod_ns]
     index = pod_ipr.link_lookup(ifname=wiring.ifname)[0]
     pod_ipr.addr("add", index=index, address=pod.ip, prefixlen=24)

@@ -3,11 +3,17 @@ does not wrap.
 
 The bounded-loss sender's per-packet Python overhead (~4-10 us a sendto) caps one
 sender below a 1 Gbit/s link of 1500-byte packets; one sendmmsg per burst of packets
-removes it, while the kernel still sends, shapes and drops each datagram on its own
-(unlike UDP GSO, whose super-packet a tc-egress dropper would drop as a whole and the
-XDP counter would see as one packet). Each datagram is gathered from several pieces
-(the header row and the values it carries, straight from the vector), so the sender
-never copies a vector into packets.
+removes it. Each datagram is gathered from several pieces (the header row and the
+values it carries, straight from the vector), so the sender never copies a vector into
+packets.
+
+With ``gso_size`` (UDP GSO, Linux's UDP_SEGMENT), consecutive datagrams of that size
+go to the kernel as one message of up to 64 KiB that it cuts into those datagrams as
+late as the path lets it: what a TCP sender's 64 KiB skbs get. On the emulated path
+every hop's per-packet work is CPU, ~13 us a datagram, so this is what lets one sender
+reach line rate. It is only for paths where nothing before the cut acts per packet:
+a random-loss dropper would drop a whole super-packet, and an XDP counter in generic
+mode would count it as one (tailcut.net.build cuts them at the last switch port).
 
 On the receiving side one recvmmsg fills a preallocated 2-D buffer, one row per
 datagram, with each datagram's true length (MSG_TRUNC), source address and kernel
@@ -31,6 +37,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 MSG_TRUNC = 0x20  # <bits/socket.h>: return a datagram's real length, even if cut
 MSG_DONTWAIT = 0x40
 SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; also the SCM type of the timestamp
+SOL_UDP = 17
+UDP_SEGMENT = 103  # <linux/udp.h>: a u16 cmsg, the size to cut a GSO message into
+UDP_MAX_SEGMENTS = 64  # the kernel's limit (128 on newer ones; 64 fits both)
+MAX_UDP_PAYLOAD = 65_507  # 64 KiB less the IP and UDP headers
 
 
 class _IoVec(ctypes.Structure):
@@ -68,11 +78,20 @@ class _CmsgInt(ctypes.Structure):
                 ("cmsg_type", ctypes.c_int), ("value", ctypes.c_int), ("_pad", ctypes.c_int)]
 
 
+class _CmsgGso(ctypes.Structure):
+    """UDP_SEGMENT's control message (a u16), then room for an IP_TOS one."""
+
+    _fields_ = [("cmsg_len", ctypes.c_size_t), ("cmsg_level", ctypes.c_int),
+                ("cmsg_type", ctypes.c_int), ("value", ctypes.c_uint16),
+                ("_pad", ctypes.c_uint16 * 3), ("tos", _CmsgInt)]
+
+
 # The kernel puts the data of a control message at CMSG_DATA, which ctypes must agree with.
 assert _CmsgTimespec.tv_sec.offset == socket.CMSG_LEN(0)
 assert ctypes.sizeof(_CmsgTimespec) == socket.CMSG_SPACE(16)
 assert _CmsgInt.value.offset == socket.CMSG_LEN(0)
 assert ctypes.sizeof(_CmsgInt) == socket.CMSG_SPACE(4)
+assert _CmsgGso.tos.offset == socket.CMSG_SPACE(2)
 
 # numpy's views of the structs, made once (from ctypes each time, they cost more than
 # the rest of a batch's setup).
@@ -81,6 +100,7 @@ _MMSG = np.dtype(_MMsgHdr)
 _NAME = np.dtype(_SockAddrIn)
 _CMSG_TS = np.dtype(_CmsgTimespec)
 _CMSG_INT = np.dtype(_CmsgInt)
+_CMSG_GSO = np.dtype(_CmsgGso)
 
 _sendmmsg = getattr(_libc, "sendmmsg", None)
 if _sendmmsg is not None:
@@ -124,10 +144,13 @@ class Batch:
     """Datagrams to ``addr``; datagram ``i`` is the concatenation of every piece's
     ``i``-th range, in the order given. With ``tos``, datagram ``i`` carries IP_TOS
     ``tos[i]`` as ancillary data: the kernel stamps it on that datagram alone, whatever
-    the socket's own IP_TOS and whoever else sends on the socket meanwhile."""
+    the socket's own IP_TOS and whoever else sends on the socket meanwhile. With
+    ``gso_size``, runs of datagrams of exactly that size (and one shorter one to end a
+    run), with the same TOS, go out as one UDP GSO message each."""
 
     def __init__(self, sock: socket.socket, pieces: Sequence[Piece],
-                 addr: tuple[str, int], tos: np.ndarray | None = None) -> None:
+                 addr: tuple[str, int], tos: np.ndarray | None = None,
+                 gso_size: int | None = None) -> None:
         n = len(pieces[0].offsets)
         k = len(pieces)
         self._sock = sock
@@ -144,9 +167,12 @@ class Batch:
         hdr = self._msgs["msg_hdr"]
         hdr["msg_name"] = ctypes.addressof(self._name)
         hdr["msg_namelen"] = ctypes.sizeof(self._name)
-        hdr["msg_iov"] = (self._iov.ctypes.data
-                          + np.arange(n, dtype=np.int64) * k * iov_dtype.itemsize)
+        # Datagram i's pieces are row i of _iov; a GSO message of datagrams i..j is the
+        # rows i..j, one run of (j - i + 1) * k iovecs.
+        self._iov_rows = self._iov.ctypes.data + np.arange(n, dtype=np.int64) * k * iov_dtype.itemsize
+        hdr["msg_iov"] = self._iov_rows
         hdr["msg_iovlen"] = k
+        self._k = k
         if tos is not None:
             self._ctrl = np.zeros(n, _CMSG_INT)
             self._ctrl["cmsg_len"] = socket.CMSG_LEN(4)
@@ -158,9 +184,24 @@ class Batch:
             hdr["msg_controllen"] = self._ctrl.itemsize
         self._base = self._msgs.ctypes.data
         self._size = msg_dtype.itemsize
+        self._gso: _Gso | None = None
+        if gso_size is not None and n:
+            lengths = np.sum([piece.lengths for piece in pieces], axis=0)
+            self._gso = _Gso(self._iov_rows, k, lengths, tos, gso_size, self._name)
 
     def send(self, first: int, count: int) -> None:
         """Send datagrams ``first .. first + count - 1``; all of them."""
+        if self._gso is not None:
+            try:
+                self._gso.send(self._sock.fileno(), first, count)
+                return
+            except OSError as refused:
+                # A kernel or device without UDP GSO refuses the first message whole
+                # (EIO: no checksum offload; EINVAL, ENOPROTOOPT: no UDP_SEGMENT).
+                if refused.errno not in (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT) \
+                        or self._gso.sent_any:
+                    raise
+                self._gso = None
         fd = self._sock.fileno()
         while count > 0:
             sent = _required(_sendmmsg, "sendmmsg")(fd, self._base + first * self._size, count, 0)
@@ -171,6 +212,80 @@ class Batch:
                 raise OSError(err, os.strerror(err))
             first += sent
             count -= sent
+
+    @property
+    def gso(self) -> bool:
+        """Whether sends still go out as GSO messages (False after a refusal)."""
+        return self._gso is not None
+
+
+class _Gso:
+    """A Batch's datagrams as UDP GSO messages: which datagrams may share one, and
+    the mmsghdrs of a send, rebuilt per send (a burst is a few messages)."""
+
+    def __init__(self, iov_rows: np.ndarray, k: int, lengths: np.ndarray,
+                 tos: np.ndarray | None, gso_size: int, name: _SockAddrIn) -> None:
+        n = len(lengths)
+        self._iov_rows = iov_rows
+        self._k = k
+        self.max_segments = max(1, min(UDP_MAX_SEGMENTS, MAX_UDP_PAYLOAD // gso_size))
+        # Datagram i may be followed by i + 1 in one message: the kernel cuts a message
+        # into gso_size pieces, so all but its last datagram must be exactly that long.
+        joins = lengths[:-1] == gso_size
+        if tos is not None:
+            joins &= tos[:-1] == tos[1:]
+        self._ends = np.flatnonzero(~joins)  # datagrams that end a message
+        self._ctrl = np.zeros(n, _CMSG_GSO)  # by a message's first datagram
+        self._ctrl["cmsg_len"] = socket.CMSG_LEN(2)
+        self._ctrl["cmsg_level"] = SOL_UDP
+        self._ctrl["cmsg_type"] = UDP_SEGMENT
+        self._ctrl["value"] = gso_size
+        ctrl_bytes = socket.CMSG_SPACE(2)
+        if tos is not None:
+            self._ctrl["tos"]["cmsg_len"] = socket.CMSG_LEN(4)
+            self._ctrl["tos"]["cmsg_level"] = socket.IPPROTO_IP
+            self._ctrl["tos"]["cmsg_type"] = socket.IP_TOS
+            self._ctrl["tos"]["value"] = tos
+            ctrl_bytes += socket.CMSG_SPACE(4)
+        self._ctrl_at = self._ctrl.ctypes.data + np.arange(n, dtype=np.int64) * self._ctrl.itemsize
+        self._msgs = np.zeros(n, _MMSG)
+        hdr = self._msgs["msg_hdr"]
+        hdr["msg_name"] = ctypes.addressof(name)
+        hdr["msg_namelen"] = ctypes.sizeof(name)
+        hdr["msg_controllen"] = ctrl_bytes
+        self.sent_any = False
+
+    def messages(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The messages datagrams first .. first + count - 1 go out in: each one's first
+        datagram and its number of datagrams."""
+        stop = first + count
+        ends = self._ends[(self._ends >= first) & (self._ends < stop - 1)] + 1
+        bounds = np.concatenate(([first], ends, [stop]))
+        starts, sizes = [], []
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            for s in range(a, b, self.max_segments):
+                starts.append(s)
+                sizes.append(min(self.max_segments, b - s))
+        return np.array(starts, np.int64), np.array(sizes, np.int64)
+
+    def send(self, fd: int, first: int, count: int) -> None:
+        starts, sizes = self.messages(first, count)
+        m = len(starts)
+        hdr = self._msgs["msg_hdr"][:m]
+        hdr["msg_iov"] = self._iov_rows[starts]
+        hdr["msg_iovlen"] = sizes * self._k
+        hdr["msg_control"] = self._ctrl_at[starts]
+        done = 0
+        while done < m:
+            sent = _required(_sendmmsg, "sendmmsg")(
+                fd, self._msgs.ctypes.data + done * _MMSG.itemsize, m - done, 0)
+            if sent < 0:
+                err = ctypes.get_errno()
+                if err in (errno.EINTR, errno.EAGAIN, errno.ENOBUFS):
+                    continue
+                raise OSError(err, os.strerror(err))
+            self.sent_any = True
+            done += sent
 
 
 class Inbox:

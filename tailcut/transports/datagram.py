@@ -278,7 +278,8 @@ class DatagramTransport(base.Transport):
 
     def __init__(self, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
                  rate_mbit: float | None = None, end_grace_ms: float = 2.0,
-                 max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None) -> None:
+                 max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
+                 gso: bool = False) -> None:
         super().__init__()
         if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and rate_mbit > 0):
             raise ValueError(f"rate_mbit={rate_mbit!r}: must be > 0, or unset for the link's rate")
@@ -290,6 +291,9 @@ class DatagramTransport(base.Transport):
         self.rate_mbit = rate_mbit
         self.end_grace_s = end_grace_ms / 1e3
         self.max_elements = max_elements
+        # UDP GSO (batch.py): only where the path acts per packet after the kernel's
+        # cut, which the plan knows (tailcut.plan.transport_options).
+        self.gso = bool(gso)
         self.p = 1.0
         self._rng = np.random.default_rng(seed)
         self.stats: collections.Counter[str] = collections.Counter()
@@ -602,7 +606,7 @@ class DatagramTransport(base.Transport):
                                lambda: congestion.sender_rate(self._pace_bit, self._sending,
                                                               tx.grant_bit),
                                tx.done, deadline, conn.peer,
-                               None if direct else udp.sendto, tos)
+                               None if direct else udp.sendto, tos, self.gso)
         finally:
             with self._sending_lock:
                 self._sending -= 1
@@ -843,12 +847,12 @@ class BoundedLossTransport(DatagramTransport):
                  rate_mbit: float | None = None, xdp: bool = True,
                  xdp_mode: str = "generic", end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
-                 min_p: float | None = None) -> None:
+                 min_p: float | None = None, gso: bool = False) -> None:
         """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
         and whose packets have stopped coming is handed over below p with what
         arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
         super().__init__(job=job, mtu=mtu, rate_mbit=rate_mbit, end_grace_ms=end_grace_ms,
-                         max_elements=max_elements, seed=seed)
+                         max_elements=max_elements, seed=seed, gso=gso)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver at least "
                              "90% of every message)")

@@ -67,15 +67,17 @@ class Packets:
                 + self.values[self.starts[slot]:self.ends[slot]].tobytes())
 
     def batch(self, sock: socket.socket, order: np.ndarray, addr: tuple[str, int],
-              tos: np.ndarray | None = None) -> batch_mod.Batch:
+              tos: np.ndarray | None = None, gso: bool = False) -> batch_mod.Batch:
         """A sendmmsg batch of slots ``order``: header row, then the values in place;
-        with ``tos`` (per slot), each datagram carries its slot's IP_TOS."""
+        with ``tos`` (per slot), each datagram carries its slot's IP_TOS; with ``gso``,
+        full-size datagrams in a row go out as one UDP GSO message."""
         size = wire.HEADER_BYTES
         return batch_mod.Batch(sock, [
             batch_mod.Piece(self.headers, order * size, np.full(len(order), size)),
             batch_mod.Piece(self.values, self.starts[order] * 4,
                             (self.ends[order] - self.starts[order]) * 4)], addr,
-            None if tos is None else tos[order])
+            None if tos is None else tos[order],
+            gso_size=int(self.lengths.max()) if gso and len(self) else None)
 
 
 Rate = Callable[[], "float | None"]
@@ -84,14 +86,15 @@ Rate = Callable[[], "float | None"]
 def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np.ndarray,
          rate_bit: float | Rate | None, stop: threading.Event, deadline: float | None,
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
-         tos: np.ndarray | None = None) -> int:
+         tos: np.ndarray | None = None, gso: bool = False) -> int:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
     is asked again after every burst, so a grant or a change in what else is being sent
     takes effect within a burst), in bursts of BURST_PACKETS; return early once ``stop``
     is set. Returns the packets sent. ``sendto`` replaces sendmmsg with one call per
     datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
-    slot's datagram."""
-    batch = packets.batch(sock, order, addr, tos) if sendto is None else None
+    slot's datagram. ``gso``: bursts go out as UDP GSO messages (batch.py says where
+    that is right)."""
+    batch = packets.batch(sock, order, addr, tos, gso) if sendto is None else None
     tagged = [0]  # the TOS the per-datagram path left on the socket
     rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
     try:

@@ -96,3 +96,59 @@ def test_more_datagrams_than_the_inbox_holds_take_several_reads(
 
 def test_sendmmsg_and_recvmmsg_are_found_in_libc() -> None:
     assert batch.available()
+
+
+UDP_GRO = 104  # <linux/udp.h>: hand a receiver GSO messages whole (to see the grouping)
+
+
+def _gso_batch(tx: socket.socket, addr: tuple[str, int], lengths: np.ndarray,
+               tos: np.ndarray | None = None) -> tuple[batch.Batch, np.ndarray]:
+    raw = (np.arange(len(lengths) * 64) % 251).astype(np.uint8).reshape(len(lengths), 64)
+    rows = np.arange(len(lengths))
+    return batch.Batch(tx, [batch.Piece(raw, rows * 64, lengths)], addr, tos,
+                       gso_size=int(lengths.max())), raw
+
+
+def test_with_gso_every_datagram_still_arrives_whole_and_in_order(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    """Full-size runs, a short datagram in the middle, a TOS change: the kernel cuts
+    each GSO message back into exactly the datagrams given."""
+    rx, tx = sockets
+    lengths = np.array([64, 64, 64, 20, 64, 64, 64, 64, 7])
+    tos = np.array([0, 0, 0, 0, 0, 0, 0x28, 0x28, 0x28])
+    b, raw = _gso_batch(tx, rx.getsockname(), lengths, tos)
+    b.send(0, 5)
+    b.send(5, 4)
+    assert b.gso
+    got = [rx.recv(100) for _ in range(len(lengths))]
+    assert got == [bytes(raw[i, :lengths[i]]) for i in range(len(lengths))]
+
+
+def test_gso_messages_are_runs_of_full_datagrams_cut_at_a_short_one_or_a_new_tos(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    """With UDP_GRO on, the receiver sees each GSO message whole: the grouping."""
+    rx, tx = sockets
+    rx.setsockopt(batch.SOL_UDP, UDP_GRO, 1)
+    lengths = np.array([64, 64, 64, 20, 64, 64, 64, 64, 7])
+    tos = np.array([0, 0, 0, 0, 0, 0, 0x28, 0x28, 0x28])
+    b, _ = _gso_batch(tx, rx.getsockname(), lengths, tos)
+    b.send(0, len(lengths))
+    sizes = [len(rx.recv(70_000)) for _ in range(3)]
+    # [64 64 64 20] ends at the short one; [64 64] ends at the new TOS; [64 64 7].
+    assert sizes == [212, 128, 135]
+
+
+def test_a_gso_message_holds_at_most_64_kib_of_datagrams(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    rx, tx = sockets
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    rx.setsockopt(batch.SOL_UDP, UDP_GRO, 1)
+    size = 1472
+    n = 100
+    payload = np.zeros(n * size, np.uint8)
+    b = batch.Batch(tx, [batch.Piece(payload, np.arange(n) * size, np.full(n, size))],
+                    rx.getsockname(), gso_size=size)
+    b.send(0, n)
+    per_message = batch.MAX_UDP_PAYLOAD // size  # 44
+    sizes = [len(rx.recv(70_000)) for _ in range(3)]
+    assert sizes == [per_message * size, per_message * size, (n - 2 * per_message) * size]

@@ -322,6 +322,44 @@ def test_bounded_loss_over_a_lossy_veth_completes_on_the_xdp_event(lossy_link: A
         assert not link.get_nested("IFLA_XDP", "IFLA_XDP_ATTACHED")  # close() detached it
 
 
+@pytest.fixture
+def clean_link() -> Iterator[Any]:
+    from tests.datapath.udp_link import build_link, remove_link
+    link = build_link("g")
+    try:
+        yield link
+    finally:
+        remove_link(link)
+
+
+@pytest.mark.netns
+@pytest.mark.bpf
+@pytest.mark.parametrize("cut", [True, False])
+def test_with_gso_the_xdp_counter_sees_every_packet_where_the_last_hop_cuts(
+        clean_link: Any, cut: bool) -> None:
+    """UDP GSO sends up to 64 KiB at once; where the interface before the receiver
+    cuts it into datagrams (what tailcut.net.build does at every switch port facing a
+    pod), the generic-mode XDP counter counts each packet; where it does not, it sees
+    a whole GSO message as one packet (why the cut is there)."""
+    from tailcut.net import netns, offload
+    from tailcut.transports import wire
+    from tests.datapath.udp_link import IFNAME, RECEIVER_IP
+    if cut:
+        offload.cut_udp_gso_at(clean_link.sender, [IFNAME])
+    with pair("bounded-loss", 27240 + cut, lambda: netns.entered(clean_link.receiver),
+              lambda: netns.entered(clean_link.sender), host=RECEIVER_IP, p=1.0,
+              job="bl-gso", gso=True) as (server, s, client, c):
+        for i in range(5):
+            c.send(Message(Kind.PUSH, i, 1, VECTOR), 20)
+            assert delivered(s.recv(20)).all()
+        packets = 5 * wire.slots(VECTOR.size, server.stride)
+        counted = server.counter.stats()["counted"]
+        if cut:
+            assert counted == packets
+        else:
+            assert counted < packets / 4
+
+
 # ---- CadentFlow: a message tagged per tensor ------------------------------------------
 
 # Three tensors in model order; sent most urgent first: the last, then the first two.
