@@ -172,6 +172,8 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
     if t.type == "app-drop":
         options.update(p=t.p, seed=job.spec.training.seed + pod.index
                        + (0 if pod.role == "ps" else 1))
+    if t.tcp_congestion_control is not None:
+        options.update(congestion_control=t.tcp_congestion_control)
     return options
 
 

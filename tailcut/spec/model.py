@@ -211,6 +211,13 @@ class Transport(_Model):
                     "over with what arrived if that is at least minP, instead of being "
                     "NACKed and retransmitted up to p. Unset: p, the floor it never goes "
                     "under (docs/bounded-loss.md)")
+    tcp_congestion_control: Optional[str] = Field(
+        default=None, pattern=r"^[a-z][a-z0-9_]{0,15}$",
+        description="tcp/app-drop: the TCP congestion control of the job's connections "
+                    "(TCP_CONGESTION: cubic, reno, bbr, dctcp, ... as the kernel has them, "
+                    "net.ipv4.tcp_available_congestion_control). Unset: the kernel's "
+                    "default, which tcp-<pod>.json records (BBR on the development VMs; "
+                    "cubic on most Linux hosts)")
 
     @field_validator("type")
     @classmethod
@@ -235,6 +242,9 @@ class Transport(_Model):
             raise ValueError(f"minP: {self.min_p} is above p = {self.p}; minP is the "
                              "floor a message may close at once its packets stop coming, "
                              "p where it completes at once, so minP <= p")
+        if self.tcp_congestion_control is not None and self.type not in ("tcp", "app-drop"):
+            raise ValueError(f"tcpCongestionControl: only tcp and app-drop carry the "
+                             f"vectors over TCP; {self.type} does not take it")
         if self.type in ("tcp", "app-drop") and self.rate_mbit is not None:
             raise ValueError(f"rateMbit: {self.type} is paced by TCP; only udp and "
                              "bounded-loss take a rate")

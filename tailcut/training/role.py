@@ -98,7 +98,9 @@ def _with_tcp_counters(cfg: config.RoleConfig, emit: Callable[[dict[str, Any]], 
         if event.get("event") in DONE_EVENTS:
             try:
                 counts = tcpstats.delta(before, tcpstats.read())
-                tcpstats.write(cfg.results_dir, pod, counts)
+                tcpstats.write(cfg.results_dir, pod, counts,
+                               cfg.transport.get("congestion_control")
+                               or tcpstats.default_congestion_control())
             except (tcpstats.CountersError, OSError) as err:
                 print(f"tailcut {pod}: TCP counters not recorded: {err}", file=sys.stderr,
                       flush=True)

@@ -110,10 +110,22 @@ def filename(pod: str) -> str:
     return f"tcp-{pod}.json"
 
 
-def write(results_dir: str | Path, pod: str, counts: Mapping[str, int]) -> Path:
+def default_congestion_control() -> str:
+    """The TCP congestion control new sockets of this network namespace get ("" if
+    unreadable): part of what the counters mean (BBR and cubic react to a full
+    switch queue differently)."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return ""
+
+
+def write(results_dir: str | Path, pod: str, counts: Mapping[str, int],
+          congestion_control: str = "") -> Path:
+    """``congestion_control``: what the role's TCP connections used."""
     path = Path(results_dir) / filename(pod)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(counts)) + "\n")
+    path.write_text(json.dumps({**counts, "congestion_control": congestion_control}) + "\n")
     return path
 
 
@@ -123,19 +135,22 @@ def summarize(results_dir: Path, pods: Sequence[str]) -> dict[str, Any]:
     whose role wrote none (it failed, was killed, or its counters were unreadable)
     or one this version cannot read; the total is over the others."""
     per_pod: dict[str, Counts] = {}
+    algorithms: set[str] = set()
     for pod in pods:
         try:   # a diagnostic: one bad file must not cost the run its results
             data = json.loads((results_dir / filename(pod)).read_text())
             per_pod[pod] = {k: int(data[k]) for k in FIELDS}
         except (OSError, ValueError, KeyError, TypeError):
             continue
+        if isinstance(data.get("congestion_control"), str) and data["congestion_control"]:
+            algorithms.add(data["congestion_control"])
     total = {k: sum(c[k] for c in per_pod.values()) for k in FIELDS}
     with open(results_dir / CSV_NAME, "w", newline="") as f:
         out = csv.DictWriter(f, fieldnames=["pod", *FIELDS])
         out.writeheader()
         for pod, counts in per_pod.items():
             out.writerow({"pod": pod, **counts})
-    return {"total": total, "pods": per_pod,
+    return {"total": total, "pods": per_pod, "congestion_control": sorted(algorithms),
             "missing": [p for p in pods if p not in per_pod]}
 
 
@@ -150,4 +165,6 @@ def describe(summary: Mapping[str, Any]) -> str:
             f"{t['syn_retrans']} SYN retransmits; per pod in {CSV_NAME}")
     if summary["missing"]:
         line += f" (none from {', '.join(summary['missing'])})"
+    if summary.get("congestion_control"):
+        line += f"; congestion control {'/'.join(summary['congestion_control'])}"
     return line

@@ -111,8 +111,8 @@ class AppDropTransport(tcp.TcpTransport):
     name = "app-drop"
 
     def __init__(self, p: float = 0.9, max_elements: int = tcp.DEFAULT_MAX_ELEMENTS,
-                 seed: int | None = None) -> None:
-        super().__init__(max_elements)
+                 seed: int | None = None, congestion_control: str | None = None) -> None:
+        super().__init__(max_elements, congestion_control)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = send 90% of "
                              "every vector)")

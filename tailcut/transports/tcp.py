@@ -42,6 +42,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -459,11 +460,15 @@ class TcpTransport(base.Transport):
 
     name = "tcp"
 
-    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+    def __init__(self, max_elements: int = DEFAULT_MAX_ELEMENTS,
+                 congestion_control: str | None = None) -> None:
+        """``congestion_control``: the TCP congestion control of every connection
+        (TCP_CONGESTION, e.g. "cubic"); None: the namespace's default."""
         super().__init__()
         if max_elements < 1:
             raise ValueError(f"max_elements={max_elements}: must be >= 1")
         self.max_elements = max_elements
+        self.congestion_control = congestion_control
 
     def listen(self, host: str, port: int, count: int, timeout_s: float) -> list[base.Connection]:
         deadline = base.deadline_after(timeout_s)
@@ -472,6 +477,7 @@ class TcpTransport(base.Transport):
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         conns: list[base.Connection] = []
         try:
+            use_congestion_control(listener, self.congestion_control)  # accepted ones inherit it
             try:
                 listener.bind((host, port))
             except OSError as err:
@@ -501,5 +507,45 @@ class TcpTransport(base.Transport):
 
     def connect(self, host: str, port: int, timeout_s: float) -> base.Connection:
         sock = base.connect_tcp(host, port, timeout_s)
+        try:
+            use_congestion_control(sock, self.congestion_control)
+        except BaseException:
+            sock.close()
+            raise
         sock.settimeout(None)
         return TcpConnection(sock, f"{host}:{port}", self.max_elements)
+
+
+def use_congestion_control(sock: socket.socket, name: str | None) -> None:
+    """Give ``sock`` TCP congestion control ``name`` (None: leave the default); a
+    TransportError naming the spec field and the fix if the kernel refuses."""
+    if name is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+    except OSError as err:
+        available = _proc_sys("tcp_available_congestion_control")
+        if err.errno == errno.EPERM:
+            fix = (f"an unprivileged process may only pick one of "
+                   f"net.ipv4.tcp_allowed_congestion_control ({_proc_sys('tcp_allowed_congestion_control')}); "
+                   "add it there on the node, or run the role with CAP_NET_ADMIN")
+        else:
+            fix = (f"this kernel has {available or 'none listed'} "
+                   f"(net.ipv4.tcp_available_congestion_control; `modprobe tcp_{name}` "
+                   "may add it)")
+        raise base.TransportError(
+            f"spec.transport.tcpCongestionControl={name!r}: the kernel refused it "
+            f"({err.strerror}); {fix}") from err
+
+
+def congestion_control_of(sock: socket.socket) -> str:
+    """The congestion control ``sock`` uses."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+    return raw.split(b"\0", 1)[0].decode()
+
+
+def _proc_sys(key: str) -> str:
+    try:
+        return Path("/proc/sys/net/ipv4", key).read_text().strip()
+    except OSError:
+        return ""

@@ -30,6 +30,9 @@ def test_one_line_switches_the_transport(line: str, kind: str, p: object) -> Non
     ("{type: udp, minP: 0.5}", "spec.transport.minP: only bounded-loss closes a message early"),
     ("{type: bounded-loss, p: 0.8, minP: 0.9}", "spec.transport.minP: 0.9 is above p = 0.8"),
     ("{type: bounded-loss, p: 0.8, minP: 0}", "spec.transport.minP=0: must be greater than 0"),
+    ("{type: udp, tcpCongestionControl: cubic}",
+     "spec.transport.tcpCongestionControl: only tcp and app-drop"),
+    ("{type: tcp, tcpCongestionControl: 'Cubic;rm'}", "spec.transport.tcpCongestionControl="),
 ])
 def test_bad_transport_settings_name_the_field(line: str, words: str) -> None:
     assert words in error_of(f"spec: {{transport: {line}}}")
@@ -41,13 +44,17 @@ def test_no_sender_gets_a_static_share_unless_the_spec_sets_a_rate() -> None:
     ps = plan.transport_options(job, topo.pod("ps-0"))
     w = plan.transport_options(job, topo.pod("worker-2"))
     assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "mtu": 1500,
-                  "rate_mbit": None, "seed": 0, "p": 0.9, "xdp_mode": "generic"}
+                  "rate_mbit": None, "seed": 0, "p": 0.9, "xdp_mode": "generic",
+                  "gso": False}  # 1% loss at the pods' own ends
     assert w["rate_mbit"] is None and w["seed"] == 3
     capped = load("spec: {transport: {type: udp, rateMbit: 300}}")
     assert plan.transport_options(capped, topology.plan(capped).pod("worker-0"))[
         "rate_mbit"] == 300
     tcp = load("spec: {transport: {type: tcp}}")
     assert plan.transport_options(tcp, topology.plan(tcp).pod("ps-0")) == {"type": "tcp"}
+    cubic = load("spec: {transport: {type: tcp, tcpCongestionControl: cubic}}")
+    assert plan.transport_options(cubic, topology.plan(cubic).pod("ps-0")) == {
+        "type": "tcp", "congestion_control": "cubic"}
 
 
 def test_min_p_reaches_the_bounded_loss_transport_only_when_the_spec_sets_it() -> None:

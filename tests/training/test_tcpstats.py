@@ -107,6 +107,14 @@ def test_a_jobs_pods_are_summed_and_one_that_wrote_nothing_is_named(tmp_path):
     assert line.endswith("(none from worker-1)")
 
 
+def test_the_congestion_control_each_pod_used_is_recorded_and_summarized(tmp_path):
+    tcpstats.write(tmp_path, "ps-0", EXPECTED, "cubic")
+    tcpstats.write(tmp_path, "worker-0", EXPECTED, "cubic")
+    summary = tcpstats.summarize(tmp_path, ["ps-0", "worker-0"])
+    assert summary["congestion_control"] == ["cubic"]
+    assert tcpstats.describe(summary).endswith("; congestion control cubic")
+
+
 def test_a_pods_file_without_every_counter_counts_as_missing(tmp_path):
     tcpstats.write(tmp_path, "ps-0", EXPECTED)
     (tmp_path / "tcp-worker-0.json").write_text('{"out_segs": 5}')
@@ -133,7 +141,9 @@ def test_a_roles_closing_event_carries_its_counters_and_leaves_them_in_a_file(tm
     assert events[0] == {"event": "start"}
     assert set(events[1]["tcp"]) == set(tcpstats.FIELDS)
     written = json.loads((tmp_path / "results" / "tcp-worker-1.json").read_text())
-    assert written == events[1]["tcp"]
+    assert written == {**events[1]["tcp"],
+                       "congestion_control": tcpstats.default_congestion_control()}
+    assert written["congestion_control"]  # this namespace's default, e.g. bbr
 
 
 def test_unreadable_counters_leave_the_events_as_they_are(tmp_path, monkeypatch, capsys):

@@ -376,3 +376,31 @@ def test_a_peer_name_that_resolves_only_later_is_waited_for(monkeypatch) -> None
         socket.gaierror(socket.EAI_NONAME, "Name or service not known")))
     with pytest.raises(base.TransportTimeout, match="Name or service not known"):
         base.connect_tcp("nowhere.job", 7000, timeout_s=0.5)
+
+
+def test_a_chosen_congestion_control_is_what_both_ends_use():
+    """The spec's tcpCongestionControl reaches every connection (reno: every Linux has
+    it), on the accepted side through the listener."""
+    import threading
+    from tailcut.transports import tcp
+    server = tcp.TcpTransport(congestion_control="reno")
+    client = tcp.TcpTransport(congestion_control="reno")
+    got = []
+    t = threading.Thread(target=lambda: got.extend(server.listen("127.0.0.1", 27260, 1, 10)))
+    t.start()
+    c = client.connect("127.0.0.1", 27260, 10)
+    t.join()
+    try:
+        assert tcp.congestion_control_of(c._live()) == "reno"
+        assert tcp.congestion_control_of(got[0]._live()) == "reno"
+    finally:
+        c.close()
+        got[0].close()
+
+
+def test_an_unknown_congestion_control_is_refused_naming_the_spec_field():
+    from tailcut.transports import base, tcp
+    with pytest.raises(base.TransportError, match=r"tcpCongestionControl='nosuchcc'.*"
+                                                    r"tcp_available_congestion_control"):
+        with socket.socket() as s:
+            tcp.use_congestion_control(s, "nosuchcc")
