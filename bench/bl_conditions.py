@@ -73,10 +73,15 @@ CONDITIONS = {
 }
 
 
+TCP_CONGESTION_CONTROL: str | None = None  # --tcp-congestion-control; None: the kernel's
+
+
 def job(condition: str, transport: str) -> spec.model.TrainingJob:
     raw = CONDITIONS[condition]()
     raw["metadata"]["name"] = f"blc-{'tcp' if transport == 'tcp' else 'bl'}"
-    raw["spec"]["transport"] = TRANSPORTS[transport]
+    raw["spec"]["transport"] = dict(TRANSPORTS[transport])
+    if transport == "tcp" and TCP_CONGESTION_CONTROL:
+        raw["spec"]["transport"]["tcpCongestionControl"] = TCP_CONGESTION_CONTROL
     return spec.from_dict(raw)
 
 
@@ -112,7 +117,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write every run's figures here")
     ap.add_argument("--executor", choices=["local", "kubernetes"], default="local")
     ap.add_argument("--kubeconfig", help="with --executor kubernetes")
+    ap.add_argument("--tcp-congestion-control", metavar="NAME",
+                    help="the tcp jobs' spec.transport.tcpCongestionControl (e.g. cubic, "
+                         "as most Linux hosts default to); unset: this kernel's default")
     args = ap.parse_args()
+    global TCP_CONGESTION_CONTROL
+    TCP_CONGESTION_CONTROL = args.tcp_congestion_control
     if args.executor == "kubernetes":
         if not args.kubeconfig:
             ap.error("--executor kubernetes needs --kubeconfig")
@@ -140,7 +150,8 @@ def main() -> None:
         return statistics.median(r[key] for r in runs[c][t])
 
     print(f"\n{args.executor}: medians of {args.runs} interleaved runs "
-          "(tcp | bounded-loss p=0.9):\n")
+          f"(tcp with {TCP_CONGESTION_CONTROL or 'the kernel default congestion control'} "
+          "| bounded-loss p=0.9):\n")
     print("| condition | JCT tcp (s) | JCT bl (s) | tcp / bl | accuracy tcp | accuracy bl "
           "| queue drops tcp / bl | random drops tcp / bl | tcp retrans / RTOs (tcp job) "
           "| retrans / RTOs (bl job) |")
