@@ -80,15 +80,17 @@ class Network:
     spine_ifindex: dict[int, int] = field(default_factory=dict)
 
     def destroy(self) -> None:
-        """Detach the eBPF droppers (releasing our hold on their programs) and remove
-        every namespace of the job."""
-        self._detach_all()
-        teardown(self.topology.job)
+        """Release the eBPF droppers (our hold on their programs; their filters go with
+        the links) and remove every namespace of the job."""
+        try:
+            self._detach_all(how="release")
+        finally:
+            teardown(self.topology.job)
 
-    def _detach_all(self) -> None:
+    def _detach_all(self, how: str = "detach") -> None:
         everything = self.droppers + [d for ds in self.pod_droppers.values() for d in ds]
         self.droppers, self.pod_droppers = [], {}
-        detach_all(everything)
+        detach_all(everything, how)
 
     def dropper_counts(self) -> tuple[int, int]:
         """(passed, dropped) packets summed over every eBPF dropper of the run."""
@@ -194,7 +196,7 @@ def remove_fabric(network: Network) -> None:
     topo = network.topology
     mine = [topo.racks[i].netns for i in network.racks] + [topo.spine_netns]
     try:
-        network._detach_all()
+        network._detach_all(how="release")   # the links go next
     finally:
         network.pods.clear()
         clean.remove([ns for ns in mine if netns.exists(ns)])
