@@ -1,6 +1,7 @@
 """The `tailcut` command: run, validate, clean, doctor, models and sweep."""
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 130
 
 
-CORE_COMMANDS = ("run", "validate", "clean", "background", "background-ui", "doctor",
+CORE_COMMANDS = ("run", "validate", "clean", "net", "background", "background-ui", "doctor",
                  "crd", "decode", "models", "sweep")
 
 
@@ -54,6 +55,19 @@ def _parser(lean: bool = False) -> argparse.ArgumentParser:
     clean = sub.add_parser("clean", help="remove what killed runs left behind")
     clean.add_argument("job", nargs="?", help="only this job (default: every tailcut job)")
     clean.set_defaults(handler=_clean)
+
+    net = sub.add_parser("net", help="build, show or remove a job's network without "
+                                     "training it (needs root)")
+    net_sub = net.add_subparsers(required=True, metavar="ACTION")
+    net_up = net_sub.add_parser("up", help="build the job's network and leave it up")
+    net_up.add_argument("job", help="TrainingJob YAML file")
+    net_up.set_defaults(handler=_net_up)
+    net_show = net_sub.add_parser("show", help="list the job's pods, addresses, namespaces")
+    net_show.add_argument("job", help="TrainingJob YAML file")
+    net_show.set_defaults(handler=_net_show)
+    net_down = net_sub.add_parser("down", help="remove the job's network")
+    net_down.add_argument("job", help="TrainingJob YAML file, or the job's name")
+    net_down.set_defaults(handler=_net_down)
 
     bg = sub.add_parser("background",
                         help="build a job's network and run only its backgroundLoad")
@@ -142,6 +156,31 @@ def _clean(args: argparse.Namespace) -> int:
     for name in removed:
         print(f"removed {name}")
     print(f"clean: {len(removed)} namespace(s) removed")
+    return 0
+
+
+def _net_up(args: argparse.Namespace) -> int:
+    from tailcut.runtime import netonly
+    netonly.up(spec.load_file(args.job), progress=lambda line: print(line, flush=True))
+    return 0
+
+
+def _net_show(args: argparse.Namespace) -> int:
+    from tailcut.runtime import netonly
+    netonly.show(spec.load_file(args.job))
+    return 0
+
+
+def _net_down(args: argparse.Namespace) -> int:
+    from tailcut.net import naming
+    from tailcut.runtime import netonly
+    name = args.job
+    if name.endswith((".yaml", ".yml")) or os.path.sep in name:
+        name = spec.load_file(name).name
+    elif not naming.valid_job_name(name):
+        raise SpecError(f"net down {name!r}: neither a TrainingJob file nor a job name "
+                        "(a DNS label)")
+    netonly.down(name)
     return 0
 
 
