@@ -13,6 +13,8 @@ The message layouts (include/uapi/linux/{netlink,rtnetlink,neighbour,if_link}.h)
     nlmsghdr  u32 len, u16 type, u16 flags, u32 seq, u32 pid
     ndmsg     u8 family, 3 pad, s32 ifindex, u16 state, u8 flags, u8 type
     ifinfomsg u8 family, 1 pad, u16 type, s32 index, u32 flags, u32 change
+    ifaddrmsg u8 family, u8 prefixlen, u8 flags, u8 scope, u32 index
+    rtmsg     u8 family, dst_len, src_len, tos, table, protocol, scope, type; u32 flags
     attribute u16 len, u16 type, payload padded to 4 bytes
 """
 
@@ -25,9 +27,17 @@ from collections.abc import Iterable
 from tailcut.errors import NetError
 from tailcut.net import netns
 
-RTM_NEWLINK, RTM_DELLINK, RTM_NEWNEIGH = 16, 17, 28
+RTM_NEWLINK, RTM_DELLINK, RTM_NEWADDR, RTM_NEWROUTE, RTM_NEWNEIGH = 16, 17, 20, 24, 28
 NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
-NLM_F_REPLACE, NLM_F_CREATE = 0x100, 0x400
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
+NLA_F_NESTED = 0x8000
+IFLA_IFNAME = 3
+IFLA_ADDRESS, IFLA_MTU, IFLA_MASTER, IFLA_LINKINFO, IFLA_IFALIAS = 1, 4, 10, 18, 20
+IFLA_NET_NS_FD, IFLA_GSO_MAX_SEGS = 28, 40
+IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 1, 2, 1
+IFA_ADDRESS, IFA_LOCAL, IFA_BROADCAST = 1, 2, 4
+RTA_DST, RTA_GATEWAY = 1, 5
+RT_TABLE_MAIN, RTPROT_BOOT, RT_SCOPE_UNIVERSE, RTN_UNICAST = 254, 3, 0, 1
 NLMSG_ERROR = 2
 NDA_DST, NDA_LLADDR = 1, 2
 IFLA_GROUP = 27
@@ -61,6 +71,61 @@ class Batch:
     def raw(self, kind: int, flags: int, body: bytes, what: str) -> None:
         """A request encoded elsewhere: its type, flags and what follows the header."""
         self._messages.append((struct.pack("=HH", kind, flags | NLM_F_REQUEST) + body, what))
+
+    def veth_add(self, ifname: str, peer: str, peer_ns_fd: int, *, mtu: int, group: int,
+                 master: int, peer_mac: str) -> None:
+        """A veth pair, both ends in interface `group` and down (asking for up here
+        fails with ENOTCONN: set_link them up): `ifname` here, a port of bridge
+        `master`; `peer` (MAC `peer_mac`) in the namespace open at `peer_ns_fd`."""
+        peer_info = (struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
+                     + _attr(IFLA_IFNAME, peer.encode() + b"\0")
+                     + _attr(IFLA_NET_NS_FD, struct.pack("=I", peer_ns_fd))
+                     + _attr(IFLA_MTU, struct.pack("=I", mtu))
+                     + _attr(IFLA_ADDRESS, _mac(peer_mac))
+                     + _attr(IFLA_GROUP, struct.pack("=I", group)))
+        info = _attr(IFLA_INFO_KIND, b"veth\0") + _attr(
+            IFLA_INFO_DATA | NLA_F_NESTED, _attr(VETH_INFO_PEER | NLA_F_NESTED, peer_info))
+        body = (struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
+                + _attr(IFLA_IFNAME, ifname.encode() + b"\0")
+                + _attr(IFLA_MTU, struct.pack("=I", mtu))
+                + _attr(IFLA_GROUP, struct.pack("=I", group))
+                + _attr(IFLA_MASTER, struct.pack("=I", master))
+                + _attr(IFLA_LINKINFO | NLA_F_NESTED, info))
+        self._add(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body,
+                  f"veth {ifname} (peer {peer})")
+
+    def set_link(self, ifindex: int, *, alias: str | None = None, up: bool = False,
+                 gso_max_segs: int | None = None) -> None:
+        """Change link `ifindex`: its alias, up, its largest GSO packet in segments."""
+        attrs = b""
+        if alias is not None:
+            attrs += _attr(IFLA_IFALIAS, alias.encode() + b"\0")
+        if gso_max_segs is not None:
+            attrs += _attr(IFLA_GSO_MAX_SEGS, struct.pack("=I", gso_max_segs))
+        flag = IFF_UP if up else 0
+        body = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, ifindex, flag, flag) + attrs
+        self._add(RTM_NEWLINK, 0, body, f"set ifindex {ifindex}")
+
+    def addr_add(self, ifindex: int, ip: str, prefixlen: int) -> None:
+        addr = socket.inet_aton(ip)
+        host_bits = (1 << (32 - prefixlen)) - 1
+        broadcast = struct.pack("!I", struct.unpack("!I", addr)[0] | host_bits)
+        body = (struct.pack("=BBBBI", socket.AF_INET, prefixlen, 0, 0, ifindex)
+                + _attr(IFA_LOCAL, addr) + _attr(IFA_ADDRESS, addr)
+                + _attr(IFA_BROADCAST, broadcast))
+        self._add(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, body,
+                  f"address {ip}/{prefixlen} on ifindex {ifindex}")
+
+    def route_add(self, dst: str, gateway: str) -> None:
+        """A route to `dst` ("0.0.0.0/0" or "a.b.c.d/n") through `gateway`."""
+        net, _, length = dst.partition("/")
+        prefix = int(length or 32)
+        body = (struct.pack("=BBBBBBBBI", socket.AF_INET, prefix, 0, 0, RT_TABLE_MAIN,
+                            RTPROT_BOOT, RT_SCOPE_UNIVERSE, RTN_UNICAST, 0)
+                + (_attr(RTA_DST, socket.inet_aton(net)) if prefix else b"")
+                + _attr(RTA_GATEWAY, socket.inet_aton(gateway)))
+        self._add(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body,
+                  f"route {dst} via {gateway}")
 
     def neigh_replace(self, ifindex: int, ip: str, mac: str) -> None:
         """A permanent IPv4 neighbour entry: `ip` is at `mac` on interface `ifindex`."""
@@ -125,6 +190,24 @@ class Batch:
                 offset += max(16, (length + 3) & ~3)
 
 
+def ifindex(sock: socket.socket, name: str) -> int:
+    """The index of interface `name` in the socket's namespace."""
+    sock.sendall(_request(
+        RTM_GETLINK, struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
+        + _attr(IFLA_IFNAME, name.encode() + b"\0")))
+    data = sock.recv(65536)
+    kind, = struct.unpack_from("=H", data, 4)
+    if kind == NLMSG_ERROR:
+        code, = struct.unpack_from("=i", data, 16)
+        raise NetError(f"no interface {name}: {os.strerror(-code)}")
+    index, = struct.unpack_from("=i", data, 20)
+    return int(index)
+
+
+def _request(kind: int, body: bytes, flags: int = 0) -> bytes:
+    return struct.pack("=IHHII", 16 + len(body), kind, NLM_F_REQUEST | flags, 1, 0) + body
+
+
 def socket_in(ns: str) -> socket.socket:
     """A NETLINK_ROUTE socket bound inside namespace `ns` (it stays there)."""
     with netns.entered(ns):
@@ -142,7 +225,7 @@ def send_in(ns: str, batch: Batch, tolerate: Iterable[int] = ()) -> None:
 RTM_GETLINK = 18
 NLM_F_DUMP = 0x300
 NLMSG_DONE = 3
-IFLA_IFNAME, IFLA_PROTINFO, IFLA_OPERSTATE = 3, 12, 16
+IFLA_PROTINFO, IFLA_OPERSTATE = 12, 16
 IFLA_BRPORT_STATE = 1
 NLA_TYPE_MASK = 0x3FFF
 OPERSTATES = {0: "UNKNOWN", 1: "NOTPRESENT", 2: "DOWN", 3: "LOWERLAYERDOWN", 4: "TESTING",
