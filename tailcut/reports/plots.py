@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: pods and CI have no display
 
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+from matplotlib.figure import Figure  # noqa: E402
 
 # Margins (fractions of the figure) fixed for our 7 x 4.5 inch figures, with room for
 # axis labels on both sides. tight_layout measured every tick label's text to find
@@ -17,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 MARGINS = {"left": 0.1, "right": 0.9, "bottom": 0.11, "top": 0.93}
 
 
-def save(fig: "plt.Figure", path: Path) -> Path:
+def save(fig: "Figure", path: Path) -> Path:
     """Write `fig` to `path` (with fixed margins) and free it."""
     try:
         fig.subplots_adjust(**MARGINS)
