@@ -227,6 +227,7 @@ NLM_F_DUMP = 0x300
 NLMSG_DONE = 3
 IFLA_PROTINFO, IFLA_OPERSTATE = 12, 16
 IFLA_BRPORT_STATE = 1
+AF_BRIDGE = 7
 NLA_TYPE_MASK = 0x3FFF
 OPERSTATES = {0: "UNKNOWN", 1: "NOTPRESENT", 2: "DOWN", 3: "LOWERLAYERDOWN", 4: "TESTING",
               5: "DORMANT", 6: "UP"}
@@ -246,8 +247,15 @@ def _attrs(data: bytes, offset: int, end: int) -> dict[int, bytes]:
 def link_states(sock: socket.socket) -> list[tuple[str, str, int | None]]:
     """Every link of the socket's namespace: (name, operational state as `ip link`
     names it, bridge port state or None if it is no bridge port)."""
+    ports = {name: port for name, _, port in _dump_links(sock, AF_BRIDGE)}
+    return [(name, oper, ports.get(name)) for name, oper, _ in
+            _dump_links(sock, socket.AF_UNSPEC)]
+
+
+def _dump_links(sock: socket.socket, family: int) -> list[tuple[str, str, int | None]]:
+    """RTM_GETLINK dump; AF_BRIDGE lists the bridge ports with their port state."""
     sock.sendall(struct.pack("=IHHII", 32, RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
-                 + struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0))
+                 + struct.pack("=BxHiII", family, 0, 0, 0, 0))
     out: list[tuple[str, str, int | None]] = []
     while True:
         data = sock.recv(1 << 20)
