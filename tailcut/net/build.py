@@ -390,9 +390,15 @@ def _pin_neighbours(network: Network, pods: list[Pod]) -> None:
             pinned.add((ns, ip))
             batches.setdefault(ns, rtnl.Batch()).neigh_replace(index, ip, naming.mac_of(ip))
 
+    def ifindex(pod: Pod) -> int:   # recorded by _wire_pod; looked up if not
+        if pod.name not in network.pod_ifindex:
+            with rtnl.socket_in(network.pods[pod.name]) as sock:
+                network.pod_ifindex[pod.name] = rtnl.ifindex(sock, network.wiring.ifname)
+        return network.pod_ifindex[pod.name]
+
     for pod in pods:
         rack = topo.racks[pod.rack]
-        pod_ns, own = network.pods[pod.name], network.pod_ifindex[pod.name]
+        pod_ns, own = network.pods[pod.name], ifindex(pod)
         gateway = network.spine_ifindex.get(rack.index)
         if gateway is None:   # a fabric built by another process (the agent restarted)
             with netns.ipr(spine) as ipr:
@@ -405,7 +411,7 @@ def _pin_neighbours(network: Network, pods: list[Pod]) -> None:
             if other is pod or other_ns is None:
                 continue
             pin(pod_ns, own, other.ip)
-            pin(other_ns, network.pod_ifindex[other.name], pod.ip)
+            pin(other_ns, ifindex(other), pod.ip)
     for ns, batch in batches.items():
         rtnl.send_in(ns, batch)
 
