@@ -48,13 +48,14 @@ class RunError(TailcutError):
     """A training run failed."""
 
 
-def detach_all(handles: "list[object]") -> None:
-    """Call `detach()` on every handle (BPF droppers, classifiers), even if one fails;
-    the first error is raised once all were tried, so one failure leaks nothing else."""
+def detach_all(handles: "list[object]", how: str = "detach") -> None:
+    """Call `detach()` (or the method named `how`) on every handle (BPF droppers,
+    classifiers), even if one fails; the first error is raised once all were tried, so
+    one failure leaks nothing else."""
     failed: BaseException | None = None
     for handle in handles:
         try:
-            handle.detach()  # type: ignore[attr-defined]
+            getattr(handle, how)()
         except Exception as err:   # noqa: BLE001 - the others must still go
             failed = failed or err
     if failed is not None:

@@ -103,3 +103,24 @@ def test_validate_for_kubernetes_gives_the_operators_verdict(tmp_path, capsys):
         errors.append(capsys.readouterr().err)
     assert errors[0] == errors[1]
     assert "spec.scheduling.policy='cadentflow' with spec.transport.type='app-drop'" in errors[0]
+
+
+def _commands(parser):
+    import argparse
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(sub.choices)
+
+
+def test_the_lean_parser_has_exactly_this_files_commands_and_the_full_one_all():
+    # `tailcut run` builds the lean parser: the other commands' modules are slow to import.
+    lean, full = _commands(cli._parser(lean=True)), _commands(cli._parser())
+    assert lean == set(cli.CORE_COMMANDS)
+    assert lean < full and {"cluster", "simulate", "reproduce"} <= full - lean
+
+
+def test_a_command_of_this_file_does_not_import_the_kubernetes_commands():
+    code = ("import sys; from tailcut import cli; cli.main(['validate', "
+            "'examples/quickstart.yaml']); print('tailcut.k8s.cli' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.stdout.strip().endswith("False"), out.stdout + out.stderr

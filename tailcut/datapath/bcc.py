@@ -44,6 +44,13 @@ log = logging.getLogger(__name__)
 # Redirecting fd 2 is process-wide: one compile at a time.
 _stderr_lock = threading.Lock()
 
+_compiled_s = 0.0   # what load() spent in this process, for the run's overheads
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling and loading programs with BCC."""
+    return _compiled_s
+
 
 @dataclass
 class Program:
@@ -130,4 +137,7 @@ def load(stem: str, functions: Mapping[str, ProgType],
                             f"{said}") from failure
     if text:
         log.debug("BCC said while compiling %s: %s", path.name, text)
-    return Program(stem, bpf, fds, time.monotonic() - started)
+    global _compiled_s
+    took = time.monotonic() - started
+    _compiled_s += took
+    return Program(stem, bpf, fds, took)

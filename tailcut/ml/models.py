@@ -265,8 +265,16 @@ def _entry(name: str) -> Entry:
 
 
 def dataset(name: str, seed: int) -> data.Dataset:
-    """The (generated, deterministic) dataset model ``name`` trains on."""
-    return _entry(name).make_dataset(seed)
+    """The (generated, deterministic) dataset model ``name`` trains on; from the disk
+    cache (tailcut.ml.cache) when an earlier role or run generated it already."""
+    from tailcut.ml import cache
+    entry = _entry(name)
+    cached = cache.load(name, seed)
+    if cached is not None:
+        return cached
+    made = entry.make_dataset(seed)
+    cache.store(name, seed, made)
+    return made
 
 
 def create(name: str, dataset: data.Dataset) -> Model:

@@ -15,6 +15,8 @@ the same thing in two steps with the same functions: the spine and racks of a jo
 (`KUBERNETES`: tc0, leaving the CNI's eth0 and default route alone).
 """
 
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
@@ -22,12 +24,12 @@ from typing import Iterable, Optional, Sequence
 from pyroute2 import IPRoute
 
 from tailcut.errors import AlreadyExists, NetError, detach_all
-from tailcut.net import clean, forwarding, naming, netns, offload, shaping
+from tailcut.net import clean, forwarding, naming, netns, offload, rtnl, shaping
 from tailcut.net.topology import Pod, Rack, Topology
 
 UP_TIMEOUT_S = 5.0
 BR_FORWARDING = 3  # IFLA_BRPORT_STATE value of a forwarding bridge port
-NUD_PERMANENT = 0x80  # a neighbour entry that never expires or gets probed
+NUD_PERMANENT = rtnl.NUD_PERMANENT  # a neighbour entry that never expires or gets probed
 
 
 @dataclass(frozen=True)
@@ -46,16 +48,29 @@ KUBERNETES = PodWiring(ifname=naming.DATA_IF, default_route=False)
 
 
 class Sockets(dict[str, IPRoute]):
-    """One netlink socket per namespace, opened on first use."""
+    """One netlink socket per namespace, opened on first use: pyroute2's, and a raw
+    one for batches (rtnl)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw: dict[str, socket.socket] = {}
 
     def __missing__(self, ns: str) -> IPRoute:
         self[ns] = netns.ipr(ns)
         return self[ns]
 
+    def rtnl(self, ns: str) -> socket.socket:
+        if ns not in self.raw:
+            self.raw[ns] = rtnl.socket_in(ns)
+        return self.raw[ns]
+
     def close(self) -> None:
         for sock in self.values():
             sock.close()
+        for raw in self.raw.values():
+            raw.close()
         self.clear()
+        self.raw.clear()
 
 
 @dataclass
@@ -73,17 +88,24 @@ class Network:
     pods: dict[str, str] = field(default_factory=dict)      # wired pod -> its namespace
     pod_droppers: dict[str, list[object]] = field(default_factory=dict)
     racks: list[int] = field(default_factory=list)          # built here (build_fabric)
+    # ifindexes, for requests by index without a lookup: each wired pod's end of its
+    # access link, and each rack's gateway port on the spine
+    pod_ifindex: dict[str, int] = field(default_factory=dict)
+    spine_ifindex: dict[int, int] = field(default_factory=dict)
+    tor_ifindex: dict[int, int] = field(default_factory=dict)
 
     def destroy(self) -> None:
-        """Detach the eBPF droppers (releasing our hold on their programs) and remove
-        every namespace of the job."""
-        self._detach_all()
-        teardown(self.topology.job)
+        """Release the eBPF droppers (our hold on their programs; their filters go with
+        the links) and remove every namespace of the job."""
+        try:
+            self._detach_all(how="release")
+        finally:
+            teardown(self.topology.job)
 
-    def _detach_all(self) -> None:
+    def _detach_all(self, how: str = "detach") -> None:
         everything = self.droppers + [d for ds in self.pod_droppers.values() for d in ds]
         self.droppers, self.pod_droppers = [], {}
-        detach_all(everything)
+        detach_all(everything, how)
 
     def dropper_counts(self) -> tuple[int, int]:
         """(passed, dropped) packets summed over every eBPF dropper of the run."""
@@ -155,8 +177,9 @@ def build(topo: Topology, has_netem: bool) -> Network:
             netns.create(pod.netns)
         _build_fabric(network, topo.racks, sockets)
         for pod in topo.pods:
-            _wire_pod(network, pod, pod.netns, sockets)
-        _wait_until_up(sockets)
+            _wire_pod(network, pod, pod.netns, sockets, pin=False)
+        _pin_neighbours(network, list(topo.pods))
+        _wait_until_up(topo.namespaces())
         return network
     except BaseException:
         network.destroy()
@@ -188,7 +211,7 @@ def remove_fabric(network: Network) -> None:
     topo = network.topology
     mine = [topo.racks[i].netns for i in network.racks] + [topo.spine_netns]
     try:
-        network._detach_all()
+        network._detach_all(how="release")   # the links go next
     finally:
         network.pods.clear()
         clean.remove([ns for ns in mine if netns.exists(ns)])
@@ -205,8 +228,8 @@ def wire_pod(network: Network, pod: Pod, pod_ns: str) -> dict[str, str]:
         rack = network.topology.racks[pod.rack]
         # Only its two ends: a pod's namespace may hold links of others (a CNI's
         # tunnel devices are often down), which are not ours to wait for.
-        _wait_until_up(sockets, [(pod_ns, network.wiring.ifname),
-                                 (rack.netns, naming.rack_port(pod.slot))])
+        _wait_until_up([pod_ns, rack.netns], [(pod_ns, network.wiring.ifname),
+                                              (rack.netns, naming.rack_port(pod.slot))])
         return {k: v for k, v in network.applied.items() if k not in before}
     except BaseException:
         unwire_pod(network, pod)
@@ -228,6 +251,7 @@ def _delete_access_link(network: Network, pod: Pod) -> None:
     rack = network.topology.racks[pod.rack]
     port = naming.rack_port(pod.slot)
     pod_ns = network.pods.pop(pod.name, None)
+    network.pod_ifindex.pop(pod.name, None)
     for key in [f"{rack.netns}/{port}"] + ([f"{pod_ns}/{network.wiring.ifname}"]
                                            if pod_ns else []):
         network.applied.pop(key, None)
@@ -245,7 +269,7 @@ def _build_fabric(network: Network, racks: tuple[Rack, ...], sockets: Sockets) -
     for rack in racks:
         netns.create(rack.netns)
         network.racks.append(rack.index)
-        _build_rack(topo, rack, sockets)
+        network.spine_ifindex[rack.index] = _build_rack(topo, rack, sockets)
         forwarding.enable(topo.spine_netns, naming.spine_port(rack.index))
         _shape(network, sockets, rack.netns, naming.RACK_UPLINK_IF,
                network.uplink_ops, network.droppers)                    # rack -> spine
@@ -253,126 +277,177 @@ def _build_fabric(network: Network, racks: tuple[Rack, ...], sockets: Sockets) -
                network.uplink_ops, network.droppers)                    # spine -> rack
 
 
-def _build_rack(topo: Topology, rack: Rack, sockets: Sockets) -> None:
+def _build_rack(topo: Topology, rack: Rack, sockets: Sockets) -> int:
+    """The rack's namespace, bridge and uplink; returns the spine port's ifindex."""
     ipr = sockets[rack.netns]
     alias = naming.alias(topo.job)
     # The bridge gets the MTU too: until it has ports it would sit at 1500, and a
     # bridge set explicitly keeps its MTU rather than following the least of its ports.
     ipr.link("add", ifname=naming.TOR_BRIDGE, kind="bridge", mtu=topo.mtu)
     tor = ipr.link_lookup(ifname=naming.TOR_BRIDGE)[0]
-    ipr.link("set", index=tor, ifalias=alias, state="up")
+    ipr.link("set", index=tor, ifalias=alias, group=naming.GROUP, state="up")
     # Uplink: rack end "up" on the bridge, spine end "r<rack>" as the gateway.
     spine_if = naming.spine_port(rack.index)
     ipr.link("add", ifname=naming.RACK_UPLINK_IF, kind="veth", mtu=topo.mtu,
              peer={"ifname": spine_if, "net_ns_fd": netns.path(topo.spine_netns),
-                   "mtu": topo.mtu})
+                   "mtu": topo.mtu, "address": naming.mac_of(rack.gateway)})
     _attach_port(ipr, naming.RACK_UPLINK_IF, tor, alias)
     spine = sockets[topo.spine_netns]
     idx = spine.link_lookup(ifname=spine_if)[0]
     spine.addr("add", index=idx, address=rack.gateway, prefixlen=24)
-    spine.link("set", index=idx, ifalias=alias, state="up")
+    spine.link("set", index=idx, ifalias=alias, group=naming.GROUP, state="up")
+    return int(idx)
 
 
-def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets) -> None:
+def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
+              pin: bool = True) -> None:
+    """Wire `pod`; `pin` its neighbour entries now, or leave them to the caller
+    (build pins every pod's at once)."""
+    # Raw batches (tailcut.net.rtnl), two requests' worth of round trips per end: a
+    # pod is wired in ~20 netlink messages, and pyroute2 took a millisecond for each.
     topo, wiring = network.topology, network.wiring
     rack = topo.racks[pod.rack]
-    ipr = sockets[rack.netns]
     alias = naming.alias(topo.job)
     port = naming.rack_port(pod.slot)
-    ipr.link("add", ifname=port, kind="veth", mtu=topo.mtu,
-             peer={"ifname": wiring.ifname, "net_ns_fd": netns.path(pod_ns),
-                   "mtu": topo.mtu})
+    rack_sock, pod_sock = sockets.rtnl(rack.netns), sockets.rtnl(pod_ns)
+    tor = network.tor_ifindex.get(rack.index)
+    if tor is None:
+        tor = network.tor_ifindex[rack.index] = rtnl.ifindex(rack_sock, naming.TOR_BRIDGE)
+    fd = netns.enter_fd(pod_ns)
+    try:
+        create = rtnl.Batch()
+        create.veth_add(port, wiring.ifname, fd, mtu=topo.mtu, group=naming.GROUP,
+                        master=tor, peer_mac=naming.mac_of(pod.ip))
+        create.send(rack_sock)
+    finally:
+        os.close(fd)
     network.pods[pod.name] = pod_ns
-    _attach_port(ipr, port, ipr.link_lookup(ifname=naming.TOR_BRIDGE)[0], alias)
-    offload.cut_udp_gso_at(rack.netns, [port])
-    pod_ipr = sockets[pod_ns]
-    index = pod_ipr.link_lookup(ifname=wiring.ifname)[0]
-    pod_ipr.addr("add", index=index, address=pod.ip, prefixlen=24)
-    pod_ipr.link("set", index=index, ifalias=alias, state="up")
+    index = rtnl.ifindex(pod_sock, wiring.ifname)
+    network.pod_ifindex[pod.name] = index
+    drops = (shaping.drops_packets(network.access_ops)
+             or shaping.drops_packets(network.uplink_ops))
+    own = rtnl.Batch()
+    own.addr_add(index, pod.ip, 24)
+    # Pods are the only senders: with loss on the path their skbs must cross every hop
+    # as one wire packet each (shaping.drops_packets).
+    own.set_link(index, alias=alias, up=True, gso_max_segs=1 if drops else None)
     if wiring.default_route:
-        pod_ipr.route("add", dst="0.0.0.0/0", gateway=rack.gateway)
+        own.route_add("0.0.0.0/0", rack.gateway)
     else:
         for other in topo.racks:
             if other.index != rack.index:
-                pod_ipr.route("add", dst=other.subnet, gateway=rack.gateway)
+                own.route_add(other.subnet, rack.gateway)
+    shaping.add_requests(own, network.pod_end_ops, index)
+    own.send(pod_sock)
+    port_index = rtnl.ifindex(rack_sock, port)
+    ports = rtnl.Batch()
+    ports.set_link(port_index, alias=alias, up=True)
+    shaping.add_requests(ports, network.access_ops, port_index)
+    ports.send(rack_sock)
+    offload.cut_udp_gso_at(rack.netns, [port])
     droppers = network.pod_droppers.setdefault(pod.name, [])
-    _shape(network, sockets, pod_ns, wiring.ifname, network.pod_end_ops, droppers)
-    _shape(network, sockets, rack.netns, port, network.access_ops, droppers)
-    if shaping.drops_packets(network.access_ops) or shaping.drops_packets(network.uplink_ops):
-        # Pods are the only senders: their skbs cross every hop, one wire packet each.
-        pod_ipr.link("set", index=index, gso_max_segs=1)
+    for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
+                            (rack.netns, port, network.access_ops)):
+        network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
+        droppers += shaping.attach_droppers(ops, ns, ifname)
+    if drops:
         network.applied[f"{pod_ns}/{wiring.ifname}"] += ", gso_max_segs 1"
-    _pin_neighbours(network, pod, sockets)
+    if pin:
+        _pin_neighbours(network, [pod])
 
 
 def _shape(network: Network, sockets: Sockets, ns: str, ifname: str,
-           ops: list[shaping.Op], droppers: list[object]) -> None:
-    droppers += shaping.apply(ops, sockets[ns], ns, ifname)
+           ops: list[shaping.Op], droppers: list[object], index: Optional[int] = None) -> None:
+    """shaping.apply's qdiscs and classes, sent as one batch, then its droppers."""
+    if index is None:
+        index = sockets[ns].link_lookup(ifname=ifname)[0]
+    batch = rtnl.Batch()
+    shaping.add_requests(batch, ops, index)
+    rtnl.send_in(ns, batch)
+    droppers += shaping.attach_droppers(ops, ns, ifname)
     network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
 
 
-def _attach_port(ipr: IPRoute, ifname: str, bridge_index: int, alias: str) -> None:
-    idx = ipr.link_lookup(ifname=ifname)[0]
-    ipr.link("set", index=idx, master=bridge_index, ifalias=alias, state="up")
+def _attach_port(ipr: IPRoute, ifname: str, bridge_index: int, alias: str) -> int:
+    idx = int(ipr.link_lookup(ifname=ifname)[0])
+    ipr.link("set", index=idx, master=bridge_index, ifalias=alias, group=naming.GROUP,
+             state="up")
+    return idx
 
 
-def _pin_neighbours(network: Network, pod: Pod, sockets: Sockets) -> None:
-    """Permanent ARP entries between `pod` and its gateway and the pods of its rack
-    wired before it. Address resolution is not what a job emulates, and on a lossy
+def _pin_neighbours(network: Network, pods: list[Pod]) -> None:
+    """Permanent ARP entries between each of `pods` and its gateway and the other wired
+    pods of its rack. Address resolution is not what a job emulates, and on a lossy
     link a lost ARP request stalls a flow for a whole second (its retry timer) while
-    every packet queued behind it is dropped."""
-    topo, ifname = network.topology, network.wiring.ifname
-    rack = topo.racks[pod.rack]
+    every packet queued behind it is dropped. Every MAC is its address's
+    (naming.mac_of), so the entries (a rack of k pods: k * k of them) go out in one
+    batch per namespace, with no lookup."""
+    topo, spine = network.topology, network.topology.spine_netns
+    batches: dict[str, rtnl.Batch] = {}
+    pinned: set[tuple[str, str]] = set()
 
-    def mac(ns: str, name: str) -> tuple[int, str]:
-        idx = sockets[ns].link_lookup(ifname=name)[0]
-        return idx, sockets[ns].get_links(idx)[0].get_attr("IFLA_ADDRESS")
+    def pin(ns: str, index: int, ip: str) -> None:
+        if (ns, ip) not in pinned:
+            pinned.add((ns, ip))
+            batches.setdefault(ns, rtnl.Batch()).neigh_replace(index, ip, naming.mac_of(ip))
 
-    def pin(ns: str, index: int, ip: str, lladdr: str) -> None:
-        sockets[ns].neigh("replace", dst=ip, lladdr=lladdr, ifindex=index,
-                          state=NUD_PERMANENT)
+    def ifindex(pod: Pod) -> int:   # recorded by _wire_pod; looked up if not
+        if pod.name not in network.pod_ifindex:
+            with rtnl.socket_in(network.pods[pod.name]) as sock:
+                network.pod_ifindex[pod.name] = rtnl.ifindex(sock, network.wiring.ifname)
+        return network.pod_ifindex[pod.name]
 
-    pod_ns = network.pods[pod.name]
-    own_index, own_mac = mac(pod_ns, ifname)
-    gw_index, gw_mac = mac(topo.spine_netns, naming.spine_port(rack.index))
-    pin(topo.spine_netns, gw_index, pod.ip, own_mac)
-    pin(pod_ns, own_index, rack.gateway, gw_mac)
-    for other in rack.pods:
-        other_ns = network.pods.get(other.name)
-        if other is pod or other_ns is None:
-            continue
-        other_index, other_mac = mac(other_ns, ifname)
-        pin(pod_ns, own_index, other.ip, other_mac)
-        pin(other_ns, other_index, pod.ip, own_mac)
+    for pod in pods:
+        rack = topo.racks[pod.rack]
+        pod_ns, own = network.pods[pod.name], ifindex(pod)
+        gateway = network.spine_ifindex.get(rack.index)
+        if gateway is None:   # a fabric built by another process (the agent restarted)
+            with netns.ipr(spine) as ipr:
+                gateway = network.spine_ifindex[rack.index] = int(
+                    ipr.link_lookup(ifname=naming.spine_port(rack.index))[0])
+        pin(spine, gateway, pod.ip)
+        pin(pod_ns, own, rack.gateway)
+        for other in rack.pods:
+            other_ns = network.pods.get(other.name)
+            if other is pod or other_ns is None:
+                continue
+            pin(pod_ns, own, other.ip)
+            pin(other_ns, ifindex(other), pod.ip)
+    for ns, batch in batches.items():
+        rtnl.send_in(ns, batch)
 
 
-def _wait_until_up(sockets: Sockets, only: list[tuple[str, str]] | None = None) -> None:
-    """Wait for every veth in the namespaces of `sockets` (or only the (namespace,
-    interface) pairs `only`) to be operationally up and every bridge port forwarding:
-    a packet sent earlier can wait a second for an ARP retry."""
-    deadline = time.monotonic() + UP_TIMEOUT_S
-    pending = _not_ready(sockets, only)
-    while pending and time.monotonic() < deadline:
-        time.sleep(0.01)
-        pending = _not_ready(sockets, only)
+def _wait_until_up(namespaces: list[str], only: list[tuple[str, str]] | None = None) -> None:
+    """Wait for every veth in `namespaces` (or only the (namespace, interface) pairs
+    `only`) to be operationally up and every bridge port forwarding: a packet sent
+    earlier can wait a second for an ARP retry."""
+    socks = {ns: rtnl.socket_in(ns) for ns in namespaces}
+    try:
+        deadline = time.monotonic() + UP_TIMEOUT_S
+        pending = _not_ready(socks, only)
+        while pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+            pending = _not_ready(socks, only)
+    finally:
+        for sock in socks.values():
+            sock.close()
     if pending:
         raise NetError(f"links not up after {UP_TIMEOUT_S} s: {', '.join(pending)}")
 
 
-def _not_ready(sockets: Sockets, only: list[tuple[str, str]] | None = None) -> list[str]:
+def _not_ready(socks: dict[str, socket.socket],
+               only: list[tuple[str, str]] | None = None) -> list[str]:
     pending = []
-    for ns, ipr in list(sockets.items()):
-        for link in ipr.get_links():
-            name = link.get_attr("IFLA_IFNAME")
+    for ns, sock in socks.items():
+        for name, oper, port_state in rtnl.link_states(sock):
             if name == "lo" or name == naming.TOR_BRIDGE or (
                     only is not None and (ns, name) not in only):
                 continue
             # (a VXLAN device has no carrier to report: UNKNOWN once up)
-            if link.get_attr("IFLA_OPERSTATE") not in ("UP", "UNKNOWN"):
+            if oper not in ("UP", "UNKNOWN"):
                 pending.append(f"{ns}/{name}")
                 continue
-            info = link.get_attr("IFLA_PROTINFO")
-            if info is not None and info.get_attr("IFLA_BRPORT_STATE") != BR_FORWARDING:
+            if port_state is not None and port_state != BR_FORWARDING:
                 pending.append(f"{ns}/{name} (bridge port not forwarding)")
     return pending
 

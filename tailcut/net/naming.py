@@ -16,7 +16,11 @@ leftovers of a crashed run and remove only what is tailcut's:
                                   p<i>             rack end of pod i's access link
                                   up               rack end of the uplink
                            spine: r<r>             spine end of rack r's uplink
-                         each also carries the ifalias "tailcut:<job>".
+                         each also carries the ifalias "tailcut:<job>" and interface
+                         group GROUP, so a namespace's links go in one request
+                         (`ip link delete group 29795`); a pod's end and the spine's end
+                         have the MAC of their address (mac_of: 02:74:<the IPv4 bytes>),
+                         so neighbour entries need no lookup.
     qdiscs (HTB)         root 1:, class 1:1 = link rate, leaf 1:10 = default traffic,
                          1:20.. = CadentFlow priority levels; the leaf qdisc of class
                          1:m is m: (netem under 1:10 is 10:, a buffer's pfifo/bfifo
@@ -58,6 +62,15 @@ def job_prefix(job: str) -> str:
 
 def alias(job: str) -> str:
     return f"{ALIAS_PREFIX}{job}"
+
+
+GROUP = 0x7463   # interface group of every link tailcut creates ("tc")
+
+
+def mac_of(ip: str) -> str:
+    """The MAC of the interface holding IPv4 `ip` (a pod's, or the spine's gateway):
+    locally administered, unique within a job, as its addresses are."""
+    return "02:74:" + ":".join(f"{int(b):02x}" for b in ip.split("."))
 
 
 POD_IF = "eth0"

@@ -9,6 +9,8 @@ to call from worker threads such as kopf's handlers.
 
 import ctypes
 import os
+import socket
+import struct
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -22,6 +24,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_SHARED = 1 << 20
 MNT_DETACH = 2
+RTM_NEWLINK, NLM_F_REQUEST, NLM_F_ACK, IFF_UP = 16, 0x1, 0x4, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -74,8 +77,7 @@ def create(name: str) -> None:
         try:
             _check(_libc.mount(b"/proc/thread-self/ns/net", target.encode(), b"none",
                                MS_BIND, None), f"bind-mount {target}")
-            with IPRoute() as ipr:
-                ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+            _loopback_up()
         finally:
             _check(_libc.setns(home, CLONE_NEWNET), "return to the original namespace")
     except OSError as err:
@@ -83,6 +85,18 @@ def create(name: str) -> None:
         raise NetError(f"cannot create network namespace {name}: {err}") from err
     finally:
         os.close(home)
+
+
+def _loopback_up() -> None:
+    """Bring up lo (ifindex 1 in every namespace) of the calling thread's namespace:
+    one RTM_NEWLINK by hand, not a pyroute2 socket per namespace."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.sendall(struct.pack("=IHHII", 32, RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, 1, 0)
+                     + struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 1, IFF_UP, IFF_UP))
+        reply = sock.recv(4096)
+    code, = struct.unpack_from("=i", reply, 16)
+    if code:
+        raise OSError(-code, f"set lo up: {os.strerror(-code)}")
 
 
 def _unlink(target: str) -> None:
@@ -136,9 +150,19 @@ def setns_fd(fd: int) -> None:
 
 def pids_inside(name: str) -> list[int]:
     """Processes whose network namespace is `name` (matched by device and inode)."""
-    try:
-        st = os.stat(path(name))
-    except FileNotFoundError:
+    return pids_inside_any([name])
+
+
+def pids_inside_any(names: list[str]) -> list[int]:
+    """Processes in any of the namespaces `names`, in one pass over /proc."""
+    wanted = set()
+    for name in names:
+        try:
+            st = os.stat(path(name))
+        except FileNotFoundError:
+            continue
+        wanted.add((st.st_dev, st.st_ino))
+    if not wanted:
         return []
     found = []
     for entry in os.listdir("/proc"):
@@ -148,10 +172,11 @@ def pids_inside(name: str) -> list[int]:
             ns = os.stat(f"/proc/{entry}/ns/net")
         except (FileNotFoundError, PermissionError, ProcessLookupError):
             continue
-        if (ns.st_dev, ns.st_ino) == (st.st_dev, st.st_ino):
+        if (ns.st_dev, ns.st_ino) in wanted:
             found.append(int(entry))
     return found
 
 
 __all__ = ["create", "remove", "entered", "ipr", "exists", "list_names", "pids_inside",
+           "pids_inside_any",
            "enter_fd", "setns_fd", "path"]

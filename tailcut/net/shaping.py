@@ -30,13 +30,16 @@ packets waiting for the link. netem's limit is then raised out of the way
 (DELAY_LINE_PACKETS): a wire does not drop what is in flight on it.
 """
 
+import struct
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from pyroute2.netlink.rtnl import tcmsg
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from tailcut.errors import KernelFeatureMissing
+from tailcut.net import rtnl
 from tailcut.spec.model import DEFAULT_MTU, Link
 
 if TYPE_CHECKING:
@@ -197,12 +200,14 @@ def describe_queue(queue: Queue) -> str:
     return f"{queue.kind} buffer {queue.limit} {queue.unit} per class"
 
 
-def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[object]:
-    """Apply `ops` to the egress of `ifname`, using `ipr` bound in `netns_name`.
-    Qdiscs and classes are replaced, so re-applying them is harmless; an eBPF
-    dropper is attached, so detach the returned ones (the caller keeps them to read
-    their counters) before applying again."""
-    index = ipr.link_lookup(ifname=ifname)[0]
+def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str,
+          index: Optional[int] = None) -> list[object]:
+    """Apply `ops` to the egress of `ifname` (or interface `index`), using `ipr` bound
+    in `netns_name`. Qdiscs and classes are replaced, so re-applying them is harmless;
+    an eBPF dropper is attached, so detach the returned ones (the caller keeps them to
+    read their counters) before applying again."""
+    if index is None:
+        index = ipr.link_lookup(ifname=ifname)[0]
     attached: list[object] = []
     for op in ops:
         if isinstance(op, Htb):
@@ -222,6 +227,46 @@ def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str) -> list[o
             from tailcut.datapath import dropper  # BCC loads only when a link drops
             attached.append(dropper.attach(netns_name, ifname, op.loss))
     return attached
+
+
+def add_requests(batch: rtnl.Batch, ops: list[Op], ifindex: int) -> None:
+    """Add to `batch` the qdiscs and classes `apply` would make on interface `ifindex`
+    (not the eBPF dropper: attach_droppers). pyroute2 encodes each distinct op list
+    once (its HTB rate tables take a millisecond); every interface reuses the bytes
+    with its own ifindex."""
+    for kind, flags, body in _templates(tuple(ops)):
+        batch.raw(kind, flags, body[:4] + struct.pack("=i", ifindex) + body[8:],
+                  f"tc on ifindex {ifindex}")
+
+
+def attach_droppers(ops: list[Op], netns_name: str, ifname: str) -> list[object]:
+    """The eBPF droppers of `ops` on `ifname`'s egress, as `apply` attaches them."""
+    attached: list[object] = []
+    for op in ops:
+        if isinstance(op, Drop):
+            from tailcut.datapath import dropper  # BCC loads only when a link drops
+            attached.append(dropper.attach(netns_name, ifname, op.loss))
+    return attached
+
+
+_TCMSG_IFINDEX = 4   # offset of struct tcmsg's ifindex in a message's body
+
+
+@lru_cache(maxsize=64)
+def _templates(ops: tuple[Op, ...]) -> tuple[tuple[int, int, bytes], ...]:
+    """(type, flags, body after the netlink header) of each request of `ops`, for
+    interface index 0 (add_requests puts in the real one)."""
+    from pyroute2 import IPBatch
+    batch = IPBatch()
+    apply([op for op in ops if not isinstance(op, Drop)], batch, "", "", index=0)
+    data, out, offset = batch.batch, [], 0
+    while offset < len(data):
+        length, kind, flags = struct.unpack_from("=IHH", data, offset)
+        body = data[offset + 16:offset + length]
+        assert struct.unpack_from("=i", body, _TCMSG_IFINDEX)[0] == 0
+        out.append((kind, flags & ~rtnl.NLM_F_ACK, body))
+        offset += (length + 3) & ~3
+    return tuple(out)
 
 
 def apply_queue(queue: Queue, ipr: "IPRoute", index: int) -> None:

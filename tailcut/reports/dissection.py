@@ -28,6 +28,7 @@ matplotlib.use("Agg")  # headless: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import numpy as np  # noqa: E402
 
+from tailcut.reports import plots  # noqa: E402
 from tailcut.training import rpc  # noqa: E402
 
 PART_LABELS = {
@@ -194,9 +195,4 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    try:
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
-    return path
+    return plots.save(fig, path)

@@ -25,7 +25,8 @@ from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut.reports import plots
 from tailcut.innetwork import aggregation, hotstore
-from tailcut.runtime import background, procs
+from tailcut.datapath import bcc
+from tailcut.runtime import background, overheads, procs
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits, tcpstats
 
@@ -52,6 +53,10 @@ class RunResult:
 def run(job: TrainingJob, results_dir: Path,
         progress: Callable[[str], None] = print) -> RunResult:
     """Run `job` to completion and write its results under `results_dir`."""
+    phases = overheads.Phases()
+    phases.add("startup", overheads.process_age_s())
+    setup_started = time.monotonic()
+    compiled_before = bcc.compile_seconds()
     if os.geteuid() != 0:
         raise RunError("the local runtime needs root (it creates network namespaces); "
                        "run as root or through sudo")
@@ -71,6 +76,8 @@ def run(job: TrainingJob, results_dir: Path,
              f"{len(topo.racks)} rack(s) ({'netem' if has_netem else 'no netem'})")
     with procs.terminate_as_exit():
         network = build.build(topo, has_netem)
+        phases.add("network_build", time.monotonic() - setup_started)
+        datapath_started = time.monotonic()
         first_pod, first_rack = topo.pods[0], topo.racks[0]
         progress(f"access links: {network.applied[f'{first_pod.netns}/eth0']}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
@@ -109,8 +116,13 @@ def run(job: TrainingJob, results_dir: Path,
                 _record_network(network, results_dir)
             teardown.callback(stop_roles)
             bg = background.start(job, topo, results_dir, progress)
+            launched = time.monotonic()
+            phases.add("datapath", launched - datapath_started)
             roles = _launch(job, topo, results_dir, running)
             done = _watch(job, roles, results_dir, progress)
+            finished = time.monotonic()
+            phases.add("training", float(done["jct_s"]))
+            phases.add("role_start", finished - launched - float(done["jct_s"]))
             for name, proc in roles.items():
                 if name not in ("ps-0", "replica-0"):
                     try:
@@ -121,6 +133,11 @@ def run(job: TrainingJob, results_dir: Path,
                         progress(f"warning: {name} was still running {ROLE_EXIT_S} s after "
                                  f"the PS finished; stopped it (its stacks are at the end "
                                  f"of logs/{name}.log)")
+            teardown_started = time.monotonic()
+            phases.add("role_exit", teardown_started - finished)
+        phases.add("bpf_compile", bcc.compile_seconds() - compiled_before)
+    report_started = time.monotonic()
+    phases.add("teardown", report_started - teardown_started)
 
     tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
     reported = bool(tcp["pods"])
@@ -131,13 +148,13 @@ def run(job: TrainingJob, results_dir: Path,
                        final_loss=float(done["final_loss"]),
                        tcp_retrans_segs=tcp["total"]["retrans_segs"] if reported else None,
                        tcp_rto_timeouts=tcp["total"]["rto_timeouts"] if reported else None)
-    _write_json(results_dir / "metrics.json",
-                {**asdict(result), "transport": job.spec.transport.type,
-                 "model": job.spec.training.model,
-                 "target_accuracy": job.spec.training.target_accuracy,
-                 **_roles_summary(job, done),
-                 "scheduling": _flows_summary(job, results_dir, progress),
-                 "tcp_counters": tcp})
+    metrics = {**asdict(result), "transport": job.spec.transport.type,
+               "model": job.spec.training.model,
+               "target_accuracy": job.spec.training.target_accuracy,
+               **_roles_summary(job, done),
+               "scheduling": _flows_summary(job, results_dir, progress),
+               "tcp_counters": tcp}
+    _write_json(results_dir / "metrics.json", metrics)
     progress(tcpstats.describe(tcp))
     if done.get("takeover"):
         t = done["takeover"]
@@ -152,6 +169,10 @@ def run(job: TrainingJob, results_dir: Path,
         plots.plot_loss_vs_epoch(
             epochs_csv, results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
+    phases.add("report", time.monotonic() - report_started)
+    summary = phases.summary()
+    _write_json(results_dir / "metrics.json", {**metrics, "overhead_s": summary})
+    progress(overheads.describe(summary))
     return result
 
 

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tailcut.net import naming, topology
-from tailcut.spec.model import TrainingJob
+from tailcut.net import naming
 from tailcut.ml import data, models
 from tailcut.training import records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import hot, wire
+
+if TYPE_CHECKING:   # the spec (pydantic) is the runner's; a role starts faster without
+    from tailcut.spec.model import TrainingJob
 
 PROFILE_BATCHES = 256   # minibatches measured: enough to rank a Zipf tail, a second or so
 
@@ -43,6 +45,7 @@ def config(job: TrainingJob) -> dict[str, Any] | None:
     if in_network is None or in_network.hot_parameters is None:
         return None
     hot = in_network.hot_parameters
+    from tailcut.net import topology
     rack = topology.plan(job).pod("ps-0").rack
     return {"address": naming.hot_store_ip(rack), "top_k": hot.top_k,
             "indices": None if hot.indices is None else list(hot.indices)}

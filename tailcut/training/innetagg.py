@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tailcut import errors
-from tailcut.net import naming, topology
-from tailcut.spec.model import TrainingJob
+from tailcut.net import naming
 from tailcut.training import records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import agg, base, wire
+
+if TYPE_CHECKING:   # the spec (pydantic) is the runner's; a role starts faster without
+    from tailcut.spec.model import TrainingJob
 
 MAX_ELEMENTS = agg.MAX_ELEMENTS
 
@@ -30,6 +32,7 @@ def config(job: TrainingJob) -> dict[str, Any] | None:
     in_network = job.spec.network.in_network
     if in_network is None or not in_network.aggregate:
         return None
+    from tailcut.net import topology
     topo = topology.plan(job)
     racks = []
     for rack in topo.racks:

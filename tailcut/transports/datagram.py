@@ -66,7 +66,6 @@ from typing import Any
 
 import numpy as np
 
-from tailcut.net import address
 from tailcut.transports import (base, batch, congestion, control, cutlayout, receiver,
                                 sender, wire)
 from tailcut.transports.base import Kind, Message
@@ -902,6 +901,7 @@ def _in_order(values: np.ndarray) -> list[int]:
 
 def _ifname_of(ip: str) -> str:
     """The interface in this network namespace that holds address ``ip``."""
+    from tailcut.net import address   # pyroute2: 0.25 s to import, datagram roles only
     found = address.find(ip=ip)
     if found is None:
         raise base.TransportError(f"no interface holds {ip} in this network namespace")

@@ -234,3 +234,23 @@ def test_no_program_of_ours_is_left_after_detach_and_namespace_removal() -> None
         time.sleep(0.05)
     assert still_loaded(ours) == []
     assert not netns.exists(link.sender) and not netns.exists(link.receiver)
+
+
+@pytest.mark.netns
+@pytest.mark.bpf
+def test_release_keeps_the_counts_and_the_program_goes_with_the_link() -> None:
+    link = build_link("r")
+    try:
+        d = dropper.attach(link.sender, IFNAME, 1.0)
+        ours = bpf_objects(d.prog_id)
+        send_udp(link, 100)
+        d.release()   # the filter stays until the link goes
+        assert d.counts() == (0, 100)
+        assert "clsact" in qdisc_kinds(link.sender)
+    finally:
+        remove_link(link)
+    deadline = time.monotonic() + 5
+    while still_loaded(ours) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert still_loaded(ours) == []
+    d.detach()   # after release and removal: nothing left to do, no error
