@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from tailcut.reports import plots
+from tailcut.reports import plots  # noqa: F401 - chooses the Agg backend first
 from tailcut.training import allreduce
+
+import matplotlib.pyplot as plt  # noqa: E402 - after plots chose the backend
 
 PERCENTILES = (50, 90, 99)
 
@@ -54,7 +56,7 @@ def report(results_dir: Path, workers: int, title: str = "") -> dict[str, Any]:
     summary = summarize(results_dir, workers)
     (results_dir / "allreduce.json").write_text(json.dumps(summary, indent=2) + "\n")
     rank0 = read(results_dir, 0)
-    fig, ax = plots.plt.subplots(figsize=(7, 4.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
     try:
         ax.plot(rank0["step"], rank0["iteration_ms"], ".", ms=3, color="tab:gray",
                 label="iteration")
@@ -71,7 +73,7 @@ def report(results_dir: Path, workers: int, title: str = "") -> dict[str, Any]:
         fig.tight_layout()
         fig.savefig(results_dir / "allreduce.png")
     finally:
-        plots.plt.close(fig)
+        plt.close(fig)
     return summary
 
 
