@@ -275,7 +275,11 @@ _REGISTRY: dict[str, Entry] = {
         batch_size=128,
         max_epochs=20,
     ),
-    # The same two models in PyTorch, from the same initial parameters (torchzoo.py).
+}
+# The same two models in PyTorch, from the same initial parameters (torchzoo.py). Apart
+# from _REGISTRY: names() (what sweeps and `tailcut models` iterate) stays the numpy
+# models, which run wherever tailcut does; these need torch.
+_TORCH_REGISTRY: dict[str, Entry] = {
     "torch-mlp": Entry(
         make_dataset=_torch_dataset("tailcut.ml.torchzoo:mlp"),
         build=_torch_build,
@@ -295,11 +299,11 @@ _REGISTRY: dict[str, Entry] = {
         max_epochs=20,
     ),
 }
-TORCH_MODELS = ("torch-mlp", "torch-cnn")
+TORCH_MODELS = tuple(_TORCH_REGISTRY)
 
 
 def names() -> list[str]:
-    """Names of the registered models, sorted."""
+    """Names of the registered numpy models, sorted (TORCH_MODELS: the PyTorch ones)."""
     return sorted(_REGISTRY)
 
 
@@ -313,9 +317,10 @@ def _entry(name: str) -> Entry:
         return Entry(make_dataset=_torch_dataset(name[len(TORCH_PREFIX):]),
                      build=_torch_build, data=f"made by {name[len(TORCH_PREFIX):]}")
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[name] if name in _REGISTRY else _TORCH_REGISTRY[name]
     except KeyError:
-        raise ValueError(f"model {name!r} is unknown; supported: {', '.join(names())}") from None
+        raise ValueError(f"model {name!r} is unknown; supported: {', '.join(names())}, "
+                         f"{', '.join(TORCH_MODELS)}, {TORCH_PREFIX}<module>") from None
 
 
 def dataset(name: str, seed: int) -> data.Dataset:

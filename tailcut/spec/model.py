@@ -182,9 +182,10 @@ class Training(_Model):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        if value != TORCH_MODEL and value not in known_models():
+        if value != TORCH_MODEL and value not in known_models() + torch_models():
             raise ValueError(f"unknown model {value!r}; known: "
-                             f"{', '.join(known_models())}, {TORCH_MODEL} (with module)")
+                             f"{', '.join(known_models() + torch_models())}, "
+                             f"{TORCH_MODEL} (with module)")
         return value
 
     @field_validator("module")
