@@ -31,6 +31,7 @@ import fcntl
 import os
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -39,12 +40,13 @@ import numpy as np
 
 from tailcut import errors
 from tailcut.ml import data, models, torchmodel
-from tailcut.training import ps, records, worker
+from tailcut.training import exits, ps, records, worker
 from tailcut.training.config import RoleConfig
 
 Emit = Callable[[dict[str, Any]], None]
 FIELDS = ("step", "compute_ms", "allreduce_ms", "iteration_ms", "buckets")
 _SIOCGIFADDR = 0x8915
+TEARDOWN_S = 10.0   # the longest destroy_process_group may take before the role just ends
 
 
 def filename(index: int) -> str:
@@ -118,6 +120,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     timeout = datetime.timedelta(seconds=cfg.timeout_s + worker.GRACE_S)
     dist.init_process_group("gloo", init_method=f"tcp://{cfg.ps_host}:{cfg.ps_port}",
                             rank=rank, world_size=world, timeout=timeout)
+    finished = False
     try:
         ddp = DistributedDataParallel(model.module)
         timer = _Timer(dist, world)
@@ -164,8 +167,17 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                 if int(stop.item()):
                     break
         jct_s = time.monotonic() - started
+        dist.barrier()   # every rank is done with the group before rank 0's store goes
+        finished = True
     finally:
+        # torch 1.13's store client was seen spinning forever once rank 0 (which serves
+        # the store) had gone: the results are written, so a stuck teardown just ends.
+        guard = threading.Timer(TEARDOWN_S, os._exit,
+                                args=(exits.OK if finished else exits.FAILED,))
+        guard.daemon = True
+        guard.start()
         dist.destroy_process_group()
+        guard.cancel()
     if rank != 0:
         return {"event": "worker_done", "index": rank, "last_iteration": step - 1}
     if last_eval[1] != last_eval[1]:   # stopped between epochs: evaluate the end
