@@ -105,3 +105,4 @@ def test_allreduce_config_is_refused_for_a_numpy_model_or_a_ps(tmp_path):
         RoleConfig(**{**good, "model": "mlp"})
     with pytest.raises(ConfigError, match="sync_mode='allreduce'"):
         RoleConfig(**{**good, "role": "ps"})
+
