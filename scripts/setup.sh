@@ -57,6 +57,21 @@ fi
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 .venv/bin/python -c 'import bcc' || { echo "setup: bcc does not import in .venv" >&2; exit 1; }
+# PyTorch, for torch models and the allreduce (DDP/Gloo) baseline: Debian's CPU-only
+# build, chosen by measurement (docs/pytorch.md: 151 MB to download, no GPU
+# libraries), linked into the venv as bcc is. TAILCUT_TORCH=0 skips it; tailcut then
+# refuses torch jobs, naming this step.
+if [ "${TAILCUT_TORCH:-1}" != 0 ]; then
+  if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "ok installed"; then
+    echo "setup: installing python3-torch (CPU-only, without recommends)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      python3-torch >/dev/null
+  fi
+  ln -sfn /usr/lib/python3/dist-packages/torch "$site/torch"
+  .venv/bin/python -c 'from tailcut.ml import torchmodel; torchmodel.require()' \
+    || { echo "setup: torch does not import in .venv" >&2; exit 1; }
+fi
 # The k8s tests' control plane: kube-apiserver and helm built with Go, cached in
 # ~/.cache/tailcut (minutes on a cold cache, nothing on a warm one).
 "$here/scripts/k8s-tools.sh" >/dev/null

@@ -24,7 +24,7 @@ from tailcut.errors import SpecError
 from tailcut.net import topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
-from tailcut.spec.model import TrainingJob
+from tailcut.spec.model import ALLREDUCE_PORT, TrainingJob
 from tailcut.ml import models
 from tailcut.training import hotset, innetagg
 from tailcut.training.config import RoleConfig
@@ -97,7 +97,7 @@ def _check_in_network(job: TrainingJob) -> None:
     if in_network is None:
         return
     t = job.spec.training
-    size = models.create(t.model, models.dataset(t.model, t.seed)).num_params
+    size = models.create(t.model_ref, models.dataset(t.model_ref, t.seed)).num_params
     hot = in_network.hot_parameters
     if hot is None:
         if in_network.aggregate and size > innetagg.MAX_ELEMENTS:
@@ -110,6 +110,12 @@ def _check_in_network(job: TrainingJob) -> None:
                 else f"indices: {wanted - 1}")
         raise SpecError(f"spec.network.inNetwork.hotParameters.{what} is past model "
                         f"{t.model}'s {size} parameters")
+
+
+def leader(job: TrainingJob) -> str:
+    """The pod whose events tell the job's progress and end: the PS's shard 0, or with
+    syncMode allreduce (no PS) rank 0, worker-0."""
+    return "worker-0" if job.spec.training.sync_mode == "allreduce" else "ps-0"
 
 
 def needs_xdp(job: TrainingJob) -> bool:
@@ -129,9 +135,18 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
     def endpoint(name: str) -> str:
         return f"{hosts(pod_name, name)}:{PS_PORT}"
 
+    if t.sync_mode == "allreduce":   # no PS: the workers meet at worker-0
+        return RoleConfig(
+            job=job.name, role=pod.role, index=pod.index,
+            ps_host=hosts(pod_name, "worker-0"), ps_port=ALLREDUCE_PORT,
+            num_workers=r.workers, model=t.model_ref, batch_size=t.batch_size,
+            learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
+            target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
+            transport={"type": "tcp"}, results_dir=results_dir, timeout_s=t.timeout_s)
+
     return RoleConfig(
         job=job.name, role=pod.role, index=pod.index, ps_host=hosts(pod_name, "ps-0"),
-        ps_port=PS_PORT, num_workers=r.workers, model=t.model, batch_size=t.batch_size,
+        ps_port=PS_PORT, num_workers=r.workers, model=t.model_ref, batch_size=t.batch_size,
         learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
         target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
         transport=transport_options(job, pod), results_dir=results_dir,

@@ -8,6 +8,7 @@ import pytest
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
+from tailcut.ml import torchmodel
 from tailcut.net import topology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,3 +120,31 @@ def test_datagram_transports_use_udp_gso_unless_the_pods_own_end_drops_at_random
                          ({"accessLink": {"loss": 0.01}}, False)):
         j = job(network=network, transport=kind)
         assert plan.transport_options(j, topology.plan(j).pod("worker-0"))["gso"] is gso, network
+
+
+torch_installed = pytest.mark.skipif(not torchmodel.available(),
+                                     reason="PyTorch is not installed (scripts/setup.sh)")
+
+
+@torch_installed
+def test_an_allreduce_job_plans_workers_that_meet_at_worker_0():
+    ar = job(replicas={"workers": 3}, training={"model": "torch-mlp", "syncMode": "allreduce"},
+             network={"racks": [{"name": "r0"}, {"name": "r1"}]})
+    topo = topology.plan(ar)
+    assert [p.name for p in topo.pods] == ["worker-0", "worker-1", "worker-2"]
+    assert plan.leader(ar) == "worker-0"
+    for name in ("worker-0", "worker-2"):
+        cfg = plan.role_config(ar, name, "/r", plan.hosts(topo))
+        assert (cfg.sync_mode, cfg.model) == ("allreduce", "torch-mlp")
+        assert (cfg.ps_host, cfg.ps_port) == (topo.pod("worker-0").ip, 29500)
+    assert plan.refusals(ar, "kubernetes") == []
+
+
+@torch_installed
+def test_cadentflow_tags_a_torch_model_one_parameter_tensor_at_a_time():
+    cf = job(training={"model": "torch-mlp"},
+             scheduling={"policy": "cadentflow",
+                         "flows": [{"layer": "fc2.bias", "priority": 0}]})
+    flows = plan.role_flows(cf)
+    assert set(flows["push"]) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    assert flows["push"]["fc2.bias"] == 0

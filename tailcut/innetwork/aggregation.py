@@ -49,6 +49,8 @@ def create(job: TrainingJob, network: Network, racks: Sequence[int] | None = Non
 def serve_uplink(aggregators: Aggregators, network: Network) -> None:
     """The PS's FLUSHes to the racks it is not in: the spine's neighbour entries and
     each such rack's `up`."""
+    if not aggregators:
+        return   # (and a job without a PS, syncMode allreduce, has none)
     topo = network.topology
     ps_rack = topo.pod("ps-0").rack
     for index, program in aggregators.items():

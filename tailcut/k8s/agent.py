@@ -205,7 +205,8 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
             fabric.enforcement = enforce.apply_to(
                 [e for r in here for e in enforce.uplink_egresses(topo, r)],
                 job.spec.scheduling, topo.mtu)
-        if topo.pod("ps-0").rack in [r.index for r in here]:
+        if job.spec.network.in_network is not None \
+                and topo.pod("ps-0").rack in [r.index for r in here]:
             fabric.store = hotstore.create(job, network)   # None without inNetwork
             if fabric.store is not None:
                 hotstore.serve_uplink(fabric.store, job, network)

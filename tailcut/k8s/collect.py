@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from tailcut import spec
+from tailcut import plan, spec
 from tailcut.errors import TailcutError
 from tailcut.k8s import podresults, resources
 from tailcut.training import tcpstats
@@ -68,11 +68,12 @@ def collect(job_name: str, namespace: str, kubeconfig: Optional[str], results_di
         except podresults.ResultsError as err:
             missing.append(str(err))
             progress(f"warning: {err}")
-        if replica == "ps-0":
+        if replica == plan.leader(job):   # ps-0, or worker-0 under allreduce
             done = _done_event(log)
     if done is None:
-        raise CollectError(f"{job_name}-ps-0: its log has no \"done\" event: the PS did "
-                           "not finish (see logs/ps-0.log)")
+        leader = plan.leader(job)
+        raise CollectError(f"{job_name}-{leader}: its log has no \"done\" event: the job "
+                           f"did not finish (see logs/{leader}.log)")
     write_report(job, done, results_dir, progress)
     if missing:
         progress(f"{len(missing)} pod(s) without results: " + "; ".join(missing))
@@ -113,6 +114,14 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
         plots.plot_loss_vs_epoch(
             results_dir / "epochs.csv", results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
+    if job.spec.training.sync_mode == "allreduce":   # no RPCs: the all-reduce times
+        from tailcut.reports import allreduce_report
+        try:
+            progress(allreduce_report.describe(allreduce_report.report(
+                results_dir, job.spec.replicas.workers, title=job.name)))
+        except (OSError, ValueError) as err:
+            progress(f"no all-reduce report: {err}")
+        return
     try:
         written = dissection.report(results_dir, title=job.name)
         progress("dissection: " + ", ".join(p.name for p in written))

@@ -45,7 +45,9 @@ def _choices() -> dict[tuple[str, ...], tuple[str, ...]]:
     """Fields whose allowed values a validator checks, not their type: (path under
     spec) -> the values, read from tailcut.spec.model when the CRD is generated.
     (Model names come from the training registry where the spec asks it for them.)"""
-    out: dict[tuple[str, ...], tuple[str, ...]] = {("training", "model"): model.known_models()}
+    out: dict[tuple[str, ...], tuple[str, ...]] = {
+        ("training", "model"): model.known_models() + model.torch_models()
+        + (model.TORCH_MODEL,)}
     for path, constant in ((("transport", "type"), "TRANSPORTS"),
                            (("training", "syncMode"), "SYNC_MODES"),
                            (("scheduling", "policy"), "SCHEDULING_POLICIES")):

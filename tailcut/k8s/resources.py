@@ -326,7 +326,7 @@ def figures_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]) -> dict[
     {}. A message that is not the PS's JSON (e.g. a crash's last words) counts as none."""
     by_replica = {(p.get("metadata") or {}).get("labels", {}).get(LABEL_REPLICA): p
                   for p in pod_list}
-    for replica in ("ps-0", "replica-0"):
+    for replica in (plan.leader(job), "replica-0"):   # worker-0 under allreduce
         statuses = (by_replica.get(replica) or {}).get("status") or {}
         for cs in statuses.get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}

@@ -11,6 +11,8 @@ and items), and with the settings and target it converges with.
     cnn     small images (images.py)                     rnn     toy translation (sequences.py)
     sparse  Zipf-popular sparse ids, clicks (clicks.py)
     deep-mlp, even-mlp  deeper perceptrons on the mlp's documents (deep_mlp.py)
+    torch-mlp, torch-cnn  the mlp and cnn as PyTorch modules (torchzoo.py; need torch)
+    torch:<module>  a user's PyTorch factory, "pkg.mod:factory" (torchmodel.py)
 
     dataset = models.dataset("mlp", seed=0)
     model = models.create("mlp", dataset)
@@ -179,6 +181,30 @@ def _build_even_mlp(dataset: data.Dataset) -> Model:
                             hidden=deep_mlp.EVEN_HIDDEN, name="even-mlp")
 
 
+# A PyTorch factory makes the module and its data together: the data set remembers
+# the model made with it, for build() (kept alive together, so ids stay unique).
+_torch_made: dict[int, tuple[data.Dataset, Model]] = {}
+TORCH_PREFIX = "torch:"
+
+
+def _torch_dataset(ref: str) -> Callable[[int], data.Dataset]:
+    def make(seed: int) -> data.Dataset:
+        from tailcut.ml import torchmodel
+
+        model, dataset = torchmodel.build(ref, seed)
+        _torch_made[id(dataset)] = (dataset, model)
+        return dataset
+    return make
+
+
+def _torch_build(dataset: data.Dataset) -> Model:
+    try:
+        return _torch_made[id(dataset)][1]
+    except KeyError:
+        raise ValueError("a torch model is built with its own data set: pass the one "
+                         "models.dataset() returned") from None
+
+
 # Targets sit a little below each model's plateau, so "converged" is reached in a
 # few epochs with 4 workers and does not hinge on the noise of the last decimal.
 _REGISTRY: dict[str, Entry] = {
@@ -250,18 +276,51 @@ _REGISTRY: dict[str, Entry] = {
         max_epochs=20,
     ),
 }
+# The same two models in PyTorch, from the same initial parameters (torchzoo.py). Apart
+# from _REGISTRY: names() (what sweeps and `tailcut models` iterate) stays the numpy
+# models, which run wherever tailcut does; these need torch.
+_TORCH_REGISTRY: dict[str, Entry] = {
+    "torch-mlp": Entry(
+        make_dataset=_torch_dataset("tailcut.ml.torchzoo:mlp"),
+        build=_torch_build,
+        data="the mlp's documents and initial parameters; a PyTorch nn.Module",
+        target_accuracy=0.9,
+        learning_rate=0.3,
+        batch_size=32,
+        max_epochs=20,
+    ),
+    "torch-cnn": Entry(
+        make_dataset=_torch_dataset("tailcut.ml.torchzoo:cnn"),
+        build=_torch_build,
+        data="the cnn's images and initial parameters; a PyTorch nn.Module",
+        target_accuracy=0.85,
+        learning_rate=0.2,
+        batch_size=32,
+        max_epochs=20,
+    ),
+}
+TORCH_MODELS = tuple(_TORCH_REGISTRY)
 
 
 def names() -> list[str]:
-    """Names of the registered models, sorted."""
+    """Names of the registered numpy models, sorted (TORCH_MODELS: the PyTorch ones)."""
     return sorted(_REGISTRY)
 
 
+def is_torch(name: str) -> bool:
+    """Whether model ``name`` (a registry name or "torch:<module>") needs PyTorch."""
+    return name in TORCH_MODELS or name.startswith(TORCH_PREFIX)
+
+
 def _entry(name: str) -> Entry:
+    if name.startswith(TORCH_PREFIX):   # a user's module: default settings
+        return Entry(make_dataset=_torch_dataset(name[len(TORCH_PREFIX):]),
+                     build=_torch_build, data=f"made by {name[len(TORCH_PREFIX):]}")
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[name] if name in _REGISTRY else _TORCH_REGISTRY[name]
     except KeyError:
-        raise ValueError(f"model {name!r} is unknown; supported: {', '.join(names())}") from None
+        raise ValueError(f"model {name!r} is unknown; supported: {', '.join(names())}, "
+                         f"{', '.join(TORCH_MODELS)}, {TORCH_PREFIX}<module>") from None
 
 
 def dataset(name: str, seed: int) -> data.Dataset:

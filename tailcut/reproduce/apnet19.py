@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from tailcut import papers
-from tailcut.reproduce import figures, jobs
+from tailcut.reproduce import figures, gloo, jobs
 from tailcut.reproduce.measure import (Figure, Files, Measured, Value, markdown_table,
                                        number, ratio)
 from tailcut.reproduce.steps import Step
@@ -109,7 +109,7 @@ def steps(quick: bool) -> list[Step]:
                     estimate_s=_estimate_s(condition, short, quick),
                     job=jobs.render(_job(condition, short, repeat, quick)), needs_root=True,
                     ok_exit_codes=(0, 1), outputs=("results/metrics.json",)))
-    return out
+    return out + gloo.steps(quick)   # the section "against Gloo" (torch installed)
 
 
 def measure(files: Files, quick: bool) -> Measured:
@@ -143,6 +143,7 @@ def measure(files: Files, quick: bool) -> Measured:
     _table4(files, m, quick)
     _testbed(files, m, quick)
     m.values["sec3-2.range-index-overhead"] = _range_key_overhead()
+    gloo.measure(files, m, quick)
     for sweep_dir in SWEEPS:
         m.figures.append(Figure(f"{sweep_dir}/fig2.png", "Loss rate against epochs to "
                                 f"converge and modelled JCT, per model ({sweep_dir})",

@@ -124,7 +124,7 @@ def run(job: TrainingJob, results_dir: Path,
             phases.add("training", float(done["jct_s"]))
             phases.add("role_start", finished - launched - float(done["jct_s"]))
             for name, proc in roles.items():
-                if name not in ("ps-0", "replica-0"):
+                if name not in (plan.leader(job), "replica-0"):
                     try:
                         proc.wait(timeout=ROLE_EXIT_S)
                     except subprocess.TimeoutExpired:  # the result stands; say who hung
@@ -160,7 +160,10 @@ def run(job: TrainingJob, results_dir: Path,
         t = done["takeover"]
         progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "
                  f"{t['at_s']:.2f} s into training")
-    _dissection_report(job, results_dir, progress)
+    if job.spec.training.sync_mode == "allreduce":
+        _allreduce_report(job, results_dir, progress)
+    else:
+        _dissection_report(job, results_dir, progress)
     epochs_csv = results_dir / "epochs.csv"
     if result.epochs == 0:
         progress("no epoch completed (spec.training.iterations is below one epoch): "
@@ -192,7 +195,7 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
         argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
         log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
         with log:
-            stdout = subprocess.PIPE if pod.name in ("ps-0", "replica-0") else log
+            stdout = subprocess.PIPE if pod.name in (plan.leader(job), "replica-0") else log
             proc = procs.spawn(pod.netns, argv, stdout=stdout, stderr=log, env=env)
         running.append(proc)
         roles[pod.name] = proc
@@ -204,19 +207,20 @@ def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_
     """Follow the PS's JSON events until it reports done; fail fast if any role dies.
     With a replica, ps-0 may die: then follow the replica's events instead."""
     events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]" = queue.Queue()
-    for name in ("ps-0", "replica-0"):
+    first = plan.leader(job)   # ps-0, or worker-0 (rank 0) with syncMode allreduce
+    for name in (first, "replica-0"):
         if name in roles:
             threading.Thread(target=_read_events, args=(name, roles[name], events),
                              daemon=True).start()
     has_replica = "replica-0" in roles
-    leader = "ps-0"
+    leader = first
     t = job.spec.training
     deadline = time.monotonic() + t.timeout_s + 30  # the PS enforces timeout_s itself
     while True:
         if time.monotonic() > deadline:
             raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
                            "(spec.training.timeoutS); logs in " + str(results_dir / "logs"))
-        others = {n: p for n, p in roles.items() if n not in ("ps-0", "replica-0")}
+        others = {n: p for n, p in roles.items() if n not in (first, "replica-0")}
         if any(p.poll() not in (None, 0) for p in others.values()):
             raise RunError(_diagnose(roles, results_dir, None))
         if leader == "ps-0" and has_replica and roles["ps-0"].poll() not in (None, 0):
@@ -265,8 +269,10 @@ def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
         return (f"{name} exited with code {code}{how}:\n"
                 + _tail(results_dir / "logs" / f"{name}.log"))
     if ps_event is not None:
-        return f"ps-0: {ps_event.get('message')}"
-    return "ps-0 closed its output before finishing; logs in " + str(results_dir / "logs")
+        return f"{ps_event.get('role', 'ps')}-{ps_event.get('index', 0)}: " \
+               f"{ps_event.get('message')}"
+    return "the leading role (ps-0, or worker-0 under allreduce) closed its output before " \
+           "finishing; logs in " + str(results_dir / "logs")
 
 
 def _read_events(name: str, proc: subprocess.Popen[bytes],
@@ -300,6 +306,19 @@ def _dissection_report(job: TrainingJob, results_dir: Path,
         progress(f"no dissection report: {err}")
         return
     progress("dissection: " + ", ".join(p.name for p in written))
+
+
+def _allreduce_report(job: TrainingJob, results_dir: Path,
+                      progress: Callable[[str], None]) -> None:
+    """allreduce.json (per-iteration all-reduce percentiles) and allreduce.png."""
+    from tailcut.reports import allreduce_report  # here: matplotlib is slow to import
+    try:
+        summary = allreduce_report.report(results_dir, job.spec.replicas.workers,
+                                          title=job.name)
+    except (OSError, ValueError) as err:
+        progress(f"no all-reduce report: {err}")
+        return
+    progress(allreduce_report.describe(summary))
 
 
 def _record_network(network: build.Network, results_dir: Path) -> None:

@@ -66,12 +66,13 @@ def role_flows(job: TrainingJob) -> dict[str, Any]:
     if scheduling.policy == "coflow":
         from tailcut.ml import models
 
-        model = models.create(job.spec.training.model,
-                              models.dataset(job.spec.training.model, job.spec.training.seed))
+        model = models.create(job.spec.training.model_ref,
+                              models.dataset(job.spec.training.model_ref,
+                                             job.spec.training.seed))
         return {"policy": "coflow", "pace": coflow_pace(job, model.num_params)}
     if scheduling.policy != "cadentflow":
         return {"policy": scheduling.policy}
-    names = layer_names(job.spec.training.model, job.spec.training.seed)
+    names = layer_names(job.spec.training.model_ref, job.spec.training.seed)
     resolved = tags.resolve(scheduling, names)
     last = scheduling.priority_levels - 1
     out: dict[str, Any] = {"policy": "cadentflow"}

@@ -17,7 +17,9 @@ API_VERSION: Final = "tailcut.dev/v1alpha1"
 KIND: Final = "TrainingJob"
 TRANSPORTS = ("tcp", "udp", "bounded-loss", "app-drop")  # docs/bounded-loss.md
 LOSSY_TRANSPORTS = ("bounded-loss", "app-drop")          # the ones that take p
-SYNC_MODES = ("bsp", "async", "ssp")
+SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
+TORCH_MODEL = "torch"        # training.model naming a user's PyTorch factory (module)
+ALLREDUCE_PORT = 29500       # worker-0's torch.distributed rendezvous (its default)
 MAX_RACKS = 250              # rack r gets the subnet 10.<r+1>.0.0/24
 MAX_PODS_PER_RACK = 250
 
@@ -141,16 +143,24 @@ class Replicas(_Model):
 
 
 class Training(_Model):
-    model: str = "mlp"
+    model: str = Field(default="mlp", description="a built-in model (tailcut models), or "
+                       "torch: a PyTorch module given by module (docs/pytorch.md)")
+    module: Optional[str] = Field(
+        default=None,
+        description="model torch: \"package.module:factory\" or \"path/to/file.py:factory\", "
+                    "a function of the seed returning (nn.Module, loss, (x_train, y_train, "
+                    "x_test, y_test)); docs/pytorch.md")
     batch_size: int = Field(default=32, ge=1, le=65536, description="examples per worker per iteration")
     learning_rate: float = Field(default=0.1, gt=0.0, le=100.0)
     epochs: int = Field(default=20, ge=1, le=100_000, description="maximum epochs")
     iterations: Optional[int] = Field(default=None, ge=1, description="maximum iterations")
     target_accuracy: Optional[float] = Field(
         default=None, gt=0.0, le=1.0, description="stop once test accuracy reaches this")
-    sync_mode: Literal["bsp", "async", "ssp"] = Field(
+    sync_mode: Literal["bsp", "async", "ssp", "allreduce"] = Field(
         default="bsp", description="bsp: barrier every iteration; async: apply each push "
-                                   "at once; ssp: async within a staleness bound")
+                                   "at once; ssp: async within a staleness bound; "
+                                   "allreduce: no PS, the workers run PyTorch DDP with "
+                                   "Gloo's all-reduce (a torch model; docs/pytorch.md)")
     staleness: int = Field(default=0, ge=0, le=1000,
                            description="ssp: iterations a worker may run ahead of the slowest")
     ordering: Literal["fifo", "stf"] = Field(
@@ -172,9 +182,55 @@ class Training(_Model):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        if value not in known_models():
-            raise ValueError(f"unknown model {value!r}; known: {', '.join(known_models())}")
+        if value != TORCH_MODEL and value not in known_models() + torch_models():
+            raise ValueError(f"unknown model {value!r}; known: "
+                             f"{', '.join(known_models() + torch_models())}, "
+                             f"{TORCH_MODEL} (with module)")
         return value
+
+    @field_validator("module")
+    @classmethod
+    def _module_loads(cls, value: Optional[str]) -> Optional[str]:
+        """Import the factory now, so a typo or a broken module is refused before
+        anything is built. A relative file path is made absolute (the roles run
+        elsewhere)."""
+        if value is None:
+            return value
+        where, sep, name = value.rpartition(":")
+        if sep and where.endswith(".py"):
+            import os
+            value = f"{os.path.abspath(where)}:{name}"
+        from tailcut.ml import torchmodel
+        try:
+            torchmodel.load_factory(value)
+        except (torchmodel.TorchMissing, torchmodel.ModuleError) as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _module_with_torch(self) -> "Training":
+        if self.model == TORCH_MODEL and self.module is None:
+            raise ValueError('module: model torch needs module, e.g. module: '
+                             '"mypkg.models:build" (docs/pytorch.md)')
+        if self.module is not None and self.model != TORCH_MODEL:
+            raise ValueError(f"module: only model torch takes a module (model is "
+                             f"{self.model!r}); set model: torch or remove module")
+        if self.model != TORCH_MODEL and self.model in torch_models():
+            from tailcut.ml import torchmodel
+            try:
+                torchmodel.require()
+            except torchmodel.TorchMissing as err:
+                raise ValueError(f"model: {self.model} {err}") from None
+        if self.sync_mode == "allreduce" and self.model not in torch_models() + (TORCH_MODEL,):
+            raise ValueError(f"syncMode: allreduce runs PyTorch DDP, so it needs a torch "
+                             f"model ({', '.join(torch_models())} or torch with module), "
+                             f"not {self.model!r}")
+        return self
+
+    @property
+    def model_ref(self) -> str:
+        """The model as tailcut.ml.models names it: "torch:<module>" for a user's."""
+        return f"torch:{self.module}" if self.model == TORCH_MODEL else self.model
 
 
 def known_models() -> tuple[str, ...]:
@@ -185,6 +241,12 @@ def known_models() -> tuple[str, ...]:
     """
     from tailcut.ml import models
     return tuple(models.names())
+
+
+def torch_models() -> tuple[str, ...]:
+    """The built-in models that are PyTorch modules."""
+    from tailcut.ml import models
+    return models.TORCH_MODELS
 
 
 class Transport(_Model):
@@ -430,7 +492,10 @@ class JobSpec(_Model):
 
     def pod_names(self) -> list[str]:
         """Pods in creation order: parameter servers first, then workers, then the
-        replica and aggregators (appended so plain jobs place pods as before)."""
+        replica and aggregators (appended so plain jobs place pods as before).
+        syncMode allreduce has workers only: they all-reduce among themselves."""
+        if self.training.sync_mode == "allreduce":
+            return [f"worker-{i}" for i in range(self.replicas.workers)]
         return ([f"ps-{i}" for i in range(self.replicas.parameter_servers)]
                 + [f"worker-{i}" for i in range(self.replicas.workers)]
                 + (["replica-0"] if self.replicas.ps_replica else [])
@@ -445,10 +510,35 @@ class JobSpec(_Model):
         if t.aggregation != "mean" and t.sync_mode != "bsp":
             raise ValueError(f"training.aggregation: {t.aggregation} combines a bsp "
                              f"iteration's pushes, so it needs syncMode: bsp, not {t.sync_mode}")
+        if t.sync_mode == "allreduce":
+            self._allreduce_fits()
         if self.replicas.aggregators and t.sync_mode != "bsp":
             raise ValueError(f"training.syncMode: aggregators sum one iteration's updates, "
                              f"so they need bsp, not {t.sync_mode}")
         return self
+
+    def _allreduce_fits(self) -> None:
+        """DDP with Gloo: the workers and their TCP connections, nothing of the PS's."""
+        r = self.replicas
+        for wrong, why in (
+                (r.parameter_servers != 1, "replicas.parameterServers: allreduce has no "
+                 "parameter server; leave it at 1 (the default)"),
+                (r.ps_replica, "replicas.psReplica: allreduce has no PS to replicate"),
+                (bool(r.aggregators), "replicas.aggregators: Gloo's ring sums the "
+                 "gradients itself; remove the aggregators"),
+                (r.workers < 2, "replicas.workers: allreduce needs at least 2 workers"),
+                (self.transport.type != "tcp", f"transport.type: allreduce runs Gloo over "
+                 f"its own TCP connections, not {self.transport.type}; use tcp (the PS "
+                 "modes carry the other transports)"),
+                (self.training.aggregation != "mean", "training.aggregation: Gloo "
+                 "averages every coordinate; leave it at mean"),
+                (self.network.in_network is not None, "network.inNetwork: the ToR works "
+                 "with a PS; remove it for allreduce"),
+                (self.scheduling.policy != "fair", f"scheduling.policy: "
+                 f"{self.scheduling.policy} tags a PS's pulls and pushes; allreduce "
+                 "takes fair")):
+            if wrong:
+                raise ValueError(why)
 
     @model_validator(mode="after")
     def _in_network_fits(self) -> "JobSpec":

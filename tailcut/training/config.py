@@ -22,6 +22,10 @@ the plain 1-PS BSP job above):
 - ``sync_mode`` ``bsp``, ``async`` or ``ssp`` with ``staleness`` (iterations a worker
   may run ahead of the slowest), ``ordering`` ``fifo`` or ``stf`` (shortest transfer
   first) for the updates a PS has waiting, ``window_us`` for concurrent connections.
+- ``sync_mode`` ``allreduce``: no PS; the workers run PyTorch DDP with Gloo
+  (tailcut.training.allreduce), meeting at ``ps_host:ps_port``, which is then
+  worker-0's address and its rendezvous port. ``model`` is a torch model:
+  ``torch-mlp``, ``torch-cnn`` or ``torch:<package.module:factory>``.
 - ``aggregation``: how a bsp PS combines the gradient values that arrived, ``mean``
   (over the workers that delivered each coordinate) or ``unbiased`` (inverse-probability
   weighting; tailcut.training.aggregation).
@@ -44,7 +48,7 @@ from tailcut.ml import models
 from tailcut.training import aggregation
 
 ROLES = ("ps", "worker", "aggregator", "replica")
-SYNC_MODES = ("bsp", "async", "ssp")
+SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
 ORDERINGS = ("fifo", "stf")
 TAGGING = ("tcp", "udp", "bounded-loss")  # transports that send CadentFlow-tagged parts
 
@@ -259,8 +263,12 @@ def _check(c: RoleConfig) -> None:
         )
     if not 1 <= c.ps_port <= 65535:
         raise ConfigError(f"ps_port={c.ps_port}: must be in 1..65535")
-    if c.model not in models.names():
-        raise ConfigError(f"model={c.model!r}: supported models are {', '.join(models.names())}")
+    if c.model not in models.names() and not models.is_torch(c.model):
+        raise ConfigError(f"model={c.model!r}: supported models are {', '.join(models.names())} "
+                          f"and {models.TORCH_PREFIX}<package.module:factory>")
+    if c.sync_mode == "allreduce" and (c.role != "worker" or not models.is_torch(c.model)):
+        raise ConfigError(f"sync_mode='allreduce': runs workers of a torch model, not "
+                          f"role={c.role!r} model={c.model!r}")
     if c.batch_size < 1:
         raise ConfigError(f"batch_size={c.batch_size}: must be >= 1")
     if not (

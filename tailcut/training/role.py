@@ -65,7 +65,10 @@ def main(argv: list[str] | None = None,
         return exits.USAGE
     emit = _with_tcp_counters(cfg, emit)
     try:
-        if cfg.role in ("ps", "replica"):
+        if cfg.sync_mode == "allreduce":   # no PS: DDP over Gloo; rank 0 reports
+            from tailcut.training import allreduce  # here: it imports torch
+            emit(allreduce.run(cfg, emit))
+        elif cfg.role in ("ps", "replica"):
             ps.run(cfg, emit)
         elif cfg.role == "aggregator":
             emit(aggregator.run(cfg))

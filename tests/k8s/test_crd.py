@@ -29,11 +29,12 @@ def test_spec_schema_is_structural():
 def test_validator_checked_choices_become_enums():
     schema = crd.spec_schema()
     from tailcut.ml import models
-    assert schema["properties"]["training"]["properties"]["model"]["enum"] == list(models.names())
+    assert schema["properties"]["training"]["properties"]["model"]["enum"] == [
+        *models.names(), "torch-mlp", "torch-cnn", "torch"]
     assert schema["properties"]["transport"]["properties"]["type"]["enum"] == [
         "tcp", "udp", "bounded-loss", "app-drop"]
     assert schema["properties"]["training"]["properties"]["syncMode"]["enum"] == [
-        "bsp", "async", "ssp"]
+        "bsp", "async", "ssp", "allreduce"]
     assert schema["properties"]["scheduling"]["properties"]["policy"]["enum"] == [
         "fair", "coflow", "cadentflow"]
     sizes = schema["properties"]["backgroundLoad"]["properties"]["flowSizes"]["properties"]

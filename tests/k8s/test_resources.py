@@ -221,3 +221,25 @@ def test_only_pods_the_job_controls_and_names_count_as_its_own():
     assert resources.controller_uid(made[0]) == "1234"
     assert resources.controller_uid(labelled) is None
     assert resources.controller_uid(not_controller) is None
+
+
+def allreduce_job():
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "k8-demo"},
+                           "spec": {"replicas": {"workers": 2},
+                                    "training": {"model": "torch-mlp",
+                                                 "syncMode": "allreduce"},
+                                    "network": {"racks": [{"name": "a"}, {"name": "b"}]}}})
+
+
+def test_an_allreduce_job_has_worker_pods_only_and_its_figures_come_from_worker_0():
+    import pytest
+    from tailcut.ml import torchmodel
+    if not torchmodel.available():
+        pytest.skip("PyTorch is not installed (scripts/setup.sh)")
+    job_ = allreduce_job()
+    pods = resources.pods(job_, OWNER, "img:1")
+    assert [p["metadata"]["name"] for p in pods] == ["k8-demo-worker-0", "k8-demo-worker-1"]
+    done = [terminated("worker-0", DONE), terminated("worker-1", "")]
+    assert resources.figures_from_pods(job_, done)["jctSeconds"] == 4.2
+    assert resources.status_from_pods(job_, done)[0] == "Succeeded"

@@ -51,7 +51,8 @@ def test_quick_runs_each_condition_once_capped_at_a_few_iterations():
 
 
 def test_each_run_is_its_own_step_that_needs_its_metrics_to_count_as_finished():
-    plan = [s for s in apnet19.steps(False) if s.job is not None]
+    plan = [s for s in apnet19.steps(False)
+            if s.job is not None and not s.name.startswith("gloo-")]   # test_gloo.py
     assert len({s.name for s in plan}) == len({s.job for s in plan}) == len(plan) == 12
     assert all(s.needs_root and s.outputs == ("results/metrics.json",) for s in plan)
 

@@ -1,0 +1,235 @@
+"""All-reduce role (syncMode allreduce): PyTorch DDP over Gloo, no parameter server.
+
+The baseline a PyTorch user would otherwise pick for CPU training. Every worker is
+one rank (its index) of a torch.distributed group that meets at worker-0's address
+on the job's links (``cfg.ps_host:cfg.ps_port``, a TCPStore rank 0 serves); each
+rank's Gloo device is bound to the interface holding its pod's own address there,
+so the ring's TCP connections cross the job's links, buffers, random loss and
+background load exactly as a PS's would.
+
+An iteration on every rank: the gradient of its next minibatch (the same shard and
+the same minibatch order as a PS worker of the same index), DDP's all-reduce of it
+(Gloo, in DDP's buckets, averaged over the ranks), one SGD step. Arithmetically a
+bsp PS step: the mean of the workers' gradients times the learning rate.
+
+Rank 0 evaluates at every epoch boundary (the PS's iterations per epoch and its
+evaluation), writes epochs.csv and emits the PS's events (start, epoch, done), so a
+runtime follows it as it follows ps-0; a broadcast at each boundary tells the other
+ranks whether to go on. Every rank writes ``allreduce-worker-<i>.csv``::
+
+    step, compute_ms, allreduce_ms, iteration_ms, buckets
+
+``allreduce_ms`` runs from DDP handing its first bucket to Gloo to the last one's
+completion (a DDP communication hook stamps both), ``compute_ms`` is the rest of the
+forward and backward pass, ``iteration_ms`` the whole step including the update.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import os
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tailcut import errors
+from tailcut.ml import data, models, torchmodel
+from tailcut.training import exits, ps, records, worker
+from tailcut.training.config import RoleConfig
+
+Emit = Callable[[dict[str, Any]], None]
+FIELDS = ("step", "compute_ms", "allreduce_ms", "iteration_ms", "buckets")
+_SIOCGIFADDR = 0x8915
+TEARDOWN_S = 10.0   # the longest destroy_process_group may take before the role just ends
+
+
+def filename(index: int) -> str:
+    return f"allreduce-worker-{index}.csv"
+
+
+def interface_of(peer: str) -> tuple[str, str]:
+    """(interface, address) this namespace reaches ``peer`` from: Gloo must bind the
+    job's interface, not whatever the host name resolves to."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((peer, 9))   # a route lookup; a UDP connect sends nothing
+        address = probe.getsockname()[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR,
+                                  struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue   # no IPv4 address
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name, address
+    raise errors.RunError(f"no interface holds {address}, the address toward {peer}")
+
+
+class _Timer:
+    """The DDP communication hook: all-reduce each bucket (mean), stamping its span."""
+
+    def __init__(self, dist: Any, world: int) -> None:
+        self.dist, self.world = dist, world
+        self.spans: list[tuple[float, float]] = []
+
+    def hook(self, _state: Any, bucket: Any) -> Any:
+        started = time.perf_counter()
+        tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+        tensor.div_(self.world)
+        future = self.dist.all_reduce(tensor, async_op=True).get_future()
+
+        def finished(fut: Any) -> Any:
+            self.spans.append((started, time.perf_counter()))
+            return fut.value()[0]
+        return future.then(finished)
+
+    def take(self) -> tuple[float, int]:
+        """The last iteration's all-reduce span (s) and bucket count; resets."""
+        spans, self.spans = self.spans, []
+        if not spans:
+            return 0.0, 0
+        return max(e for _, e in spans) - min(s for s, _ in spans), len(spans)
+
+
+def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
+    """Train as rank ``cfg.index`` to the end; rank 0 emits the job's events and returns
+    its "done" event, the others their "worker_done"."""
+    torch = torchmodel.require()
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    results = Path(cfg.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    dataset = models.dataset(cfg.model, cfg.seed)
+    model = models.create(cfg.model, dataset)
+    if not isinstance(model, torchmodel.TorchModel):
+        raise errors.RunError(f"model={cfg.model!r}: allreduce needs a torch model")
+    x, y = data.shard(dataset.x_train, dataset.y_train, cfg.index, cfg.num_workers)
+    batches = worker.minibatches(len(x), cfg.batch_size,
+                                 np.random.default_rng([cfg.seed, 1 + cfg.index]))
+    ipe = ps.iterations_per_epoch(len(dataset.x_train), cfg.batch_size, cfg.num_workers)
+    rank, world = cfg.index, cfg.num_workers
+    ifname, address = interface_of(cfg.ps_host)
+    os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    timeout = datetime.timedelta(seconds=cfg.timeout_s + worker.GRACE_S)
+    dist.init_process_group("gloo", init_method=f"tcp://{cfg.ps_host}:{cfg.ps_port}",
+                            rank=rank, world_size=world, timeout=timeout)
+    finished = False
+    try:
+        ddp = DistributedDataParallel(model.module)
+        timer = _Timer(dist, world)
+        # A lambda: DDP refuses a hook whose parameters are annotated other than its way.
+        ddp.register_comm_hook(None, lambda state, bucket: timer.hook(state, bucket))
+        optimizer = torch.optim.SGD(model.module.parameters(), lr=cfg.learning_rate)
+        if rank == 0:
+            emit({"event": "start", "num_params": model.num_params,
+                  "iterations_per_epoch": ipe, "model": cfg.model, "sync_mode": "allreduce",
+                  "workers": world, "interface": ifname, "address": address})
+        deadline = time.monotonic() + cfg.timeout_s
+        started = time.monotonic()
+        epoch, step, stop_reason, last_eval = 0, 0, "", (float("nan"), float("nan"))
+        with records.CsvLog(results / filename(rank), FIELDS) as log, \
+                _EpochLog(results, rank) as epochs:
+            while True:
+                rows = next(batches)
+                t0 = time.perf_counter()
+                ddp.train()
+                optimizer.zero_grad(set_to_none=True)
+                loss = model.loss(ddp(torchmodel.to_tensor(x[rows])),
+                                  torchmodel.to_tensor(y[rows]))
+                loss.backward()   # DDP all-reduces the buckets as they fill
+                optimizer.step()
+                t1 = time.perf_counter()
+                reduce_s, buckets = timer.take()
+                step += 1
+                log.write({"step": step - 1,
+                           "compute_ms": round((t1 - t0 - reduce_s) * 1e3, 3),
+                           "allreduce_ms": round(reduce_s * 1e3, 3),
+                           "iteration_ms": round((t1 - t0) * 1e3, 3), "buckets": buckets})
+                at_max = cfg.max_iterations is not None and step >= cfg.max_iterations
+                if step % ipe and not at_max:
+                    continue
+                stop = torch.zeros(1, dtype=torch.int64)
+                if rank == 0:
+                    if step % ipe == 0:
+                        epoch += 1
+                        last_eval = epochs.evaluate(model, dataset, epoch, step,
+                                                    time.monotonic() - started, emit)
+                    stop_reason = _verdict(cfg, epoch, last_eval[1], at_max, deadline)
+                    stop[0] = 1 if stop_reason else 0
+                dist.broadcast(stop, src=0)
+                if int(stop.item()):
+                    break
+        jct_s = time.monotonic() - started
+        dist.barrier()   # every rank is done with the group before rank 0's store goes
+        finished = True
+    finally:
+        # torch 1.13's store client was seen spinning forever once rank 0 (which serves
+        # the store) had gone: the results are written, so a stuck teardown just ends.
+        guard = threading.Timer(TEARDOWN_S, os._exit,
+                                args=(exits.OK if finished else exits.FAILED,))
+        guard.daemon = True
+        guard.start()
+        dist.destroy_process_group()
+        guard.cancel()
+    if rank != 0:
+        return {"event": "worker_done", "index": rank, "last_iteration": step - 1}
+    if last_eval[1] != last_eval[1]:   # stopped between epochs: evaluate the end
+        last_eval = model.evaluate(torchmodel.to_numpy(model.flat), dataset.x_test,
+                                   dataset.y_test)
+    target = cfg.target_accuracy
+    return {"event": "done", "role": "worker-0", "sync_mode": "allreduce",
+            "converged": bool(target is not None and last_eval[1] >= target),
+            "stop_reason": stop_reason, "epochs": epoch, "iterations": step,
+            "updates": step, "jct_s": round(jct_s, 3),
+            "final_accuracy": round(last_eval[1], 6), "final_loss": round(last_eval[0], 6)}
+
+
+def _verdict(cfg: RoleConfig, epoch: int, accuracy: float, at_max: bool,
+             deadline: float) -> str:
+    """Why to stop now (the PS's reasons, in its order), or "" to go on."""
+    if cfg.target_accuracy is not None and accuracy >= cfg.target_accuracy:
+        return "target_accuracy"
+    if epoch >= cfg.max_epochs:
+        return "max_epochs"
+    if at_max:
+        return "max_iterations"
+    if time.monotonic() >= deadline:
+        return "timeout"
+    return ""
+
+
+class _EpochLog:
+    """Rank 0's epochs.csv and epoch events, the PS's (records.EPOCH_FIELDS)."""
+
+    def __init__(self, results: Path, rank: int) -> None:
+        self.log = (records.CsvLog(results / "epochs.csv", records.EPOCH_FIELDS)
+                    if rank == 0 else None)
+
+    def __enter__(self) -> _EpochLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.log is not None:
+            self.log.close()
+
+    def evaluate(self, model: torchmodel.TorchModel, dataset: data.Dataset, epoch: int,
+                 step: int, elapsed_s: float, emit: Emit) -> tuple[float, float]:
+        assert self.log is not None
+        params = torchmodel.to_numpy(model.flat)
+        train_loss, _ = model.evaluate(params, dataset.x_train[:ps.TRAIN_EVAL_ROWS],
+                                       dataset.y_train[:ps.TRAIN_EVAL_ROWS])
+        test = model.evaluate(params, dataset.x_test, dataset.y_test)
+        row = {"epoch": epoch, "iteration": step, "train_loss": round(train_loss, 6),
+               "test_loss": round(test[0], 6), "test_accuracy": round(test[1], 6),
+               "elapsed_s": round(elapsed_s, 3)}
+        self.log.write(row)
+        self.log.flush()
+        emit({"event": "epoch", **row})
+        return test

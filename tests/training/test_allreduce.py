@@ -1,0 +1,108 @@
+"""syncMode allreduce: real DDP/Gloo ranks as processes over 127.0.0.1.
+
+Two ranks of the torch MLP, three iterations per epoch: rank 0 reports like a PS
+(start, epoch, done; epochs.csv), every rank logs each iteration's all-reduce, and
+the model they end with is a bsp PS's: the same gradients averaged, the same steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tailcut.ml import data, models, torchmodel
+from tailcut.training import allreduce, ps, worker
+from tailcut.training.config import ConfigError, RoleConfig
+from tests.training.loopback import free_ports
+
+pytestmark = pytest.mark.skipif(not torchmodel.available(),
+                                reason="PyTorch is not installed (scripts/setup.sh)")
+ROLE = [sys.executable, "-m", "tailcut.training.role"]
+
+
+def _config(tmp_path, index: int, port: int, **extra) -> RoleConfig:
+    return RoleConfig(job="ar", role="worker", index=index, ps_host="127.0.0.1",
+                      ps_port=port, num_workers=2, results_dir=str(tmp_path / "results"),
+                      model="torch-mlp", batch_size=32, learning_rate=0.3, max_epochs=2,
+                      target_accuracy=None, sync_mode="allreduce", timeout_s=120, **extra)
+
+
+def _run(tmp_path, **extra) -> list[dict]:
+    port = free_ports(1)[0]
+    procs = []
+    for i in range(2):
+        path = tmp_path / f"worker-{i}.json"
+        _config(tmp_path, i, port, **extra).to_json(path)
+        procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + 240
+    try:
+        while any(p.poll() is None for p in procs):   # a failed rank: say why at once
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            assert not failed and time.monotonic() < deadline, \
+                [p.stderr.read() for p in failed] if failed else "timed out"  # type: ignore
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    outs = [p.communicate() for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    return [json.loads(line) for line in outs[0][0].splitlines()]
+
+
+def test_two_allreduce_ranks_train_and_rank_0_reports_like_a_ps(tmp_path):
+    events = _run(tmp_path)
+    kinds = [e["event"] for e in events]
+    assert kinds == ["start", "epoch", "epoch", "done"]
+    done = events[-1]
+    ipe = ps.iterations_per_epoch(8000, 32, 2)
+    assert done["iterations"] == 2 * ipe and done["stop_reason"] == "max_epochs"
+    assert done["role"] == "worker-0" and done["final_accuracy"] > 0.5
+    results = tmp_path / "results"
+    with open(results / "epochs.csv") as f:
+        assert [int(r["iteration"]) for r in csv.DictReader(f)] == [ipe, 2 * ipe]
+    for rank in (0, 1):
+        with open(results / allreduce.filename(rank)) as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 2 * ipe
+        assert all(float(r["allreduce_ms"]) > 0 and int(r["buckets"]) >= 1 for r in rows)
+        assert all(float(r["iteration_ms"]) >= float(r["allreduce_ms"]) for r in rows)
+
+
+def test_allreduce_steps_as_a_bsp_ps_would_on_the_same_minibatches(tmp_path):
+    events = _run(tmp_path, max_iterations=5)
+    assert events[-1]["iterations"] == 5 and events[-1]["stop_reason"] == "max_iterations"
+    # The PS's arithmetic by hand: each worker's next minibatch of its shard, the mean
+    # gradient, one step.
+    d = models.dataset("torch-mlp", 0)
+    m = models.create("torch-mlp", d)
+    params = m.init_params(np.random.default_rng(0))
+    shards = [data.shard(d.x_train, d.y_train, i, 2) for i in range(2)]
+    batches = [worker.minibatches(len(shards[i][0]), 32, np.random.default_rng([0, 1 + i]))
+               for i in range(2)]
+    for _ in range(5):
+        grads = []
+        for i in range(2):
+            rows = next(batches[i])
+            grads.append(m.loss_and_grad(params, shards[i][0][rows], shards[i][1][rows])[1])
+        params = params - 0.3 * (grads[0] + grads[1]) / 2
+    loss, accuracy = m.evaluate(params, d.x_test, d.y_test)
+    assert events[-1]["final_loss"] == pytest.approx(loss, abs=1e-5)
+    assert events[-1]["final_accuracy"] == pytest.approx(accuracy, abs=1e-3)
+
+
+def test_allreduce_config_is_refused_for_a_numpy_model_or_a_ps(tmp_path):
+    good = _config(tmp_path, 0, 7000).to_dict()
+    with pytest.raises(ConfigError, match="sync_mode='allreduce'"):
+        RoleConfig(**{**good, "model": "mlp"})
+    with pytest.raises(ConfigError, match="sync_mode='allreduce'"):
+        RoleConfig(**{**good, "role": "ps"})
+
