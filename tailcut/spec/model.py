@@ -281,9 +281,9 @@ class HotParameters(_Model):
 
 
 class InNetwork(_Model):
-    """Work the ToRs do for the job, in BPF (docs/in-network.md): the PS's ToR holds hot
-    parameters, or every rack's ToR sums its workers' gradients; and (alone or with
-    either) every rack's ToR copies the PS's parameters to its workers."""
+    """Work the ToRs do for the job, in BPF (docs/in-network.md), any of: the PS's ToR
+    holds hot parameters, every rack's ToR sums its workers' gradients, every rack's
+    ToR copies the PS's parameters to its workers."""
 
     hot_parameters: Optional[HotParameters] = Field(
         default=None,
@@ -300,9 +300,6 @@ class InNetwork(_Model):
     def _one_kind(self) -> "InNetwork":
         if self.hot_parameters is None and not self.aggregate and not self.multicast:
             raise ValueError("give hotParameters, aggregate: true or multicast: true")
-        if self.hot_parameters is not None and self.aggregate:
-            raise ValueError("hotParameters and aggregate: true together are not built "
-                             "yet; give one of them")
         return self
 
 
