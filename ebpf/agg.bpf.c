@@ -5,7 +5,8 @@
  * gradient per rack instead of one per worker. A member's ADD that is lost leaves its
  * slot short: the PS asks for what is in (FLUSH) and averages over the members who
  * made it (the bounded-loss semantics, counted at both ends). Packets not addressed to
- * the rack's aggregation address pass untouched. Every packet addressed to it gets
+ * the rack's aggregation address pass untouched to the port's next filter
+ * (TC_ACT_UNSPEC: TC_ACT_OK would end the port's filters there). Every packet addressed to it gets
  * one reason counted in agg_stats (a FLUSH whose answer cannot be built: a second,
  * send_failed), and every check comes before any write.
  * Loader: tailcut/datapath/agg.py. */
@@ -204,10 +205,10 @@ int tailcut_agg(struct __sk_buff *skb)
 
 	cfg = agg_config.lookup(&zero);
 	if (!cfg || !cfg->address)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	switch (rackport_classify(skb, cfg->address, TAILCUT_AGG_PORT)) {
 	case RACKPORT_NOT_MINE:
-		return TC_ACT_OK;   /* all of the rack's other traffic crosses these ports */
+		return TC_ACT_UNSPEC;   /* the rack's other traffic: the next filter's, or on */
 	case RACKPORT_BAD_IP:
 		return drop(TAILCUT_AGG_BAD_IP);
 	default:

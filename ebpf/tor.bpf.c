@@ -3,7 +3,8 @@
  * applies their pushes, in fixed point (Q8.24, see tor.h). Replies are written into
  * the request and sent back out of the port it came in on (bpf_redirect to the port's
  * egress), so they pass the port's shaping, loss and classes like any other packet.
- * Packets not addressed to the store pass untouched. Every packet addressed to it gets
+ * Packets not addressed to the store pass untouched to the port's next filter
+ * (TC_ACT_UNSPEC: TC_ACT_OK would end the port's filters there). Every packet addressed to it gets
  * exactly one reason counted in tor_stats, and every check comes before any write.
  * Loader: tailcut/datapath/tor.py. */
 #include <uapi/linux/bpf.h>
@@ -103,10 +104,10 @@ int tailcut_tor(struct __sk_buff *skb)
 
 	cfg = tor_config.lookup(&zero);
 	if (!cfg || !cfg->address)
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	switch (rackport_classify(skb, cfg->address, TAILCUT_TOR_PORT)) {
 	case RACKPORT_NOT_MINE:
-		return TC_ACT_OK;   /* the PS's own traffic crosses these ports too */
+		return TC_ACT_UNSPEC;   /* the PS's own traffic, or the next filter's */
 	case RACKPORT_BAD_IP:
 		return drop(TAILCUT_TOR_BAD_IP);
 	default:

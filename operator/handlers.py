@@ -36,7 +36,7 @@ import yaml
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, crd, metrics, placement, resources, status
+from tailcut.k8s import background, crd, metrics, placement, policy, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -377,9 +377,11 @@ def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
     nodes = core.list_node().items
     where = placement.place(job, namespace, placement.schedulable(
         [kubernetes.client.ApiClient().sanitize_for_serialization(n) for n in nodes]))
+    recorded = {"specGeneration": generation, "placement": placement.to_status(where)}
+    if job.spec.network.in_network is not None:   # the hot set chosen here, once
+        recorded["inNetwork"] = policy.in_network_data(job)
     api.patch_namespaced_custom_object_status(
-        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name,
-        {"status": {"specGeneration": generation, "placement": placement.to_status(where)}})
+        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name, {"status": recorded})
     return where
 
 

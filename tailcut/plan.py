@@ -5,8 +5,9 @@ entrypoint, workers/entrypoint.py) read a job through this module; nothing else 
 the spec into role configurations. It gives
 
 - the topology (tailcut.net.topology.plan, the same for both),
-- every role's configuration: transport options, CadentFlow tags, and where each of
-  its peers (PS shards, the replica, aggregators) listens,
+- every role's configuration: transport options, CadentFlow tags, where each of
+  its peers (PS shards, the replica, aggregators) listens, and the sections of the
+  ToR's programs (`in_network`: addresses, racks, the hot set resolved once),
 - what an executor cannot build, each refusal naming its field (`refusals`):
   `tailcut validate --executor`, `tailcut run` and the operator all ask it.
 
@@ -26,7 +27,8 @@ from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import ALLREDUCE_PORT, TrainingJob
 from tailcut.ml import models
-from tailcut.training import hotset, innetagg
+from tailcut import innetwork
+from tailcut.training import innetagg, innetmcast
 from tailcut.training.config import RoleConfig
 
 PS_PORT = 7000   # every listening role (PS shards, replica, aggregators) uses it
@@ -98,6 +100,9 @@ def _check_in_network(job: TrainingJob) -> None:
         return
     t = job.spec.training
     size = models.create(t.model_ref, models.dataset(t.model_ref, t.seed)).num_params
+    if in_network.multicast and size > innetmcast.MAX_ELEMENTS:
+        raise SpecError(f"spec.network.inNetwork.multicast: model {t.model} has {size} "
+                        f"parameters; the ToR copies at most {innetmcast.MAX_ELEMENTS}")
     hot = in_network.hot_parameters
     if hot is None:
         if in_network.aggregate and size > innetagg.MAX_ELEMENTS:
@@ -125,9 +130,12 @@ def needs_xdp(job: TrainingJob) -> bool:
 
 
 def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
-                flows: dict[str, Any] | None = None) -> RoleConfig:
+                flows: dict[str, Any] | None = None,
+                tor: innetwork.Sections | None = None) -> RoleConfig:
     """The configuration the role of `pod_name` runs with. `flows` overrides the
-    CadentFlow tags (the operator resolves them once and hands them to the pods)."""
+    CadentFlow tags and `tor` the ToR programs' sections (the operator resolves both
+    once and hands them to the pods)."""
+    sections = tor if tor is not None else in_network(job)
     pod = topology.plan(job).pod(pod_name)
     t = job.spec.training
     r = job.spec.replicas
@@ -157,8 +165,9 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
                      for a, agg in enumerate(r.aggregators)],
         staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
         aggregation=t.aggregation,
-        flows=flows if flows is not None else role_flows(job), hot=hotset.config(job),
-        aggregate=innetagg.config(job))
+        flows=flows if flows is not None else role_flows(job),
+        hot=sections.get("hot_store"), aggregate=sections.get("aggregation"),
+        multicast=sections.get("multicast"))
 
 
 def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
@@ -206,3 +215,26 @@ def role_flows(job: TrainingJob) -> dict[str, Any]:
             _flows_cache.clear()
         _flows_cache[key] = flowreport.role_flows(job)
     return _flows_cache[key]
+
+
+_tor_cache: dict[str, innetwork.Sections] = {}
+
+
+def in_network(job: TrainingJob) -> innetwork.Sections:
+    """The sections of the job's enabled ToR programs (spec.network.inNetwork), by kind
+    (tailcut.innetwork.KINDS): addresses, racks and workers, and what costs compute
+    (the hot set) resolved, as JSON data. `tailcut run` and the operator call it once
+    and hand the result to the roles and the ToR programs (the node agent reads it from
+    the job's status); cached per spec, as role_flows."""
+    key = job.spec.model_dump_json()
+    if key not in _tor_cache:
+        if len(_tor_cache) > 64:
+            _tor_cache.clear()
+        topo = topology.plan(job)
+        sections: innetwork.Sections = {}
+        for kind in innetwork.KINDS:
+            found = kind.section(job, topo)
+            if found is not None:
+                sections[kind.name] = kind.resolve(job, found)
+        _tor_cache[key] = sections
+    return _tor_cache[key]

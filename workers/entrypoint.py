@@ -34,16 +34,24 @@ ADDRESS_TIMEOUT_S = float(os.environ.get("TAILCUT_ADDRESS_TIMEOUT_S", "120"))
 
 
 def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
-                flows: Optional[dict[str, Any]] = None) -> RoleConfig:
+                flows: Optional[dict[str, Any]] = None,
+                tor: Optional[dict[str, Any]] = None) -> RoleConfig:
     """The role's configuration from the job's plan (tailcut.plan)."""
     return plan.role_config(job, replica, results_dir, plan.hosts(topology.plan(job)),
-                            flows)
+                            flows, tor)
 
 
 def read_flows(spec_path: Path) -> Optional[dict[str, Any]]:
     """The per-tensor tags the operator put next to the spec (config map key
     flows.json), or None to resolve them here from the spec."""
     path = spec_path.parent / policy.FLOWS_KEY
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_in_network(spec_path: Path) -> Optional[dict[str, Any]]:
+    """The ToR programs' sections the operator resolved (config map key
+    in-network.json: the hot set chosen once), or None to resolve them here."""
+    path = spec_path.parent / policy.IN_NETWORK_KEY
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -72,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"entrypoint: {args.replica} is {own_ip} on {ifname}", flush=True)
     results = os.environ.get("TAILCUT_RESULTS_DIR") or tempfile.mkdtemp(prefix="tailcut-")
     config_path = Path(results) / f"{args.replica}.json"
-    role_config(job, args.replica, results, read_flows(args.spec)).to_json(config_path)
+    role_config(job, args.replica, results, read_flows(args.spec),
+                read_in_network(args.spec)).to_json(config_path)
     try:
         return int(role.main([str(config_path)], emit=_emit_and_report) or 0)
     finally:

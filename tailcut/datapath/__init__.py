@@ -9,8 +9,11 @@ The modules in HELPERS are shared plumbing, not loaders:
     clsact   tc filters on clsact hooks; who added the clsact qdisc, shared by all
     cheader  a wire header's struct layout and #defines, read from a program's .h
     torformat  the ToR store's wire format and fixed point (loader and clients share it)
-    ports    RackProgram: a ToR program's filters on rack ports, counters, detach (tor, agg)
+    ports    RackProgram: a ToR program's filters on rack ports, counters, detach (tor,
+             agg, mcast)
     aggformat  in-network aggregation's wire format (loader, senders and the PS share it)
+    mcastformat  the parameters' multicast wire format (loader, PS and workers share it)
 """
 
-HELPERS = frozenset({"bcc", "bpfsys", "clsact", "cheader", "torformat", "aggformat", "ports"})
+HELPERS = frozenset({"bcc", "bpfsys", "clsact", "cheader", "torformat", "aggformat",
+                     "mcastformat", "ports"})

@@ -7,8 +7,8 @@ aggregation (tailcut.datapath.agg) are RackPrograms."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Optional, Self
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, Self
 
 from tailcut.datapath import bcc, clsact
 from tailcut.errors import DatapathError
@@ -29,21 +29,25 @@ class RackProgram:
         self._final_stats: Optional[dict[str, int]] = None
         self.program = bcc.load(stem, {function: "sched_cls"})
 
-    def _attach(self, netns_name: str, ifname: str, kind: int, workers: int) -> None:
+    def _attach(self, netns_name: str, ifname: str, kind: int, workers: int,
+                fill: Optional[Callable[[Any, int], None]] = None) -> None:
         """Run the program on ``ifname``'s ingress in ``netns_name``; its port table
-        entry says ``kind`` and the bitmap ``workers``."""
+        entry says ``kind`` and the bitmap ``workers``, and what ``fill(leaf,
+        ifindex)`` adds (a program whose entries hold more), all before the filter."""
         with self._lock:
             index = next((i for i in range(1, self.size) if i not in self._ports), None)
             if index is None:
                 raise DatapathError(f"the {self.what} serves at most {self.size - 1} ports "
                                     f"at once")
             table = self.program.table(f"{self.prefix}_ports")
-            leaf = table.Leaf()
-            leaf.kind, leaf.workers = kind, workers
-            table[table.Key(index)] = leaf
             try:
                 with netns.ipr(netns_name) as ipr:
                     ifindex = clsact.ifindex(ipr, netns_name, ifname)
+                    leaf = table.Leaf()
+                    leaf.kind, leaf.workers = kind, workers
+                    if fill is not None:
+                        fill(leaf, ifindex)
+                    table[table.Key(index)] = leaf
                     clsact.add_filter(ipr, netns_name, ifname, ifindex, direction="ingress",
                                       prio=self.prio, handle=1,
                                       fd=self.program.fds[self.function], name=self.function,

@@ -1,95 +1,125 @@
-"""The ToR's hot-parameter store for one job: loaded with the hot parameters' initial
-values, made reachable (neighbour entries for its address), attached to the ports of
-ps-0's rack."""
+"""The ToR's hot-parameter store for one job (spec.network.inNetwork.hotParameters):
+loaded with the hot parameters' initial values, made reachable (neighbour entries for
+its address), attached to the ports of ps-0's rack and its uplink."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from tailcut.datapath import tor
+from tailcut.innetwork.feature import Kind, Section
+from tailcut.ml import models
 from tailcut.net import build, naming
 from tailcut.net.build import Network
-from tailcut.net.topology import Pod
+from tailcut.net.topology import Pod, Topology
 from tailcut.spec.model import TrainingJob
-from tailcut.ml import models
 from tailcut.training import hotset
 from tailcut.transports import wire
 
-
-def home_rack(job: TrainingJob, network: Network) -> int:
-    """The rack whose ToR holds the store: ps-0's."""
-    return network.topology.pod("ps-0").rack
+NAME = "hot_store"
 
 
-def create(job: TrainingJob, network: Network) -> Optional[tor.Store]:
-    """The job's store, loaded and not yet attached; None when the job asks for none."""
-    config = hotset.config(job)
-    if config is None:
+def section(job: TrainingJob, topo: Topology) -> Optional[Section]:
+    """The store's address, in ps-0's rack, and which parameters it holds as the spec
+    says (top_k, or indices); None when the job puts none in the ToR."""
+    in_network = job.spec.network.in_network
+    if in_network is None or in_network.hot_parameters is None:
         return None
+    hot = in_network.hot_parameters
+    rack = topo.pod("ps-0").rack
+    return {"address": naming.hot_store_ip(rack), "rack": rack, "top_k": hot.top_k,
+            "indices": None if hot.indices is None else sorted(hot.indices)}
+
+
+def resolve(job: TrainingJob, spec_section: Section) -> Section:
+    """The hot set chosen (top_k: profiling the model's gradients) and the store's
+    initial values, once, as data: the roles and the node agent take them as they are."""
     t = job.spec.training
     dataset = models.dataset(t.model, t.seed)
     model = models.create(t.model, dataset)
-    index = hotset.select(config, model, dataset, t.batch_size, t.seed)
-    initial = model.init_params(np.random.default_rng(t.seed))[index]
-    return tor.Store(job=wire.job_id(job.name), workers=job.spec.replicas.workers,
-                     address=config["address"], initial=initial)
+    index = hotset.select(spec_section, model, dataset, t.batch_size, t.seed)
+    initial = model.init_params(np.random.default_rng(t.seed))[index].astype("<f4")
+    return {"address": spec_section["address"], "rack": spec_section["rack"],
+            "top_k": None, "indices": [int(i) for i in index],
+            "initial": base64.b64encode(initial.tobytes()).decode()}
 
 
-def serve_uplink(store: tor.Store, job: TrainingJob, network: Network) -> None:
-    """Requests from the other racks: the spine's neighbour entry and the rack's `up`,
-    which carries only the workers of the other racks."""
-    topo = network.topology
-    rack = topo.racks[home_rack(job, network)]
-    build.point_at_tor(network, rack.index, pods=(), spine=True,
-                       address=store.address, mac=naming.HOT_STORE_MAC)
-    remote = [p.index for p in topo.pods if p.role == "worker" and p.rack != rack.index]
-    store.attach(rack.netns, naming.RACK_UPLINK_IF, "uplink", workers=remote)
+class HotStore:
+    """The store (one program, in ps-0's rack) as a ToR feature."""
+
+    name = NAME
+
+    def __init__(self, job: TrainingJob, resolved: Section) -> None:
+        self.job, self.rack = job, int(resolved["rack"])
+        initial = np.frombuffer(base64.b64decode(resolved["initial"]), dtype="<f4")
+        self.store = tor.Store(job=wire.job_id(job.name), workers=job.spec.replicas.workers,
+                               address=resolved["address"], initial=initial)
+        self._links: dict[str, str] = {}
+
+    def serve_uplinks(self, network: Network) -> None:
+        """Requests from the other racks: the spine's neighbour entry and the rack's
+        `up`, which carries only the workers of the other racks."""
+        topo = network.topology
+        rack = topo.racks[self.rack]
+        build.point_at_tor(network, rack.index, pods=(), spine=True,
+                           address=self.store.address, mac=naming.HOT_STORE_MAC)
+        remote = [p.index for p in topo.pods if p.role == "worker" and p.rack != rack.index]
+        self.store.attach(rack.netns, naming.RACK_UPLINK_IF, "uplink", workers=remote)
+        self._links[f"{rack.netns}/{naming.RACK_UPLINK_IF}"] = (
+            f"hot-parameter store ({self.store.elements} parameters at "
+            f"{self.store.address})")
+
+    def serve_pods(self, network: Network, pods: Sequence[Pod]) -> None:
+        """A worker's port carries only that worker; ps-0's may read the counts."""
+        rack = network.topology.racks[self.rack]
+        here = [p for p in pods if p.rack == rack.index]
+        if not here:
+            return
+        build.point_at_tor(network, rack.index, pods=here, spine=False,
+                           address=self.store.address, mac=naming.HOT_STORE_MAC)
+        for pod in here:
+            port = naming.rack_port(pod.slot)
+            if pod.role == "worker":
+                self.store.attach(rack.netns, port, "worker", workers=[pod.index])
+            elif pod.name == "ps-0":
+                self.store.attach(rack.netns, port, "ps")
+
+    def release_pod(self, network: Network, pod: Pod) -> None:
+        if pod.rack == self.rack:
+            self.store.release(network.topology.racks[self.rack].netns,
+                               naming.rack_port(pod.slot))
+
+    def links(self) -> dict[str, str]:
+        return dict(self._links)
+
+    def describe(self) -> str:
+        return (f"ToR hot-parameter store: {self.store.elements} parameters at "
+                f"{self.store.address}")
+
+    def summary(self) -> dict[str, Any]:
+        """Packets per reason, slots' iterations."""
+        return {"elements": self.store.elements, "address": self.store.address,
+                "packets": {k: v for k, v in self.store.stats().items() if v},
+                "iterations": sorted(set(self.store.iterations()))}
+
+    def detach(self) -> list[str]:
+        try:
+            self.store.detach()
+        except Exception as err:   # noqa: BLE001 -- reported with the others'
+            return [f"hot-parameter store: {err}"]
+        return []
 
 
-def serve_pods(store: tor.Store, job: TrainingJob, network: Network,
-               pods: Sequence[Pod]) -> None:
-    """Requests from these pods of the home rack: their neighbour entries and ports.
-    A worker's port carries only that worker; ps-0's may read the counts."""
-    rack = network.topology.racks[home_rack(job, network)]
-    here = [p for p in pods if p.rack == rack.index]
-    build.point_at_tor(network, rack.index, pods=here, spine=False,
-                       address=store.address, mac=naming.HOT_STORE_MAC)
-    for pod in here:
-        port = naming.rack_port(pod.slot)
-        if pod.role == "worker":
-            store.attach(rack.netns, port, "worker", workers=[pod.index])
-        elif pod.name == "ps-0":
-            store.attach(rack.netns, port, "ps")
-
-
-def release_pod(store: tor.Store, job: TrainingJob, network: Network, pod: Pod) -> None:
-    """The pod was unwired: free its port's entry (the agent wires pods again and again
-    over a fabric's life)."""
-    rack = network.topology.racks[home_rack(job, network)]
-    if pod.rack == rack.index:
-        store.release(rack.netns, naming.rack_port(pod.slot))
-
-
-def start(job: TrainingJob, network: Network) -> Optional[tor.Store]:
-    """`tailcut run`: the store serving every port of the home rack, or None."""
-    store = create(job, network)
-    if store is None:
+def create(job: TrainingJob, resolved: Section, network: Network,
+           racks: Optional[Sequence[int]] = None) -> Optional[HotStore]:
+    """The store, loaded, not yet serving; None if ps-0's rack is not among ``racks``."""
+    if racks is not None and int(resolved["rack"]) not in racks:
         return None
-    try:
-        serve_uplink(store, job, network)
-        serve_pods(store, job, network, network.topology.racks[home_rack(job, network)].pods)
-    except BaseException:
-        store.detach()
-        raise
-    return store
+    return HotStore(job, resolved)
 
 
-def summary(store: tor.Store) -> dict[str, object]:
-    """What the store did, for network.json: packets per reason, slots' iterations
-    (call before detach)."""
-    return {"elements": store.elements, "address": store.address,
-            "packets": {k: v for k, v in store.stats().items() if v},
-            "iterations": sorted(set(store.iterations()))}
+KIND = Kind(name=NAME, section=section, create=create, resolve=resolve)

@@ -27,7 +27,8 @@ Pure: `admit` takes the pod as the client's watch yields it and the TrainingJob 
 API returns it, so it is tested against a real API server's objects.
 """
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from tailcut import spec
@@ -57,6 +58,9 @@ class Admitted:
     racks_at: placement.Placement   # rack -> node; empty: every rack on every node
     job_uid: str   # which incarnation of the job: one deleted and re-created has another
     replica: str   # ps-0, worker-3, bg-server-0: the pod's name in the plan
+    # spec.network.inNetwork as the operator resolved it (status.inNetwork): the ToR
+    # programs' sections, the hot set included; empty without inNetwork
+    tor: dict[str, Any] = field(default_factory=dict)
 
 
 def where(pod: Any) -> str:
@@ -123,5 +127,17 @@ def admit(pod: Any, training_job: Optional[Mapping[str, Any]]) -> Admitted:
     if pod.metadata.name != resources.pod_name(job, replica):
         raise Refused(f"{where(pod)}: not wired: the operator names {replica} of job "
                       f"{job.name} {resources.pod_name(job, replica)}")
+    tor: dict[str, Any] = {}
+    if job.spec.network.in_network is not None:
+        if not status.get("inNetwork"):
+            raise Refused(f"{where(pod)}: not wired yet: the operator has not recorded "
+                          f"TrainingJob {namespace}/{ref.name}'s resolved in-network "
+                          "programs in its status (status.inNetwork); the pod's next event "
+                          "retries")
+        try:
+            tor = json.loads(status["inNetwork"])
+        except ValueError as err:
+            raise Refused(f"{where(pod)}: not wired: status.inNetwork of TrainingJob "
+                          f"{namespace}/{ref.name} is not JSON: {err}") from err
     return Admitted(job=job, racks_at=placement.from_status(status.get("placement") or {}),
-                    job_uid=ref.uid, replica=replica)
+                    job_uid=ref.uid, replica=replica, tor=tor)

@@ -50,10 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from tailcut import features
-from tailcut.datapath import tor
+from tailcut import features, innetwork
 from tailcut.errors import TailcutError
-from tailcut.innetwork import aggregation, hotstore
 from tailcut.k8s import admission, crd, metrics, placement, resources
 from tailcut.net import build, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
@@ -133,9 +131,8 @@ class Fabric:
     node: str
     network: build.Network
     enforcement: Optional[enforce.Enforcement] = None   # cadentflow on the uplinks
-    store: Optional[tor.Store] = None   # the hot-parameter store, on ps-0's node
-    # in-network aggregation: a program per rack of this node with workers
-    aggregators: aggregation.Aggregators = field(default_factory=dict)
+    # the ToR programs (spec.network.inNetwork) of the racks on this node
+    tor: list[innetwork.TorFeature] = field(default_factory=list)
     job_uid: str = ""   # the TrainingJob's: which incarnation of the job
     overlay_vni: Optional[int] = None   # its VXLAN, guarded in the node's namespace
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
@@ -170,12 +167,14 @@ def readable(fabric: Fabric, wired_ns: dict[str, str], key: str) -> str:
 
 def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
                  where: placement.Placement,
-                 vnis_taken: Optional[dict[int, str]] = None) -> Fabric:
+                 vnis_taken: Optional[dict[int, str]] = None,
+                 tor: Optional[innetwork.Sections] = None) -> Fabric:
     """The job's spine and the racks placed on `node` (all of them without a
-    placement), with cadentflow's classes on both ends of every uplink, and the VXLAN
+    placement), with cadentflow's classes on both ends of every uplink, the VXLAN
     to the job's spines on other nodes (refused if its VNI is one of `vnis_taken`,
-    another job's on this node). Call it from the node's network namespace.
-    All or nothing."""
+    another job's on this node), and the ToR programs of `tor` (the sections the
+    operator resolved, tailcut.plan.in_network) serving the racks' uplinks. Call it
+    from the node's network namespace. All or nothing."""
     topo = node_topology(job, namespace, node)
     here = [r for r in topo.racks if not where or where[r.name].name == node]
     if not here:
@@ -205,20 +204,11 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
             fabric.enforcement = enforce.apply_to(
                 [e for r in here for e in enforce.uplink_egresses(topo, r)],
                 job.spec.scheduling, topo.mtu)
-        if job.spec.network.in_network is not None \
-                and topo.pod("ps-0").rack in [r.index for r in here]:
-            fabric.store = hotstore.create(job, network)   # None without inNetwork
-            if fabric.store is not None:
-                hotstore.serve_uplink(fabric.store, job, network)
-                rack = topo.racks[hotstore.home_rack(job, network)]
-                network.applied[f"{rack.netns}/{naming.RACK_UPLINK_IF}"] += (
-                    f"; hot-parameter store ({fabric.store.elements} parameters at "
-                    f"{fabric.store.address})")
-        fabric.aggregators = aggregation.create(job, network, racks=[r.index for r in here])
-        aggregation.serve_uplink(fabric.aggregators, network)
-        for index, program in fabric.aggregators.items():
-            network.applied[f"{topo.racks[index].netns}/{naming.RACK_UPLINK_IF}"] += (
-                f"; aggregation (workers {program.members} at {program.address})")
+        fabric.tor = innetwork.create(job, tor or {}, network, racks=[r.index for r in here])
+        for feature in fabric.tor:
+            feature.serve_uplinks(network)
+            for key, what in feature.links().items():
+                network.applied[key] += f"; {what}"
     except BaseException:
         remove_fabric(fabric)
         raise
@@ -236,24 +226,15 @@ def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, ov
 def remove_fabric(fabric: Fabric) -> None:
     try:
         _count_uplink_drops(fabric)
-        if fabric.aggregators:
+        for feature in fabric.tor:
             try:
-                log.info("%s/%s: aggregation: %s", fabric.namespace, fabric.job.name,
-                         aggregation.summary(fabric.aggregators))
+                log.info("%s/%s: %s: %s", fabric.namespace, fabric.job.name, feature.name,
+                         feature.summary())
             except Exception as err:   # noqa: BLE001 -- a log line must not keep it loaded
-                log.warning("%s/%s: cannot read the aggregation counters: %s",
-                            fabric.namespace, fabric.job.name, err)
-            for error in aggregation.detach(fabric.aggregators):
-                log.warning("%s/%s: aggregation: %s", fabric.namespace, fabric.job.name,
-                            error)
-        if fabric.store is not None:
-            try:
-                log.info("%s/%s: hot-parameter store: %s", fabric.namespace,
-                         fabric.job.name, hotstore.summary(fabric.store))
-            except Exception as err:   # noqa: BLE001 -- a log line must not keep it loaded
-                log.warning("%s/%s: cannot read the hot-parameter store's counters: %s",
-                            fabric.namespace, fabric.job.name, err)
-            fabric.store.detach()
+                log.warning("%s/%s: cannot read the %s counters: %s", fabric.namespace,
+                            fabric.job.name, feature.name, err)
+        for error in innetwork.detach(fabric.tor):
+            log.warning("%s/%s: %s", fabric.namespace, fabric.job.name, error)
     finally:
         try:
             if fabric.enforcement is not None:
@@ -313,16 +294,9 @@ def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
                 topo.mtu)
             for key, classes in wired.enforcement.applied.items():
                 wired.applied[key] += f"; {fabric.job.spec.scheduling.policy}: {classes}"
-        if fabric.store is not None:
-            hotstore.serve_pods(fabric.store, fabric.job, fabric.network, [pod])
-        aggregation.serve_pods(fabric.aggregators, fabric.network, [pod])
+        innetwork.serve_pod(fabric.tor, fabric.network, pod)   # all or nothing
     except BaseException:
-        try:   # the ports already served go back to the programs' tables
-            if fabric.store is not None:
-                hotstore.release_pod(fabric.store, fabric.job, fabric.network, pod)
-            aggregation.release_pod(fabric.aggregators, fabric.network, pod)
-        finally:
-            build.unwire_pod(fabric.network, pod)
+        build.unwire_pod(fabric.network, pod)
         raise
     fabric.pods[uid] = wired
     return wired
@@ -335,9 +309,7 @@ def unwire(wired: Wired) -> None:
     fabric = wired.fabric
     pod = fabric.network.topology.pod(wired.replica)
     try:
-        if fabric.store is not None:
-            hotstore.release_pod(fabric.store, fabric.job, fabric.network, pod)
-        aggregation.release_pod(fabric.aggregators, fabric.network, pod)
+        innetwork.release_pod(fabric.tor, fabric.network, pod)
     finally:
         try:
             if wired.enforcement is not None:
@@ -427,7 +399,7 @@ class Agent:
             return
         try:
             wired = self._wire(pod.metadata.namespace, ok.job, ok.racks_at, ok.job_uid, uid,
-                               ok.replica, pid)
+                               ok.replica, pid, ok.tor)
             wired.where = where
         except Exception:
             metrics.shaping_failures.inc()
@@ -452,7 +424,8 @@ class Agent:
         return admission.admit(pod, job)
 
     def _wire(self, namespace: str, job: TrainingJob, where: placement.Placement,
-              job_uid: str, uid: str, replica: str, pid: int) -> Wired:
+              job_uid: str, uid: str, replica: str, pid: int,
+              tor: Optional[innetwork.Sections] = None) -> Wired:
         key = (namespace, job.name)
         fabric = self.fabrics.get(key)
         if fabric is not None and fabric.job_uid != job_uid:
@@ -464,7 +437,7 @@ class Agent:
         if fabric is None:
             fabric = build_fabric(namespace, job, self.has_netem, self.node, where, {
                 f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
-                if f.overlay_vni is not None})
+                if f.overlay_vni is not None}, tor=tor)
             fabric.job_uid = job_uid
             self.fabrics[key] = fabric
             log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "

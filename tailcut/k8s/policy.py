@@ -24,6 +24,9 @@ from tailcut.scheduling import enforce
 from tailcut.spec.model import TrainingJob
 
 FLOWS_KEY = "flows.json"            # config map key; the pods see SPEC_MOUNT/flows.json
+# spec.network.inNetwork resolved once by the operator (tailcut.plan.in_network): the
+# pods read it from the config map, the node agents from the job's status.inNetwork.
+IN_NETWORK_KEY = "in-network.json"
 
 
 def check_enforceable(job: TrainingJob) -> None:
@@ -35,4 +38,12 @@ def check_enforceable(job: TrainingJob) -> None:
 
 def config_data(job: TrainingJob) -> dict[str, str]:
     """What the job's config map carries for the pods besides the spec."""
-    return {FLOWS_KEY: json.dumps(plan.role_flows(job), sort_keys=True)}
+    data = {FLOWS_KEY: json.dumps(plan.role_flows(job), sort_keys=True)}
+    if job.spec.network.in_network is not None:
+        data[IN_NETWORK_KEY] = in_network_data(job)
+    return data
+
+
+def in_network_data(job: TrainingJob) -> str:
+    """The ToR programs' sections as the config map and status.inNetwork carry them."""
+    return json.dumps(plan.in_network(job), sort_keys=True)

@@ -98,6 +98,10 @@ class Status(_Model):
         default_factory=dict, description="per rack: the node that holds it (empty: no "
                                           "schedulable node was known, every node builds "
                                           "every rack)")
+    in_network: Optional[str] = Field(
+        default=None, description="spec.network.inNetwork resolved once (JSON: each ToR "
+                                  "program's addresses, racks and data, e.g. the hot set, "
+                                  "tailcut.plan.in_network): what the node agents load")
     replica_statuses: dict[str, ReplicaStatus] = Field(
         default_factory=dict, description="per role (PS, Worker): pod counts")
     backend: Optional[str] = Field(default=None, description="kubernetes or local")

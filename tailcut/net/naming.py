@@ -117,3 +117,13 @@ def aggregation_ip(rack_index: int) -> str:
 
 
 AGGREGATION_MAC = "02:74:63:61:67:67"   # locally administered; "tcagg"
+
+
+# The ToR's multicast of the PS's parameters takes them at this address of each
+# workers' rack, the same way (its ingress program on the way from the PS, a fixed MAC
+# as a permanent neighbour in ps-0 and the spine).
+def multicast_ip(rack_index: int) -> str:
+    return f"10.{rack_index + 1}.0.252"
+
+
+MULTICAST_MAC = "02:74:63:6d:63:73"   # locally administered; "tcmcs"

@@ -24,7 +24,7 @@ from tailcut.errors import DatapathError, RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut.reports import plots
-from tailcut.innetwork import aggregation, hotstore
+from tailcut import innetwork
 from tailcut.datapath import bcc
 from tailcut.runtime import background, overheads, procs
 from tailcut.spec.model import TrainingJob
@@ -93,20 +93,14 @@ def run(job: TrainingJob, results_dir: Path,
                 teardown.callback(scheduled.detach)
                 teardown.callback(_add_to_network_json, results_dir, "scheduling",
                                   lambda: _scheduling_summary(scheduled))
-            store = hotstore.start(job, network)
-            if store is not None:
-                teardown.callback(store.detach)
-                teardown.callback(_add_to_network_json, results_dir, "hot_store",
-                                  lambda: hotstore.summary(store))
-                progress(f"ToR hot-parameter store: {store.elements} parameters at "
-                         f"{store.address}, in {topo.racks[topo.pod('ps-0').rack].netns}")
-            aggregators = aggregation.start(job, network)
-            if aggregators:
-                teardown.callback(_detach_aggregators, aggregators)
-                teardown.callback(_add_to_network_json, results_dir, "aggregation",
-                                  lambda: aggregation.summary(aggregators))
-                progress(f"ToR aggregation: racks {sorted(aggregators)} sum their workers' "
-                         f"gradients for the PS")
+            tor = plan.in_network(job)   # the hot set chosen once, for roles and ToR
+            programs = innetwork.start(job, tor, network)
+            if programs:   # before the namespaces go: counters, then detach
+                teardown.callback(_detach_programs, programs)
+                for feature in programs:
+                    teardown.callback(_add_to_network_json, results_dir, feature.name,
+                                      feature.summary)
+                    progress(feature.describe())
 
             def stop_roles() -> None:
                 for proc in running:
@@ -118,7 +112,7 @@ def run(job: TrainingJob, results_dir: Path,
             bg = background.start(job, topo, results_dir, progress)
             launched = time.monotonic()
             phases.add("datapath", launched - datapath_started)
-            roles = _launch(job, topo, results_dir, running)
+            roles = _launch(job, topo, results_dir, running, tor)
             done = _watch(job, roles, results_dir, progress)
             finished = time.monotonic()
             phases.add("training", float(done["jct_s"]))
@@ -180,7 +174,8 @@ def run(job: TrainingJob, results_dir: Path,
 
 
 def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
-            running: list[subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
+            running: list[subprocess.Popen[bytes]],
+            tor: innetwork.Sections) -> dict[str, subprocess.Popen[bytes]]:
     """Start every role in its pod; return them by pod name. The PS shard 0 and the
     replica write JSON events on stdout (piped); the others only log."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -190,8 +185,8 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
         if pod.role in topology.BACKGROUND_ROLES:
             continue  # started by tailcut.runtime.background
         config_path = results_dir / "logs" / f"{pod.name}.json"
-        plan.role_config(job, pod.name, str(results_dir),
-                         plan.hosts(topo)).to_json(config_path)
+        plan.role_config(job, pod.name, str(results_dir), plan.hosts(topo),
+                         tor=tor).to_json(config_path)
         argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
         log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
         with log:
@@ -354,8 +349,8 @@ def _add_to_network_json(results_dir: Path, key: str, value_of: Callable[[], Any
     _write_json(path, data)
 
 
-def _detach_aggregators(aggregators: aggregation.Aggregators) -> None:
-    errors = aggregation.detach(aggregators)
+def _detach_programs(programs: list[innetwork.TorFeature]) -> None:
+    errors = innetwork.detach(programs)
     if errors:
         raise DatapathError("; ".join(errors))
 

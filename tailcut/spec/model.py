@@ -353,8 +353,9 @@ class HotParameters(_Model):
 
 
 class InNetwork(_Model):
-    """Work the ToRs do for the job, in BPF (docs/in-network.md): the PS's ToR holds hot
-    parameters, or every rack's ToR sums its workers' gradients."""
+    """Work the ToRs do for the job, in BPF (docs/in-network.md), any of: the PS's ToR
+    holds hot parameters, every rack's ToR sums its workers' gradients, every rack's
+    ToR copies the PS's parameters to its workers."""
 
     hot_parameters: Optional[HotParameters] = Field(
         default=None,
@@ -362,12 +363,15 @@ class InNetwork(_Model):
     aggregate: bool = Field(
         default=False,
         description="each rack's ToR sums its workers' gradients and sends the PS one sum")
+    multicast: bool = Field(
+        default=False,
+        description="the PS sends each rack one copy of the parameters and the rack's ToR "
+                    "copies it to the rack's workers (a lost copy is repaired by the PS)")
 
     @model_validator(mode="after")
     def _one_kind(self) -> "InNetwork":
-        if (self.hot_parameters is None) == (not self.aggregate):
-            raise ValueError("give hotParameters or aggregate: true (one of them; the two "
-                             "together are not built yet)")
+        if self.hot_parameters is None and not self.aggregate and not self.multicast:
+            raise ValueError("give hotParameters, aggregate: true or multicast: true")
         return self
 
 
@@ -380,7 +384,8 @@ class Network(_Model):
     access_link: Link = Field(default_factory=Link, description="each pod to its rack")
     uplink: Link = Field(default_factory=Link, description="each rack to the spine")
     in_network: Optional[InNetwork] = Field(
-        default=None, description="hot parameters held by the PS's ToR (BPF)")
+        default=None, description="work the ToRs do in BPF: hot parameters, aggregation, "
+                                  "multicast of the parameters")
     mtu: int = Field(
         default=DEFAULT_MTU, ge=MIN_MTU, le=MAX_MTU,
         description="IP MTU in bytes of every link of the job (the pods' interfaces, the "

@@ -88,8 +88,11 @@ class RoleConfig:
     aggregation: str = "mean"  # bsp: how the PS combines what arrived (training.aggregation)
     # The ToR's hot parameters: {"address", "top_k" or "indices"} (tailcut.training.hotset)
     hot: dict[str, Any] | None = None
-    # The ToRs' aggregation: {"racks": [{"index", "address", "workers"}]} (training.innetagg)
+    # The ToRs' aggregation: {"racks": [{"index", "address", "workers"}], "elements"}
+    # (training.innetagg)
     aggregate: dict[str, Any] | None = None
+    # The ToRs' multicast of the parameters: as aggregate's (training.innetmcast)
+    multicast: dict[str, Any] | None = None
 
     @property
     def shards(self) -> list[tuple[str, int]]:

@@ -1,23 +1,20 @@
-"""Which parameters the ToR holds (spec.network.inNetwork.hotParameters), chosen the
-same way by every role: the given indices, or the top k by how often a gradient
-changes them, measured on the job's own training data before training starts."""
+"""Which parameters the ToR holds (spec.network.inNetwork.hotParameters): the given
+indices, or the top k by how often a gradient changes them, measured on the job's own
+training data before training starts. Chosen once (tailcut.plan.in_network, through
+tailcut.innetwork.hotstore) and handed to every role as indices."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from tailcut.net import naming
 from tailcut.ml import data, models
 from tailcut.training import records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import hot, wire
-
-if TYPE_CHECKING:   # the spec (pydantic) is the runner's; a role starts faster without
-    from tailcut.spec.model import TrainingJob
 
 PROFILE_BATCHES = 256   # minibatches measured: enough to rank a Zipf tail, a second or so
 
@@ -35,20 +32,6 @@ def update_frequency(model: models.Model, dataset: data.Dataset, batch_size: int
                                       dataset.y_train[lo:lo + batch_size])
         counts += grad != 0
     return counts
-
-
-def config(job: TrainingJob) -> dict[str, Any] | None:
-    """What every role (and whoever loads the store) needs of spec.network.inNetwork:
-    the store's address, in ps-0's rack, and which parameters it holds, as select()
-    takes them; None when the job puts none in the ToR."""
-    in_network = job.spec.network.in_network
-    if in_network is None or in_network.hot_parameters is None:
-        return None
-    hot = in_network.hot_parameters
-    from tailcut.net import topology
-    rack = topology.plan(job).pod("ps-0").rack
-    return {"address": naming.hot_store_ip(rack), "top_k": hot.top_k,
-            "indices": None if hot.indices is None else list(hot.indices)}
 
 
 def select(hot: dict[str, Any], model: models.Model, dataset: data.Dataset,

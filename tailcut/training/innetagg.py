@@ -10,37 +10,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from tailcut import errors
-from tailcut.net import naming
 from tailcut.training import records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import agg, base, wire
 
-if TYPE_CHECKING:   # the spec (pydantic) is the runner's; a role starts faster without
-    from tailcut.spec.model import TrainingJob
-
 MAX_ELEMENTS = agg.MAX_ELEMENTS
-
-
-def config(job: TrainingJob) -> dict[str, Any] | None:
-    """What every role needs of inNetwork.aggregate: each rack with workers, its
-    aggregation address and its workers; None when the job does not aggregate."""
-    in_network = job.spec.network.in_network
-    if in_network is None or not in_network.aggregate:
-        return None
-    from tailcut.net import topology
-    topo = topology.plan(job)
-    racks = []
-    for rack in topo.racks:
-        workers = sorted(p.index for p in rack.pods if p.role == "worker")
-        if workers:
-            racks.append({"index": rack.index, "address": naming.aggregation_ip(rack.index),
-                          "workers": workers})
-    return {"racks": racks}
 
 
 def _racks(cfg: RoleConfig) -> list[agg.Rack]:

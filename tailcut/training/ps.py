@@ -44,7 +44,8 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import models
-from tailcut.training import aggregation, flows, hotset, inbox, innetagg, peers, records, rpc
+from tailcut.training import (aggregation, flows, hotset, inbox, innetagg, innetmcast, peers,
+                              records, rpc)
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message
@@ -143,6 +144,11 @@ class _Server:
         self.aggregate = (innetagg.PSSide(cfg, self.size)
                           if cfg.aggregate is not None else None)
         self.aggregate_summary: dict[str, Any] | None = None
+        # The racks' ToRs copy the model to their workers (inNetwork.multicast): the
+        # PS sends each rack one copy and answers each pull with an empty PARAMS.
+        self.multicast = (innetmcast.PSSide(cfg, self.size)
+                          if cfg.multicast is not None and self.active else None)
+        self.multicast_summary: dict[str, Any] | None = None
         self.asked_next: set[str] = set()
         self.per_epoch = iterations_per_epoch(
             len(self.dataset.x_train), cfg.batch_size, cfg.num_workers
@@ -278,6 +284,8 @@ class _Server:
                 log.close()
             if self.aggregate is not None:
                 self.aggregate.collector.close()
+            if self.multicast is not None and self.multicast_summary is None:
+                self.multicast.finish()
         return self._done()
 
     # ------------------------------------------------------------- main loop
@@ -475,7 +483,11 @@ class _Server:
     def _answer(self, ev: inbox.Event, who: str, dequeued: int, ready: int) -> None:
         msg = ev.msg
         assert msg is not None
-        values = self.params.copy()  # prepare the reply: what PS_proc of a pull measures
+        if self.multicast is not None:   # the racks get one copy; the pull, word of it
+            self.multicast.publish_once(msg.iteration, self.params)
+            values = np.zeros(0, dtype=np.float32)
+        else:
+            values = self.params.copy()  # prepare the reply: what PS_proc of a pull measures
         replied = time.time_ns()
         reply_bytes = self._send(who, Message(Kind.PARAMS, msg.iteration, base.PS_SENDER, values))
         self._row("pull", who, msg.iteration, ev.arrived_ns, dequeued, ready, replied,
@@ -656,6 +668,8 @@ class _Server:
             self.hot_summary = self.hot.finish(self.results / "hot-ps-0.csv")
         if self.aggregate is not None:
             self.aggregate_summary = self.aggregate.finish(self.results / "agg-ps-0.csv")
+        if self.multicast is not None:
+            self.multicast_summary = self.multicast.finish()
         rpc.write_connections(
             self.results / f"connections-{self.name}.csv", self.arrivals, self.cfg.window_us
         )
@@ -682,5 +696,7 @@ class _Server:
             done["hot"] = self.hot_summary
         if self.aggregate_summary is not None:
             done["aggregate"] = self.aggregate_summary
+        if self.multicast_summary is not None:
+            done["multicast"] = self.multicast_summary
         self.emit(done)
         return done

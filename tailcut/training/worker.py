@@ -33,7 +33,7 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import data, layerwise, models
-from tailcut.training import flows, hotset, inbox, innetagg, peers, ps, records
+from tailcut.training import flows, hotset, inbox, innetagg, innetmcast, peers, ps, records
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -100,6 +100,10 @@ class _Worker:
         # The ToRs' aggregation (spec.network.inNetwork.aggregate): gradients go there.
         self.aggregate = (innetagg.WorkerSide(cfg, self.model.num_params)
                           if cfg.aggregate is not None else None)
+        # The ToR's copies of the model (inNetwork.multicast): a pull's PARAMS says they
+        # were sent; its socket is open before the HELLO, which asks for the first.
+        self.multicast = (innetmcast.WorkerSide(cfg, self.model.num_params)
+                          if cfg.multicast is not None else None)
         self.batches = minibatches(
             len(self.x), cfg.batch_size, np.random.default_rng([cfg.seed, 1 + cfg.index])
         )
@@ -213,6 +217,9 @@ class _Worker:
         if self.aggregate is not None:
             summary["aggregate"] = self.aggregate.finish(
                 Path(cfg.results_dir) / f"agg-{self.name}.csv")
+        if self.multicast is not None:
+            summary["multicast"] = self.multicast.finish(
+                Path(cfg.results_dir) / f"mcast-{self.name}.csv")
         return summary
 
     def _servers(self) -> list[str]:
@@ -394,7 +401,14 @@ class _Worker:
             if shard not in missing:
                 continue  # shard 0 from both primary and replica around the take-over
             lo, hi = self.ranges[shard]
-            apply_params(self.params[lo:hi], msg)
+            if self.multicast is not None and msg.values.size == 0:
+                # the copies are in the socket, or lost: take them, repair the rest
+                try:
+                    self.multicast.receive(step, self.params[lo:hi], peers.left(self.deadline))
+                except base.TransportTimeout as err:
+                    raise base.TransportTimeout(f"PARAMS({step}): {err}") from None
+            else:
+                apply_params(self.params[lo:hi], msg)
             self.arrived[lo:hi] = True
             if self.flows_log is not None:
                 for row in flows.rows(msg, self.name, self.model.layers, lo, hi,

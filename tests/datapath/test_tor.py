@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.bpf]
 
 JOB = 0x1234ABCD
 TC_ACT_SHOT, TC_ACT_REDIRECT = 2, 7
+TC_ACT_UNSPEC = 0xFFFFFFFF   # -1 as the test run's u32: on to the port's next filter
 ELEMENTS = 400   # two slots: 360 and 40
 
 
@@ -121,7 +122,7 @@ def test_traffic_not_for_the_store_passes_untouched_and_uncounted(store):
     before = store.stats()
     frame = udp_frame(_request(hot.PUSH), 7000)
     verdict, out = bpfsys.test_run_output(store.program.fds[tor.FUNCTION], frame)
-    assert verdict == 0 and out == frame          # TC_ACT_OK
+    assert verdict == TC_ACT_UNSPEC and out == frame   # on to the port's next filter
     other = udp_frame(_request(hot.PUSH), hot.PORT, dst="10.99.0.9")
     assert bpfsys.test_run_output(store.program.fds[tor.FUNCTION], other)[0] == 0
     assert store.stats() == before

@@ -57,6 +57,21 @@ def test_a_pod_its_training_job_controls_is_admitted_with_the_placement_of_its_s
     assert len(ok.job.spec.network.racks) == 2
 
 
+def test_in_network_programs_come_from_the_status_the_operator_resolved_them_into():
+    aggregated = job(replicas={"workers": 2}, network={"inNetwork": {"multicast": True}})
+    tj = training_job(aggregated)
+    with pytest.raises(admission.Refused, match=r"not wired yet: .*status.inNetwork"):
+        admission.admit(pod(), tj)   # the agent resolves nothing itself
+    resolved = {"multicast": {"racks": [{"index": 0, "address": "10.1.0.252",
+                                         "workers": [0, 1]}], "elements": 7}}
+    tj["status"]["inNetwork"] = json.dumps(resolved)
+    assert admission.admit(pod(), tj).tor == resolved
+    tj["status"]["inNetwork"] = "{not json"
+    with pytest.raises(admission.Refused, match="status.inNetwork .* is not JSON"):
+        admission.admit(pod(), tj)
+    assert admission.admit(pod(), training_job(job())).tor == {}
+
+
 @pytest.mark.parametrize("the_pod, the_job, words", [
     (pod(owner=None), training_job(job()), "it has no controller"),
     (pod(controller=False), training_job(job()), "it has no controller"),

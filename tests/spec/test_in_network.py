@@ -1,12 +1,15 @@
 """spec.network.inNetwork: what it takes, what it refuses (naming the field), and the
 plan's model-dependent checks."""
 
+import base64
+
+import numpy as np
 import pytest
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
 from tailcut.net import topology
-from tailcut.training import hotset
+from tailcut.ml import models
 
 
 def job(in_network, **spec_overrides):
@@ -20,16 +23,21 @@ def job(in_network, **spec_overrides):
                            "metadata": {"name": "hot"}, "spec": s})
 
 
-def test_top_k_or_a_list_is_taken_and_reaches_every_role_with_the_stores_address():
+def test_top_k_or_a_list_is_resolved_once_and_reaches_every_role_with_the_stores_address():
     j = job({"hotParameters": {"topK": 900}})
     assert j.spec.network.in_network.hot_parameters.top_k == 900
-    config = hotset.config(j)
-    assert config == {"address": "10.1.0.254", "top_k": 900, "indices": None}
+    section = plan.in_network(j)["hot_store"]
+    assert (section["address"], section["rack"], section["top_k"]) == ("10.1.0.254", 0, None)
+    assert len(section["indices"]) == 900 and section["indices"] == sorted(section["indices"])
+    model = models.create("sparse", models.dataset("sparse", 0))
+    initial = np.frombuffer(base64.b64decode(section["initial"]), dtype="<f4")
+    assert np.array_equal(initial, model.init_params(np.random.default_rng(0))[
+        section["indices"]])   # the store's starting values, as data
     for pod in ("ps-0", "worker-7"):
-        assert plan.role_config(j, pod, "/r", plan.hosts(topology.plan(j))).hot == config
+        assert plan.role_config(j, pod, "/r", plan.hosts(topology.plan(j))).hot == section
     listed = job({"hotParameters": {"indices": [3, 1, 2]}})
-    assert hotset.config(listed)["indices"] == [3, 1, 2]
-    assert hotset.config(job(None)) is None
+    assert plan.in_network(listed)["hot_store"]["indices"] == [1, 2, 3]
+    assert plan.in_network(job(None)) == {}
 
 
 @pytest.mark.parametrize("hot, says", [
@@ -78,16 +86,38 @@ def test_aggregate_reaches_every_role_with_each_racks_address_and_workers():
     by_rack = {r.index: sorted(p.index for p in r.pods if p.role == "worker")
                for r in topo.racks}
     assert config == {"racks": [{"index": r, "address": f"10.{r + 1}.0.253", "workers": w}
-                                for r, w in sorted(by_rack.items()) if w]}
+                                for r, w in sorted(by_rack.items()) if w],
+                      "elements": 92113}
     assert plan.role_config(j, "ps-0", "/r", plan.hosts(topo)).hot is None
 
 
-@pytest.mark.parametrize("in_network", [{"aggregate": True, "hotParameters": {"topK": 5}},
-                                        {"aggregate": False}, {}])
-def test_one_kind_of_in_network_work_at_a_time(in_network):
+@pytest.mark.parametrize("in_network", [{"aggregate": False}, {}])
+def test_in_network_asking_for_nothing_is_refused_naming_the_field(in_network):
     with pytest.raises(SpecError, match="spec.network.inNetwork") as err:
         job(in_network)
-    assert "hotParameters or aggregate: true" in str(err.value)
+    assert "give hotParameters, aggregate: true or multicast: true" in str(err.value)
+
+
+def test_every_kind_of_in_network_work_together_reaches_the_roles():
+    j = job({"hotParameters": {"topK": 5}, "aggregate": True, "multicast": True})
+    config = plan.role_config(j, "worker-0", "/r", plan.hosts(topology.plan(j)))
+    assert config.hot is not None and config.aggregate is not None
+    assert config.multicast is not None
+    assert sorted(plan.in_network(j)) == ["aggregation", "hot_store", "multicast"]
+
+
+def test_multicast_reaches_every_role_alone_and_with_aggregation():
+    for in_network in ({"multicast": True}, {"multicast": True, "aggregate": True}):
+        j = job(in_network, network={"placement": {"ps-0": "rack-0", "worker-0": "rack-1"}})
+        topo = topology.plan(j)
+        config = plan.role_config(j, "worker-3", "/r", plan.hosts(topo)).multicast
+        by_rack = {r.index: sorted(p.index for p in r.pods if p.role == "worker")
+                   for r in topo.racks}
+        assert config == {"racks": [{"index": r, "address": f"10.{r + 1}.0.252",
+                                     "workers": w} for r, w in sorted(by_rack.items()) if w],
+                          "elements": 92113}
+        assert (plan.role_config(j, "ps-0", "/r", plan.hosts(topo)).aggregate is not None) \
+            == in_network.get("aggregate", False)
 
 
 def test_what_aggregation_cannot_serve_is_refused_naming_the_field():

@@ -1,0 +1,274 @@
+"""The parameters multicast at the ToR (ebpf/mcast.bpf.c), from the roles' side: the
+PS's Publisher sends each rack one copy of an iteration's model, one datagram per slot
+of 360 float32 values, to the rack's multicast address (the ToR copies it to every
+worker of the rack), and serves the workers' repairs; a worker's Receiver takes the
+copies into its model and asks the PS again for the slots that did not arrive.
+
+Loss is repaired, not tolerated: a missing gradient contribution only reweights one
+iteration's mean (in-network aggregation's bounded-loss semantics), but a missing
+parameter would leave the worker computing its gradient at a point no other worker
+uses, an error that stays until that slot arrives again. A repair costs a request and
+the slot's datagram, unicast from the PS (the ToR keeps no copy).
+
+When to ask: the PS tells each worker over TCP, after the copies, that PARAMS(i) went
+out (tailcut.training.ps); the copies and that message take the same FIFO path, so
+when it arrives every copy is in the worker's socket or lost. The worker waits a
+little for stragglers (settle_s, a copy handled on the other CPU), then asks for the
+rest, again every resend_s until they are in. The PS answers a repair only for the
+iteration it last published, which under BSP is the one every worker is receiving.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tailcut.datapath import mcastformat as fmt
+from tailcut.transports import base
+from tailcut.transports.hot import SO_NO_CHECK
+
+SO_RCVBUFFORCE = 33   # <asm-generic/socket.h>; Python does not export it
+RCVBUF_BYTES = 16 << 20   # a whole model's copies (~2.3 KB each in the kernel) and more
+MAX_ELEMENTS = fmt.MAX_ELEMENTS   # the most values a multicast model may have
+
+
+@dataclass(frozen=True)
+class Header:
+    op: int
+    status: int
+    worker: int
+    job: int
+    iteration: int
+    slot: int
+    count: int
+    rack: int
+    reserved: int
+
+
+def packet(op: int, *, job: int, iteration: int, slot: int, payload: bytes,
+           count: int, worker: int = 0) -> bytes:
+    return fmt.header().pack(fmt.const("MAGIC"), fmt.const("VERSION"), op, 0, worker, job,
+                             iteration, slot, count, 0, 0) + payload
+
+
+def parse(data: bytes) -> Header:
+    """The header; ProtocolError if the datagram is not one of ours."""
+    size = fmt.header().size
+    if len(data) < size:
+        raise base.ProtocolError(f"multicast packet: {len(data)} bytes, header is {size}")
+    magic, version, *fields = fmt.header().unpack_from(data)
+    if magic != fmt.const("MAGIC") or version != fmt.const("VERSION"):
+        raise base.ProtocolError(f"multicast packet: magic {magic:#x} version {version}")
+    h = Header(*fields)
+    if len(data) != size + 4 * h.count:
+        raise base.ProtocolError(f"multicast packet: {len(data)} bytes for count {h.count}")
+    return h
+
+
+def _socket(bind: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+    except PermissionError:   # not root (a pod without NET_ADMIN): as much as allowed
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    # No UDP checksum (legal over IPv4): the ToR rewrites every copy's destination.
+    sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+    try:
+        sock.bind((bind, fmt.PORT))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@dataclass
+class PublisherStats:
+    published: int = 0        # iterations sent to the racks
+    datagrams: int = 0        # datagrams sent to the racks' addresses
+    repair_requests: int = 0  # REPAIRs taken
+    repaired_slots: int = 0   # slots sent again, to one worker each
+    stale_requests: int = 0   # REPAIRs of an iteration not the last published
+    malformed: int = 0
+
+
+class Publisher:
+    """The PS's side: one copy per rack of each iteration's model; repairs, in a
+    thread, for the last iteration published."""
+
+    def __init__(self, job: int, elements: int, racks: list[str], bind: str) -> None:
+        if not 0 < elements <= fmt.MAX_ELEMENTS:
+            raise ValueError(f"a model of {elements} values: must be in 1..{fmt.MAX_ELEMENTS}")
+        self.job, self.elements, self.racks = job, elements, racks
+        self.slots = fmt.slots(elements)
+        self.stats = PublisherStats()
+        self._lock = threading.Lock()
+        self._iteration = -1
+        self._packets: list[bytes] = []
+        self.sock = _socket(bind)
+        self._closing = False
+        self._thread = threading.Thread(target=self._serve, name="mcast-repairs", daemon=True)
+        self._thread.start()
+
+    @property
+    def iteration(self) -> int:
+        """The iteration last published (-1: none yet)."""
+        return self._iteration
+
+    def publish(self, iteration: int, params: np.ndarray) -> None:
+        """Send every rack the model of ``iteration``, one datagram per slot."""
+        values = np.asarray(params, dtype="<f4")
+        if values.shape != (self.elements,):
+            raise ValueError(f"PARAMS of {values.size} values; the model has {self.elements}")
+        raw = values.tobytes()
+        packets = []
+        for s in range(self.slots):
+            n = fmt.slot_length(self.elements, s)
+            packets.append(packet(fmt.PARAMS, job=self.job, iteration=iteration, slot=s,
+                                  payload=raw[4 * s * fmt.STRIDE:4 * (s * fmt.STRIDE + n)],
+                                  count=n))
+        with self._lock:
+            self._iteration, self._packets = iteration, packets
+        for address in self.racks:   # rack by rack: the first rack's workers start first
+            for data in packets:
+                self.sock.sendto(data, (address, fmt.PORT))
+        self.stats.published += 1
+        self.stats.datagrams += len(packets) * len(self.racks)
+
+    def close(self) -> None:
+        self._closing = True
+        self._thread.join(timeout=2.0)
+        self.sock.close()
+
+    def _serve(self) -> None:
+        while not self._closing:
+            readable, _, _ = select.select([self.sock], [], [], 0.1)
+            if not readable:
+                continue
+            try:
+                data, peer = self.sock.recvfrom(65536)
+            except OSError:
+                continue
+            self._repair(data, peer)
+
+    def _repair(self, data: bytes, peer: tuple[str, int]) -> None:
+        try:
+            h = parse(data)
+        except base.ProtocolError:
+            h = None
+        if h is None or h.op != fmt.REPAIR or h.job != self.job:
+            self.stats.malformed += 1
+            return
+        wanted = np.frombuffer(data, dtype="<u4", offset=fmt.header().size)
+        with self._lock:
+            if h.iteration != self._iteration:
+                self.stats.stale_requests += 1
+                return
+            packets = self._packets
+        self.stats.repair_requests += 1
+        for s in wanted.tolist():
+            if s < len(packets):
+                p = packets[s]
+                self.sock.sendto(p[:7] + bytes([h.worker]) + p[8:], peer)
+                self.stats.repaired_slots += 1
+
+
+@dataclass
+class ReceiverStats:
+    copies: int = 0           # copies taken (the ToR's, and repairs)
+    repaired: int = 0         # slots that arrived only after a repair request
+    requests: int = 0         # REPAIR datagrams sent (with resends)
+    lossy_iterations: int = 0  # iterations with at least one slot to repair
+    stale: int = 0            # datagrams of an earlier iteration (a late repair)
+    malformed: int = 0
+
+
+class Receiver:
+    """A worker's side: takes an iteration's copies into its model, repairing loss."""
+
+    def __init__(self, job: int, worker: int, elements: int, ps: str, *,
+                 settle_s: float = 0.002, resend_s: float = 0.005,
+                 bind: str = "0.0.0.0") -> None:
+        self.job, self.worker, self.elements = job, worker, elements
+        self.ps = (ps, fmt.PORT)
+        self.settle_s, self.resend_s = settle_s, resend_s
+        self.slots = fmt.slots(elements)
+        self.stats = ReceiverStats()
+        self.sock = _socket(bind)
+        self.sock.setblocking(False)
+        self._buf = bytearray(65536)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def receive(self, iteration: int, params: np.ndarray, timeout_s: float) -> int:
+        """Write the model of ``iteration`` into ``params``. Call once the PS said it
+        sent it; returns how many slots had to be repaired. TransportTimeout if the PS
+        does not repair them within timeout_s."""
+        started = time.monotonic()
+        got = np.zeros(self.slots, dtype=bool)
+        self._drain(iteration, params, got)
+        settle = started + self.settle_s
+        while not got.all() and time.monotonic() < settle:
+            self._wait(settle - time.monotonic())
+            self._drain(iteration, params, got)
+        missing = int(self.slots - np.count_nonzero(got))
+        if missing:
+            self.stats.lossy_iterations += 1
+        while not got.all():
+            if time.monotonic() - started > timeout_s:
+                raise base.TransportTimeout(
+                    f"multicast: {int(np.count_nonzero(~got))} slots of iteration "
+                    f"{iteration} not repaired by the PS in {timeout_s:.0f} s")
+            self._ask(iteration, np.flatnonzero(~got))
+            due = time.monotonic() + self.resend_s
+            while not got.all() and time.monotonic() < due:
+                self._wait(due - time.monotonic())
+                self._drain(iteration, params, got)
+        self.stats.repaired += missing
+        return missing
+
+    def _wait(self, seconds: float) -> None:
+        select.select([self.sock], [], [], max(0.0, seconds))
+
+    def _ask(self, iteration: int, slots: np.ndarray) -> None:
+        per = fmt.STRIDE   # slot numbers in one datagram, as many as values
+        for lo in range(0, slots.size, per):
+            chunk = slots[lo:lo + per].astype("<u4")
+            self.sock.sendto(packet(fmt.REPAIR, job=self.job, iteration=iteration, slot=0,
+                                    payload=chunk.tobytes(), count=chunk.size,
+                                    worker=self.worker % 256), self.ps)
+            self.stats.requests += 1
+
+    def _drain(self, iteration: int, params: np.ndarray, got: np.ndarray) -> None:
+        """Take every datagram waiting (the header read in place: a model is hundreds
+        of them an iteration)."""
+        header, size = fmt.header(), fmt.header().size
+        magic, version = fmt.const("MAGIC"), fmt.const("VERSION")
+        while True:
+            try:
+                n = self.sock.recv_into(self._buf)
+            except (BlockingIOError, InterruptedError):
+                return
+            if n < size:
+                self.stats.malformed += 1
+                continue
+            m, v, op, _, _, job, it, slot, count, _, _ = header.unpack_from(self._buf)
+            if (m != magic or v != version or op != fmt.PARAMS or job != self.job
+                    or slot >= self.slots or n != size + 4 * count
+                    or count != fmt.slot_length(self.elements, slot)):
+                self.stats.malformed += 1
+                continue
+            if it != iteration:
+                self.stats.stale += 1
+                continue
+            lo = slot * fmt.STRIDE
+            params[lo:lo + count] = np.frombuffer(self._buf, dtype="<f4", count=count,
+                                                  offset=size)
+            got[slot] = True
+            self.stats.copies += 1

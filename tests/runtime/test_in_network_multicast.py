@@ -1,0 +1,76 @@
+"""The parameters multicast at the ToR under `tailcut run`, alone and with in-network
+aggregation: the PS sends each workers' rack one copy of the model and its ToR copies
+it to the rack's four workers; the model is the one the PS alone trains (multicast
+carries float32 exactly), the PS's link sends about a quarter of the bytes, and with
+loss on the access links every lost copy is repaired. Nothing of it stays behind."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tailcut import spec
+from tailcut.runtime import local
+from tests.runtime.runs import nothing_of
+
+pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.e2e]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "in-network-whole-iteration.yaml"
+ITERATIONS = 40
+SLOTS = -(-92113 // 360)   # the sparse model in 360-value slots
+
+
+def _job(name: str, in_network: dict | None, loss: float = 0.0) -> spec.model.TrainingJob:
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw["metadata"]["name"] = name
+    raw["spec"]["training"].pop("targetAccuracy")
+    raw["spec"]["training"]["iterations"] = ITERATIONS
+    if loss:
+        raw["spec"]["network"]["accessLink"]["loss"] = loss
+    if in_network is None:
+        del raw["spec"]["network"]["inNetwork"]
+    else:
+        raw["spec"]["network"]["inNetwork"] = in_network
+    return spec.from_dict(raw)
+
+
+def _repaired(results: Path) -> int:
+    total = 0
+    for w in range(8):
+        with open(results / f"mcast-worker-{w}.csv", newline="") as f:
+            total += sum(int(r["repaired_slots"]) for r in csv.DictReader(f))
+    return total
+
+
+def test_the_racks_copy_the_model_and_it_trains_as_the_ps_alone(tmp_path):
+    lines: list[str] = []
+    copied = local.run(_job("innet-mcast", {"multicast": True}), tmp_path / "mcast",
+                       progress=lines.append)
+    alone = local.run(_job("innet-mc-alone", None), tmp_path / "ps", progress=lines.append)
+    assert copied.iterations == alone.iterations == ITERATIONS
+    assert copied.final_loss == alone.final_loss   # float32 copies: the same numbers
+    network = json.loads((tmp_path / "mcast" / "network.json").read_text())
+    for rack in ("rack-1", "rack-2"):
+        got = network["multicast"][rack]
+        assert got["packets"] == {"replicated": SLOTS * ITERATIONS}
+        assert got["copies"] == {f"p{slot}": SLOTS * ITERATIONS for slot in range(4)}
+    sent = {v: json.loads((tmp_path / v / "network.json").read_text())
+            ["pod_links"]["ps-0"]["tx_bytes"] for v in ("mcast", "ps")}
+    assert sent["mcast"] < 0.3 * sent["ps"]   # two copies instead of eight
+    assert _repaired(tmp_path / "mcast") == 0
+    assert any("ToR multicast: racks [1, 2]" in line for line in lines)
+    nothing_of("innet-mcast")
+    nothing_of("innet-mc-alone")
+
+
+def test_with_aggregation_and_loss_every_lost_copy_is_repaired(tmp_path):
+    result = local.run(_job("innet-whole", {"multicast": True, "aggregate": True},
+                            loss=0.02), tmp_path, progress=lambda line: None)
+    assert result.iterations == ITERATIONS
+    assert _repaired(tmp_path) > 0
+    network = json.loads((tmp_path / "network.json").read_text())
+    assert set(network) >= {"multicast", "aggregation"}
+    assert result.final_accuracy > 0.5
+    nothing_of("innet-whole")
