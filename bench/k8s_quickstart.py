@@ -115,6 +115,10 @@ def main() -> None:
     SETTINGS["loss"] = args.loss
     subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "create", "namespace",
                     args.namespace], capture_output=True)
+    if "bounded-loss" in args.transports:   # its pods' privileges are opt-in per namespace
+        subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "label", "namespace",
+                        args.namespace, "tailcut.dev/bounded-loss=allowed", "--overwrite"],
+                       check=True, capture_output=True)
     local_jct: dict[str, list[float]] = {t: [] for t in args.transports}
     k8s_jct: dict[str, list[float]] = {t: [] for t in args.transports}
     to_running: list[float] = []

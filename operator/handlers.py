@@ -48,6 +48,13 @@ METRICS_PORT = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))
 # Whether bounded-loss pods may get the capabilities their XDP counter needs (the
 # chart's workers.xdp.enabled; tailcut.k8s.resources.XDP_CAPABILITIES).
 XDP_ALLOWED = os.environ.get("TAILCUT_WORKER_XDP", "true") == "true"
+# What every container of a job's pods requests (the chart's workers.resources, JSON):
+# a namespace with a ResourceQuota on requests admits only pods that state them.
+WORKER_RESOURCES: dict[str, Any] = json.loads(os.environ.get("TAILCUT_WORKER_RESOURCES")
+                                              or json.dumps(resources.DEFAULT_RESOURCES))
+# A create the API server refuses (a quota, an admission webhook, a server error) is
+# tried this many times, backing off 1, 2, 4, ... s, then fails the job in its words.
+CREATE_ATTEMPTS = 5
 PROGRESS_EVERY_S = 5.0   # how often a running job's progress is read from its PS's log
 Logger = Union[logging.Logger, "logging.LoggerAdapter[Any]"]
 _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
@@ -66,6 +73,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # API server let through but the models refuse, a failed pod), not every log line.
     settings.posting.loggers = False
     settings.watching.server_timeout = 300
+    # Only the pods of jobs, selected by the API server: the handlers' labels= filter
+    # alone is applied by kopf after every pod of the cluster has come down the watch.
+    settings.watching.label_selectors["v1", "pods"] = resources.LABEL_JOB
     settings.execution.max_workers = 8
     try:
         kubernetes.config.load_incluster_config()
@@ -78,11 +88,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.resume(crd.GROUP, crd.VERSION, crd.PLURAL)
 @kopf.on.create(crd.GROUP, crd.VERSION, crd.PLURAL)
-def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> None:
+def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, retry: int = 0,
+              **_: Any) -> None:
     """Make the job's objects exist, then record its phase (timed, errors counted)."""
     with metrics.reconcile_seconds.time():
         try:
-            _reconcile(body, patch, logger)
+            _reconcile(body, patch, logger, last_try=retry + 1 >= CREATE_ATTEMPTS,
+                       retry=retry)
         except Exception:
             metrics.reconcile_errors.inc()
             raise
@@ -91,12 +103,15 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> N
                                patch.status["phase"])
 
 
-def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
+def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: bool = False,
+               retry: int = 0) -> None:
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-    generation = body["metadata"].get("generation")
     old = dict(body.get("status") or {})
     if old.get("phase") in TERMINAL:
         return  # finished jobs stay as they ended, across operator restarts
+    # The generation the job's objects are made from: once recorded, a later spec
+    # change (not applied) does not move what the status says it describes.
+    generation = old.get("specGeneration") or body["metadata"].get("generation")
     try:
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])},
@@ -112,8 +127,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
                 "privileges)")
     except SpecError as err:
         # The CRD schema lets through what only the models check (cross-field rules).
-        _set_status(patch, old, "Failed", "InvalidSpec", str(err), generation)
-        kopf.warn(body, reason="InvalidSpec", message=str(err))   # `kubectl describe` shows it
+        _fail_uncreated(body, patch, old, "InvalidSpec", str(err), generation)
         return
     patch.status["backend"] = BACKEND
     if BACKEND == "local":
@@ -122,6 +136,11 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
     owner = resources.owner_reference(body)
     uid = body["metadata"]["uid"]
     core = kubernetes.client.CoreV1Api()
+    if plan.needs_xdp(job):
+        refused = _xdp_refusal(core, namespace, job)
+        if refused:
+            _fail_uncreated(body, patch, old, "BoundedLossNotAllowed", refused, generation)
+            return
     where = _record_placement(core, job, namespace, generation)
     try:
         _create(core.create_namespaced_config_map, core.read_namespaced_config_map,
@@ -130,15 +149,24 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
                 resources.service(job, owner), uid)
         bg = _create_background(core, job, namespace, owner, patch, where)
         for pod in background.with_sidecars(job, bg, resources.pods(
-                job, owner, WORKER_IMAGE, where=where), WORKER_IMAGE):
+                job, owner, WORKER_IMAGE, where=where, container_resources=WORKER_RESOURCES),
+                WORKER_IMAGE, container_resources=WORKER_RESOURCES):
             _create(core.create_namespaced_pod, _read_pod(core), namespace, pod, uid)
     except _Refused as err:
         # E.g. a namespace whose Pod Security level forbids the capabilities of a
         # bounded-loss pod (the API server's words name the rule), or an object of the
         # job's name that someone else made: retrying cannot fix either.
-        _set_status(patch, old, "Failed", err.reason, str(err), generation)
-        kopf.warn(body, reason=err.reason, message=str(err))
+        _fail_uncreated(body, patch, old, err.reason, str(err), generation)
         return
+    except _Retry as err:
+        # Refused for a reason that may pass (a quota, a webhook, the server): tried
+        # again a few times, each a Warning event, then the job fails in its words.
+        if last_try:
+            message = f"{err} (tried {CREATE_ATTEMPTS} times)"
+            _fail_uncreated(body, patch, old, "CreateFailed", message, generation)
+            return
+        kopf.warn(body, reason="CreateRetrying", message=f"{err}; trying again")
+        raise kopf.TemporaryError(str(err), delay=2 ** retry) from err
     _record_pods(job, _owned_pods(core, namespace, name, uid), old, patch, generation)
     if not old.get("phase"):
         kopf.info(body, reason="Created", message="pods, service and config map created")
@@ -146,12 +174,13 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger) -> None:
 
 @kopf.on.update(crd.GROUP, crd.VERSION, crd.PLURAL, field="spec")
 def spec_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    """A running job's pods are not rebuilt: say so instead of silently ignoring it."""
-    old = dict(body.get("status") or {})
-    patch.status["message"] = ("spec changed after the job started; the change is not "
-                               "applied (delete and re-create the TrainingJob to rerun)")
-    if old.get("phase") not in TERMINAL:
-        patch.status["observedGeneration"] = body["metadata"].get("generation")
+    """A running job's pods are not rebuilt: say so instead of silently ignoring it.
+    observedGeneration stays at the spec the pods were made from: nothing applied the
+    new one."""
+    patch.status["message"] = (
+        f"spec changed (generation {body['metadata'].get('generation')}) after the job "
+        "started; the change is not applied (delete and re-create the TrainingJob to "
+        "rerun)")
 
 
 @kopf.on.event("pods", labels={resources.LABEL_JOB: kopf.PRESENT})
@@ -190,7 +219,8 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
         return
     figures = resources.figures_from_pods(job, api_pods)
     new: dict[str, Any] = {}
-    _record_pods(job, api_pods, old, new, tj["metadata"].get("generation"))
+    _record_pods(job, api_pods, old, new,
+                 old.get("specGeneration") or tj["metadata"].get("generation"))
     new.update(figures)
     if any(old.get(k) != v for k, v in new.items() if k != "conditions") or \
             _conditions_changed(old, new):
@@ -200,6 +230,10 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
         if new["phase"] != old.get("phase"):
             logger.info(f"{namespace}/{name}: {new['phase']}")
             _phase_event(tj, new)
+        for replica, said in (new.get("wiringErrors") or {}).items():
+            if said and said != (old.get("wiringErrors") or {}).get(replica):
+                kopf.warn(tj, reason="WiringFailed",  # type: ignore[arg-type]
+                          message=f"{resources.pod_name(job, replica)}: {said}")
         if new["phase"] in TERMINAL:
             _stop_background(namespace, api_pods, logger)
 
@@ -304,6 +338,47 @@ class _Refused(Exception):
         self.reason = reason
 
 
+class _Retry(Exception):
+    """The API server refused to create an object; trying again may pass (a quota
+    frees up, a webhook comes back). The message is the server's words."""
+
+
+def _api_words(err: Any) -> str:
+    """What the API server said (its Status message: a quota's, an admission webhook's
+    denial), else the HTTP status."""
+    try:
+        message = json.loads(err.body or "").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or f"{err.status} {err.reason}")
+
+
+def _fail_uncreated(body: kopf.Body, patch: Any, old: dict[str, Any], reason: str,
+                    message: str, generation: Optional[int]) -> None:
+    """The job fails before all of its objects exist (Created False, with the same
+    reason) and a Warning event says why (`kubectl describe` shows it)."""
+    _set_status(patch, old, "Failed", reason, message, generation, created=False)
+    kopf.warn(body, reason=reason, message=status.capped(message))
+
+
+def _xdp_refusal(core: Any, namespace: str, job: spec.TrainingJob) -> Optional[str]:
+    """Why a bounded-loss job may not run in `namespace` (None: it may). Its receiving
+    pods get root with BPF, NET_ADMIN and PERFMON: besides the chart allowing it
+    (workers.xdp.enabled, checked with the spec), the namespace must opt in with a
+    label, which only those who may label namespaces (cluster admins, as for Pod
+    Security) can set."""
+    transport = f"spec.transport.type={job.spec.transport.type!r}"
+    labels = core.read_namespace(namespace).metadata.labels or {}
+    if labels.get(resources.LABEL_NAMESPACE_XDP) == resources.XDP_ALLOWED_VALUE:
+        return None
+    return (f"{transport}: namespace {namespace} has not opted in to bounded-loss pods "
+            f"(root with the BPF, NET_ADMIN and PERFMON capabilities): a cluster admin "
+            f"allows it with `kubectl label namespace {namespace} "
+            f"{resources.LABEL_NAMESPACE_XDP}={resources.XDP_ALLOWED_VALUE}` (and a Pod "
+            "Security level of privileged there); or use tcp, udp or app-drop "
+            "(docs/kubernetes.md, Pod Security)")
+
+
 def _create(create: Any, read: Any, namespace: str, manifest: dict[str, Any],
             uid: str) -> None:
     """Create the object, or find it made by this job before (a restart, a retry).
@@ -314,14 +389,9 @@ def _create(create: Any, read: Any, namespace: str, manifest: dict[str, Any],
         return
     except kubernetes.client.ApiException as err:
         if err.status == 403 and "violates PodSecurity" in (err.body or ""):
-            try:
-                message = json.loads(err.body).get("message", err.body)
-            except ValueError:
-                message = err.body
-            raise _Refused("PodForbidden", f"{kind} {name}: {message}") from err
+            raise _Refused("PodForbidden", f"{kind} {name}: {_api_words(err)}") from err
         if err.status != 409:
-            raise kopf.TemporaryError(f"creating {kind} {name}: {err.status} "
-                                      f"{err.reason}", delay=5) from err
+            raise _Retry(f"creating {kind} {name}: {_api_words(err)}") from err
     existing = kubernetes.client.ApiClient().sanitize_for_serialization(
         read(name, namespace))
     if resources.controller_uid(existing) == uid:
@@ -397,7 +467,8 @@ def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
     uid = owner["uid"]
     _create(core.create_namespaced_config_map, core.read_namespaced_config_map, namespace,
             background.config_map(job, bg, owner), uid)
-    for pod in background.pods(job, bg, owner, WORKER_IMAGE, where=where):
+    for pod in background.pods(job, bg, owner, WORKER_IMAGE, where=where,
+                               container_resources=WORKER_RESOURCES):
         _create(core.create_namespaced_pod, _read_pod(core), namespace, pod, uid)
     patch.status["background"] = background.status(job, bg, namespace)
     return bg
@@ -435,18 +506,25 @@ def _record_pods(job: spec.TrainingJob, api_pods: list[dict[str, Any]], old: dic
     drops = resources.queue_drops_from_pods(api_pods)
     if drops:     # what their full queues dropped, as the agents released the pods
         target["queueDrops"] = drops
+    wiring = resources.wiring_errors_from_pods(api_pods)
+    if wiring or old.get("wiringErrors"):   # what the agents could not wire, and why
+        target["wiringErrors"] = {**{r: None for r in old.get("wiringErrors") or {}},
+                                  **wiring}
 
 
 def _set_status(patch: Any, old: dict[str, Any], phase: str, reason: str, message: str,
-                generation: Optional[int]) -> None:
+                generation: Optional[int], created: bool = True) -> None:
+    """Phase, message and conditions; `created` False: the job's objects do not all
+    exist (Created False, for the same reason)."""
     target = patch.status if hasattr(patch, "status") else patch
     target["phase"] = phase
     target["observedGeneration"] = generation
-    target["message"] = message
-    created = ("run started on the operator's host" if BACKEND == "local"
-               else "pods, service and config map created")
+    target["message"] = status.capped(message)
+    what = ("run started on the operator's host" if BACKEND == "local"
+            else "pods, service and config map created") if created else None
     target["conditions"] = status.merge_conditions(
-        old.get("conditions") or [], status.phase_conditions(phase, reason, message, created))
+        old.get("conditions") or [],
+        status.phase_conditions(phase, reason, message, what, generation))
     if phase == "Running" and not old.get("startTime"):
         target["startTime"] = status.now()
     if phase in TERMINAL:

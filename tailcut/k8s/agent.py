@@ -363,6 +363,8 @@ def count_classified(wired: Wired) -> None:
 WATCH_S = 300   # the API server ends each watch after this long; the agent re-lists
 ANNOTATION_NETWORK = resources.ANNOTATION_NETWORK
 ANNOTATION_QUEUE_DROPS = resources.ANNOTATION_QUEUE_DROPS
+ANNOTATION_WIRING_ERROR = resources.ANNOTATION_WIRING_ERROR
+WIRING_ERROR_MAX_CHARS = 1024
 
 
 class Agent:
@@ -378,6 +380,7 @@ class Agent:
         self.has_netem = features.netem().available
         self.fabrics: dict[tuple[str, str], Fabric] = {}   # by (namespace, job)
         self.wired: dict[str, Wired] = {}                    # by pod UID
+        self.failures: dict[str, str] = {}   # by pod UID: the last failure recorded on it
 
     def handle(self, event_type: str, pod: Any) -> None:
         uid = pod.metadata.uid
@@ -401,8 +404,14 @@ class Agent:
             wired = self._wire(pod.metadata.namespace, ok.job, ok.racks_at, ok.job_uid, uid,
                                ok.replica, pid, ok.tor)
             wired.where = where
-        except Exception:
+        except Exception as err:
             metrics.shaping_failures.inc()
+            # On the pod, for the operator to put in the job's status and an Event:
+            # the agent's log is not where a job's owner looks.
+            said = f"node {self.node}: {type(err).__name__}: {err}"[:WIRING_ERROR_MAX_CHARS]
+            if self.failures.get(uid) != said:   # each new failure once (the patch is
+                self.failures[uid] = said        # itself an event that retries wiring)
+                self._record(pod, {ANNOTATION_WIRING_ERROR: said})
             raise
         wired.pod_name = pod.metadata.name
         metrics.pods_shaped_total.inc()
@@ -463,13 +472,20 @@ class Agent:
         names = {wired.name: wired.replica}
         links = {readable(wired.fabric, names, k): v for k, v in
                  list(wired.applied.items()) + list(self._uplinks_of(wired).items())}
+        # (a failure to wire it before, now passed, is no longer news)
+        failed_before = self.failures.pop(pod.metadata.uid, None) is not None
+        self._record(pod, {ANNOTATION_NETWORK: json.dumps(links),
+                           **({ANNOTATION_WIRING_ERROR: None} if failed_before else {})})
+
+    def _record(self, pod: Any, annotations: dict[str, Optional[str]]) -> None:
+        """Set (None: remove) annotations on the pod; a failure is logged."""
         try:
             # Through the status subresource: it cannot touch the pod's spec or owners.
             self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {
-                "metadata": {"annotations": {ANNOTATION_NETWORK: json.dumps(links)}}})
+                "metadata": {"annotations": annotations}})
         except Exception as err:   # noqa: BLE001 - the API's errors are many; log them
             log.warning(f"{pod.metadata.namespace}/{pod.metadata.name}: could not record "
-                        f"its links on the pod: {err}")
+                        f"{', '.join(annotations)} on the pod: {err}")
 
     @staticmethod
     def _uplinks_of(wired: Wired) -> dict[str, str]:
@@ -492,6 +508,7 @@ class Agent:
         job's last pod on this node. Nothing wired is fine. The queue drops of its
         links are read first; with `report` they go on the pod for the job's status
         (a pod already deleted has nowhere to keep them)."""
+        self.failures.pop(uid, None)
         wired = self.wired.pop(uid, None)
         if wired is None:
             return

@@ -87,32 +87,35 @@ def active_deadline_s(p: bgplan.Plan) -> int:
 
 
 def containers(p: bgplan.Plan, pod: str, image: str, sidecar: bool = False,
-               pull_policy: str = "IfNotPresent") -> list[dict[str, Any]]:
+               pull_policy: str = "IfNotPresent",
+               container_resources: Optional[dict[str, Any]] = None
+               ) -> list[dict[str, Any]]:
     """The background containers of `pod` (a background pod or a training pod):
     a server if it sends; Locust if it receives (standalone for one receiver, else a
     worker, and in the first receiver also the master)."""
     out = []
     if pod in [s.pod for s in p.servers]:
         out.append(_container(SERVER_CONTAINER, ["server"], image, pull_policy, sidecar,
-                              port=("bg-http", bgplan.SERVER_PORT)))
+                              container_resources, port=("bg-http", bgplan.SERVER_PORT)))
     clients = [c.pod for c in p.clients]
     if pod in clients:
         if len(clients) == 1:
             out.append(_container("locust", ["locust", "--mode", "standalone"], image,
-                                  pull_policy, sidecar))
+                                  pull_policy, sidecar, container_resources))
         else:
             if pod == clients[0]:
                 out.append(_container("locust-master", ["locust", "--mode", "master"], image,
-                                      pull_policy, sidecar,
+                                      pull_policy, sidecar, container_resources,
                                       port=("locust-master", bgplan.LOCUST_MASTER_PORT)))
             out.append(_container("locust", ["locust", "--mode", "worker"], image,
-                                  pull_policy, sidecar))
+                                  pull_policy, sidecar, container_resources))
     return out
 
 
 def pods(job: TrainingJob, p: bgplan.Plan, owner: dict[str, Any], image: str,
          pull_policy: str = "IfNotPresent",
-         where: Optional[placement.Placement] = None) -> list[dict[str, Any]]:
+         where: Optional[placement.Placement] = None,
+         container_resources: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     """The background pods of racks named as senders or receivers."""
     topo = topology.plan(job)
     out = []
@@ -135,7 +138,9 @@ def pods(job: TrainingJob, p: bgplan.Plan, owner: dict[str, Any], image: str,
                     "activeDeadlineSeconds": active_deadline_s(p),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "containers": containers(p, bg.name, image, pull_policy=pull_policy),
+                    "securityContext": resources.POD_SECURITY,
+                    "containers": containers(p, bg.name, image, pull_policy=pull_policy,
+                                             container_resources=container_resources),
                     "volumes": _volumes(job),
                 }})
     return out
@@ -143,14 +148,17 @@ def pods(job: TrainingJob, p: bgplan.Plan, owner: dict[str, Any], image: str,
 
 def with_sidecars(job: TrainingJob, p: Optional[bgplan.Plan],
                   training_pods: list[dict[str, Any]], image: str,
-                  pull_policy: str = "IfNotPresent") -> list[dict[str, Any]]:
+                  pull_policy: str = "IfNotPresent",
+                  container_resources: Optional[dict[str, Any]] = None
+                  ) -> list[dict[str, Any]]:
     """The training pods, with background sidecars in those named as senders or
     receivers (so the flows share that pod's access link)."""
     if p is None:
         return training_pods
     for pod in training_pods:
         replica = pod["metadata"]["labels"][resources.LABEL_REPLICA]
-        extra = containers(p, replica, image, sidecar=True, pull_policy=pull_policy)
+        extra = containers(p, replica, image, sidecar=True, pull_policy=pull_policy,
+                           container_resources=container_resources)
         if extra:
             pod["metadata"].setdefault("annotations", {})[ANNOTATION] = ",".join(
                 c["name"] for c in extra)
@@ -225,6 +233,7 @@ def _sent_report(message: Optional[str]) -> Optional[dict[str, Any]]:
 
 
 def _container(name: str, args: list[str], image: str, pull_policy: str, sidecar: bool,
+               container_resources: Optional[dict[str, Any]] = None,
                port: Optional[tuple[str, int]] = None) -> dict[str, Any]:
     argv = args + ["--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}",
                    "--results", f"{RESULTS_MOUNT}/{RESULTS_SUBDIR}",
@@ -242,6 +251,7 @@ def _container(name: str, args: list[str], image: str, pull_policy: str, sidecar
         "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
                             "runAsUser": 65532, "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": container_resources or resources.DEFAULT_RESOURCES,
     }
     if port is not None:
         c["ports"] = [{"name": port[0], "containerPort": port[1], "protocol": "TCP"}]

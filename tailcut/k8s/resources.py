@@ -33,6 +33,17 @@ LABEL_REPLICA = "tailcut.dev/replica"   # ps-0, worker-3: the pod's name inside 
 LABEL_RACK = "tailcut.dev/rack"
 ANNOTATION_NETWORK = "tailcut.dev/network"   # the agent's: what the pod's links got
 ANNOTATION_QUEUE_DROPS = "tailcut.dev/queue-drops"   # the agent's, as it releases the pod
+ANNOTATION_WIRING_ERROR = "tailcut.dev/wiring-error"   # the agent's: why it could not wire
+# A namespace opts in to bounded-loss pods (root with BPF, NET_ADMIN, PERFMON) with this
+# label; the operator fails a bounded-loss job anywhere else, naming it.
+LABEL_NAMESPACE_XDP = "tailcut.dev/bounded-loss"
+XDP_ALLOWED_VALUE = "allowed"
+# What each container of a job's pods requests unless the chart says otherwise
+# (workers.resources): a ResourceQuota on requests refuses pods that state none.
+DEFAULT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
+# Every pod of a job: the runtime's default seccomp filter (Pod Security's restricted
+# level asks for it; containerd's lets BPF and PERFMON holders make their calls).
+POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 SPEC_KEY = "spec.yaml"
 SPEC_MOUNT = "/etc/tailcut"
 PS_PORT = plan.PS_PORT
@@ -150,7 +161,8 @@ def _xdp_mounts(job: TrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 def pods(job: TrainingJob, owner: dict[str, Any], image: str,
          pull_policy: str = "IfNotPresent",
-         where: Optional[placement.Placement] = None) -> list[dict[str, Any]]:
+         where: Optional[placement.Placement] = None,
+         container_resources: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     racks = job.spec.rack_of()
     mounts, volumes = _xdp_mounts(job)
     out = []
@@ -171,6 +183,7 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                 # Roles talk to each other, never to the API server.
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
+                "securityContext": POD_SECURITY,
                 "containers": [{
                     "name": role, "image": image, "imagePullPolicy": pull_policy,
                     # ps-0 writes its final figures there (figures_from_pods); a role
@@ -183,6 +196,7 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                     "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT,
                                       "readOnly": True}, *mounts],
                     "securityContext": _security(job),
+                    "resources": container_resources or DEFAULT_RESOURCES,
                 }],
                 "volumes": [{"name": "spec",
                              "configMap": {"name": spec_map_name(job)}}, *volumes],
@@ -249,6 +263,19 @@ def network_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, str]:
         if isinstance(links, dict):
             applied.update({str(k): str(v) for k, v in links.items()})
     return dict(sorted(applied.items()))
+
+
+def wiring_errors_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, str]:
+    """status.wiringErrors: per replica, why a node agent could not wire its pod (what
+    it recorded on the pod; cleared once wiring passes)."""
+    out = {}
+    for pod in pod_list:
+        meta = pod.get("metadata") or {}
+        said = (meta.get("annotations") or {}).get(ANNOTATION_WIRING_ERROR)
+        replica = (meta.get("labels") or {}).get(LABEL_REPLICA)
+        if said and replica:
+            out[str(replica)] = str(said)
+    return dict(sorted(out.items()))
 
 
 def queue_drops_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,14 +1,16 @@
 """The TrainingJob status: phases, conditions and results, as the operator writes them.
 
-Follows Kubernetes' conventions (and Kubeflow training-operator's where they fit):
-`conditions` is a list of {type, status, reason, message, lastTransitionTime} merged
-by type, `observedGeneration` says which spec the status describes, and
+Follows Kubernetes' API conventions (and Kubeflow training-operator's where they
+fit): `conditions` is a list of {type, status, reason, message, lastTransitionTime,
+observedGeneration} merged by type, each message at most MESSAGE_MAX_CHARS long;
+`observedGeneration` says which spec the status describes (a spec change the operator
+does not apply leaves it where it was), and
 `replicaStatuses` counts active/succeeded/failed pods per role. `phase` is the one
 word `kubectl get` shows: Pending -> Running -> Succeeded | Failed.
 """
 
 import datetime
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -18,6 +20,10 @@ Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 # Condition types, as Kubeflow's jobs name them. Exactly one of Running, Succeeded and
 # Failed is True once the job has started.
 CONDITION_TYPES = ("Created", "Running", "Succeeded", "Failed")
+# A condition's message is for a person; an API server's or a crashed pod's words can be
+# long: the end is cut, with a mark, so status patches stay small (metav1.Condition
+# allows 32768; kubectl describe shows a screenful).
+MESSAGE_MAX_CHARS = 2048
 
 
 class _Model(BaseModel):
@@ -31,6 +37,9 @@ class Condition(_Model):
     reason: str = Field(description="CamelCase word a program can match on")
     message: str = Field(default="", description="what happened, for a person")
     last_transition_time: str = Field(description="RFC 3339 time the status last changed")
+    observed_generation: Optional[int] = Field(
+        default=None, description="metadata.generation of the spec this condition was "
+                                  "set from")
 
 
 class ReplicaStatus(_Model):
@@ -119,6 +128,10 @@ class Status(_Model):
         default_factory=dict,
         description="per link end ('rack-0/up', 'worker-1/tc0'): the shaping the node "
                     "agent applied there, as network.json records it under tailcut run")
+    wiring_errors: dict[str, str] = Field(
+        default_factory=dict,
+        description="per replica: why a node agent could not wire its pod into the job's "
+                    "links (also a WiringFailed event); empty once it could")
     queue_drops: Optional[QueueDrops] = Field(
         default=None, description="tail drops of full link buffers, as network.json's "
                                   "queue_drops under tailcut run")
@@ -131,15 +144,27 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def capped(message: str) -> str:
+    """`message` cut to MESSAGE_MAX_CHARS, saying that it was."""
+    if len(message) <= MESSAGE_MAX_CHARS:
+        return message
+    mark = " ... (cut)"
+    return message[:MESSAGE_MAX_CHARS - len(mark)] + mark
+
+
 def condition(type_: str, status: bool, reason: str, message: str = "",
-              at: Optional[str] = None) -> dict[str, str]:
+              at: Optional[str] = None, generation: Optional[int] = None) -> dict[str, Any]:
     """One condition as a plain dict, ready for a status patch."""
-    return {"type": type_, "status": "True" if status else "False", "reason": reason,
-            "message": message, "lastTransitionTime": at or now()}
+    out: dict[str, Any] = {"type": type_, "status": "True" if status else "False",
+                           "reason": reason, "message": capped(message),
+                           "lastTransitionTime": at or now()}
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out
 
 
-def merge_conditions(old: list[dict[str, str]], new: list[dict[str, str]]
-                     ) -> list[dict[str, str]]:
+def merge_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]
+                     ) -> list[dict[str, Any]]:
     """Merge by type; keep the old lastTransitionTime when status did not change, so
     a reconcile that changes nothing writes nothing new."""
     by_type = {c["type"]: dict(c) for c in old}
@@ -152,14 +177,20 @@ def merge_conditions(old: list[dict[str, str]], new: list[dict[str, str]]
 
 
 def phase_conditions(phase: str, reason: str, message: str = "",
-                     created: str = "pods, service and config map created"
-                     ) -> list[dict[str, str]]:
-    """The conditions that go with a phase: Created is True from the start; exactly one
-    of Running, Succeeded and Failed is True after that."""
-    conds = [condition("Created", True, "TrainingJobCreated", created)]
+                     created: Optional[str] = "pods, service and config map created",
+                     generation: Optional[int] = None) -> list[dict[str, Any]]:
+    """The conditions that go with a phase: Created is True once the job's objects
+    exist (`created` says what they are; None: nothing was created, Created is False
+    with this reason); exactly one of Running, Succeeded and Failed is True after
+    that."""
+    if created is None:
+        conds = [condition("Created", False, reason, message, generation=generation)]
+    else:
+        conds = [condition("Created", True, "TrainingJobCreated", created,
+                           generation=generation)]
     if phase == "Pending":
         return conds
     for t in ("Running", "Succeeded", "Failed"):
         conds.append(condition(t, t == phase, reason if t == phase else f"Not{phase}",
-                               message if t == phase else ""))
+                               message if t == phase else "", generation=generation))
     return conds

@@ -48,8 +48,13 @@ def release(cluster):
     `kind load docker-image` would, and the chart installed with helm."""
     for archive in images.build_all(progress=lambda line: None).values():
         cluster.load_image(archive)
+    # As docs/kubernetes.md says: the namespace first, labelled for the agent's Pod
+    # Security level (helm cannot label the namespace it installs into).
+    cluster.kubectl("create", "namespace", chart.RELEASE_NS)
+    cluster.kubectl("label", "namespace", chart.RELEASE_NS,
+                    "pod-security.kubernetes.io/enforce=privileged")
     chart.helm(cluster, "install", chart.RELEASE, str(CHART), "--namespace",
-               chart.RELEASE_NS, "--create-namespace", "--wait", "--timeout", "3m")
+               chart.RELEASE_NS, "--wait", "--timeout", "3m")
     return chart.RELEASE_NS
 
 

@@ -68,3 +68,55 @@ def test_job_survives_its_component_pod_being_deleted(cluster, release, namespac
     assert until(lambda: not chart.owned_objects(cluster, namespace, job), within_s=60,
                  every_s=1), chart.owned_objects(cluster, namespace, job)
     assert until(lambda: not tailcut_programs(), within_s=30, every_s=1), tailcut_programs()
+
+
+def agent_pod_on(cluster, node: str) -> dict:
+    pods = chart.get(cluster, chart.RELEASE_NS, "pods", "-l",
+                     "app.kubernetes.io/component=agent")["items"]
+    return next(p for p in pods if p["spec"]["nodeName"] == node
+                and not p["metadata"].get("deletionTimestamp"))
+
+
+def test_an_agent_restart_rewires_a_bounded_loss_job_and_the_outage_is_measured(
+        cluster, release, namespace):
+    """The agent on ps-0's node is deleted mid-job: it releases its pods (their tc0
+    goes), the DaemonSet's new agent wires them again. The job must still succeed; the
+    outage (deletion to ps-0 wired again, from the new agent's log) is printed for
+    docs/kubernetes.md."""
+    import datetime
+    import time
+
+    cluster.kubectl("label", "namespace", namespace, "tailcut.dev/bounded-loss=allowed")
+    raw = yaml.safe_load(longer_quickstart("rewire"))
+    raw["spec"]["transport"] = {"type": "bounded-loss", "p": 0.9}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(raw))
+    ps = chart.wait_pod_running(cluster, namespace, "rewire-ps-0")
+    assert until(lambda: '"event": "epoch"' in cluster.kubectl(
+        "-n", namespace, "logs", "rewire-ps-0", check=False).stdout, within_s=180,
+        every_s=0.5)
+    node = ps["spec"]["nodeName"]
+    victim = agent_pod_on(cluster, node)["metadata"]["name"]
+    deleted_at = datetime.datetime.now()
+    started = time.monotonic()
+    cluster.kubectl("-n", chart.RELEASE_NS, "delete", "pod", victim, "--wait=false")
+
+    def rewired_at():
+        try:
+            name = agent_pod_on(cluster, node)["metadata"]["name"]
+        except StopIteration:
+            return None
+        if name == victim:
+            return None
+        log = cluster.kubectl("-n", chart.RELEASE_NS, "logs", name, check=False).stdout
+        for line in log.splitlines():
+            if f"{namespace}/rewire-ps-0: " in line and "htb" in line:
+                return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+        return None
+    assert until(lambda: rewired_at() is not None, within_s=180, every_s=1)
+    outage_s = (rewired_at() - deleted_at).total_seconds()
+    status = chart.wait_phase(cluster, namespace, "rewire", "Succeeded", within_s=420)
+    print(f"\nagent restart on {node}: ps-0 wired again {outage_s:.1f} s after the old "
+          f"agent's pod was deleted; job Succeeded {time.monotonic() - started:.0f} s after "
+          f"the deletion, JCT {status['jctSeconds']} s, accuracy {status['accuracy']}")
+    assert status["replicaStatuses"]["Worker"]["succeeded"] == 4
+    assert outage_s < 120, outage_s

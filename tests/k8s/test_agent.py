@@ -488,3 +488,37 @@ def test_agent_refuses_a_policy_it_cannot_enforce_naming_the_field():
                                                r"spec.transport.type='app-drop'"):
         node_agent.handle("ADDED", pod_event(pod, "Running", "ks-appdrop"))
     assert not node_agent.wired
+
+
+@pytest.mark.netns
+def test_a_failure_to_wire_is_recorded_on_the_pod_once_and_cleared_when_wiring_passes(
+        pods, agents, monkeypatch):
+    """For the operator to put in the job's status and an Event (the agent's log is not
+    where a job's owner looks)."""
+    j = job("k8-fails", replicas={"workers": 1})
+    node_agent = agents(j)
+    ps = pods("ps-0")
+    patches = []
+    record = node_agent.core.patch_namespaced_pod_status
+    monkeypatch.setattr(node_agent.core, "patch_namespaced_pod_status",
+                        lambda *a: patches.append(a) or record(*a))
+    built = agent.build_fabric
+
+    def broken(*args, **kwargs):
+        raise agent.AgentError("the spine's bridge could not be made")
+    monkeypatch.setattr(agent, "build_fabric", broken)
+    for _ in range(2):   # the second attempt fails alike: recorded once
+        with pytest.raises(agent.AgentError):
+            node_agent.handle("MODIFIED", pod_event(ps, "Running", "k8-fails"))
+    said = node_agent.core.annotations["k8-fails-ps-0"][resources.ANNOTATION_WIRING_ERROR]
+    assert said == ("node k8-node: AgentError: the spine's bridge could not be made")
+    assert len(patches) == 1
+    assert resources.wiring_errors_from_pods([{
+        "metadata": {"labels": {resources.LABEL_REPLICA: "ps-0"},
+                     "annotations": node_agent.core.annotations["k8-fails-ps-0"]}}]) == {
+        "ps-0": said}
+    monkeypatch.setattr(agent, "build_fabric", built)
+    node_agent.handle("MODIFIED", pod_event(ps, "Running", "k8-fails"))
+    recorded = node_agent.core.annotations["k8-fails-ps-0"]
+    assert recorded[resources.ANNOTATION_WIRING_ERROR] is None   # removed (merge patch)
+    assert resources.ANNOTATION_NETWORK in recorded

@@ -48,9 +48,11 @@ def test_default_values_satisfy_the_values_schema():
 def render_plain_manifests() -> str:
     """manifests/tailcut.yaml: the chart with default values, without its test hook."""
     out = subprocess.run([str(devcluster.helm_binary()), "template", "tailcut", str(CHART),
-                          "--namespace", "tailcut-system", "--set", "tests.enabled=false"],
+                          "--namespace", "tailcut-system", "--set", "tests.enabled=false",
+                          "--set", "namespace.create=true"],
                          capture_output=True, text=True, check=True).stdout
-    return ("# Generated from helm/tailcut with default values (namespace tailcut-system):\n"
+    return ("# Generated from helm/tailcut with default values (namespace tailcut-system,\n"
+            "# created here with the Pod Security label the agent needs):\n"
             "#   .venv/bin/python tests/k8s/test_chart.py\n"
             "# Apply after manifests/crd.yaml; tests/k8s/test_chart.py fails on drift.\n" + out)
 

@@ -166,6 +166,16 @@ def test_a_valid_job_gets_pods_service_and_config_map_owned_by_it(control_plane,
     assert "placement.json" not in cm["data"]
     created = {c["type"]: c for c in tj["status"]["conditions"]}["Created"]
     assert created["status"] == "True"
+    assert created["observedGeneration"] == tj["metadata"]["generation"]
+    # Every pod meets Pod Security's restricted level (tcp), and states its requests
+    # (a ResourceQuota on requests admits it).
+    for pod in pods:
+        assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        (container,) = pod["spec"]["containers"]
+        sc = container["securityContext"]
+        assert (sc["runAsNonRoot"], sc["allowPrivilegeEscalation"],
+                sc["capabilities"]) == (True, False, {"drop": ["ALL"]})
+        assert container["resources"]["requests"] == resources.DEFAULT_RESOURCES["requests"]
 
 
 def _set_pod_phase(cp, namespace, name, phase, exit_code=None):
@@ -313,7 +323,19 @@ def test_a_spec_change_after_start_is_reported_not_silently_ignored(control_plan
                                     "k8-edit")
         return tj if "not applied" in (tj["status"].get("message") or "") else None
     tj = operator_proc.wait_for(reported, 30, "the spec change to be reported", operator)
-    assert tj["status"]["observedGeneration"] == tj["metadata"]["generation"] == 2
+    # The status still describes the spec the pods were made from: nothing applied 2.
+    assert tj["metadata"]["generation"] == 2
+    assert tj["status"]["observedGeneration"] == 1
+    assert {c["observedGeneration"] for c in tj["status"]["conditions"]} == {1}
+    # A pod event recomputes the status: still generation 1.
+    _set_pod_phase(control_plane, namespace, "k8-edit-ps-0", "Running")
+    operator_proc.wait_for(lambda: operator_proc.get_json(
+        control_plane, "-n", namespace, "get", "pods", "k8-edit-ps-0")["status"]["phase"]
+        == "Running", 30, "ps-0 Running", operator)
+    time.sleep(2)
+    tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob",
+                                "k8-edit")
+    assert tj["status"]["observedGeneration"] == 1, tj["status"]
 
 
 def test_operator_restart_creates_nothing_twice(control_plane, namespace, release, operator,
@@ -342,8 +364,12 @@ def test_a_spec_only_the_models_refuse_fails_the_job_with_an_event(control_plane
     control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
         "k8-place", {"replicas": {"workers": 1}, "network": {"placement": {"ps-0": "nowhere"}}}))
     tj = _wait_job(control_plane, namespace, "k8-place", "Failed", operator)
-    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    conditions = {c["type"]: c for c in tj["status"]["conditions"]}
+    failed = conditions["Failed"]
     assert failed["reason"] == "InvalidSpec"
+    # Nothing was created: Created is False, for that reason.
+    assert (conditions["Created"]["status"], conditions["Created"]["reason"]) == (
+        "False", "InvalidSpec")
     assert "spec.network.placement.ps-0" in failed["message"] and "nowhere" in failed["message"]
     events = operator_proc.wait_for(lambda: [
         e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
@@ -351,6 +377,26 @@ def test_a_spec_only_the_models_refuse_fails_the_job_with_an_event(control_plane
         if e["involvedObject"]["name"] == "k8-place"], 30, "the event", operator)
     assert events[0]["reason"] == "InvalidSpec" and "nowhere" in events[0]["message"]
     assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "udp"])
+def test_tcp_and_udp_jobs_with_background_load_are_admitted_in_a_restricted_namespace(
+        control_plane, namespace, operator, transport):
+    """Pod Security's restricted level, enforced by the API server: every pod of the
+    job (PS, worker with a background sidecar, background pod) is admitted."""
+    control_plane.kubectl("label", "namespace", namespace,
+                          "pod-security.kubernetes.io/enforce=restricted")
+    name = f"k8-rs-{transport}"
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        name, {"replicas": {"workers": 1}, "transport": {"type": transport},
+               "network": {"racks": [{"name": "rack-0"}, {"name": "rack-1"}]},
+               "backgroundLoad": {"senders": ["rack-1"], "receivers": ["rack-0"],
+                                  "target": {"requestsPerS": 5}, "durationS": 300}}))
+    tj = _wait_job(control_plane, namespace, name, "Pending", operator)
+    assert {c["type"]: c for c in tj["status"]["conditions"]}["Created"]["status"] == "True"
+    pods = operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+    assert len(pods) >= 4 and all(p["metadata"]["name"].startswith(name) for p in pods), [
+        p["metadata"]["name"] for p in pods]
 
 
 def test_background_pods_are_stopped_when_the_job_ends(control_plane, namespace, operator):
@@ -377,6 +423,84 @@ def test_background_pods_are_stopped_when_the_job_ends(control_plane, namespace,
         30, "the background pods' deadlines to drop", operator)
     assert ended == {"k8sbg-end-ps-0": None, "k8sbg-end-worker-0": None,
                      "k8sbg-end-bg-server-0": 1, "k8sbg-end-bg-client-0": 1}
+
+
+def test_a_bounded_loss_job_in_a_namespace_that_has_not_opted_in_fails_naming_the_label(
+        control_plane, namespace, operator):
+    """Kept before the RBAC test: reading the namespace's label is the operator's one
+    namespaces get."""
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        "k8-bl", {"replicas": {"workers": 1},
+                  "transport": {"type": "bounded-loss", "p": 0.9}}))
+    tj = _wait_job(control_plane, namespace, "k8-bl", "Failed", operator)
+    conditions = {c["type"]: c for c in tj["status"]["conditions"]}
+    assert conditions["Failed"]["reason"] == "BoundedLossNotAllowed"
+    assert f"{resources.LABEL_NAMESPACE_XDP}=allowed" in conditions["Failed"]["message"]
+    assert conditions["Created"]["status"] == "False"
+    assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods")["items"]
+    operator_proc.wait_for(lambda: [
+        e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                          "events")["items"]
+        if e["involvedObject"]["name"] == "k8-bl"
+        and e["reason"] == "BoundedLossNotAllowed" and e["type"] == "Warning"],
+        30, "the Warning event", operator)
+
+
+def test_a_create_the_api_server_keeps_refusing_fails_the_job_in_its_words(
+        control_plane, namespace, operator):
+    """An admission policy that admits no pod here (as a Gatekeeper or Kyverno rule, or a
+    full quota, would refuse it): a few tries, each a Warning event, then Failed with the
+    API server's message, not Pending for ever. (A ResourceQuota needs the
+    controller-manager, which this API server runs without: tests/cluster has that.)"""
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1",
+              "kind": "ValidatingAdmissionPolicy", "metadata": {"name": f"no-pods-{namespace}"},
+              "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
+                  "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                  "resources": ["pods"]}]},
+                  "validations": [{"expression": "false",
+                                   "message": "no pods in this namespace, by policy"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": f"no-pods-{namespace}"},
+               "spec": {"policyName": f"no-pods-{namespace}", "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {
+                            "kubernetes.io/metadata.name": namespace}}}}}
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+             "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    operator_proc.wait_for(lambda: control_plane.kubectl(
+        "-n", namespace, "create", "--dry-run=server", "-f", "-", input=json.dumps(probe),
+        check=False).returncode != 0, 30, "the policy to take effect")
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml(
+        "k8-quota", {"replicas": {"workers": 1}}))
+    def failed():
+        tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob",
+                                    "k8-quota")
+        return tj if (tj.get("status") or {}).get("phase") == "Failed" else None
+    tj = operator_proc.wait_for(failed, 90, "the job to fail", operator)
+    conditions = {c["type"]: c for c in tj["status"]["conditions"]}
+    assert conditions["Failed"]["reason"] == "CreateFailed"
+    message = conditions["Failed"]["message"]
+    assert "no pods in this namespace, by policy" in message, message
+    assert "tried 5 times" in message, message
+    assert conditions["Created"]["status"] == "False"
+    reasons = [e["reason"] for e in operator_proc.get_json(
+        control_plane, "-n", namespace, "get", "events")["items"]
+        if e["involvedObject"]["name"] == "k8-quota" and e["type"] == "Warning"]
+    assert "CreateRetrying" in reasons and "CreateFailed" in reasons, reasons
+
+
+def test_the_operator_watches_only_the_pods_of_jobs(control_plane, operator):
+    """Its pod list and watch requests carry the job label's selector: the API server,
+    not kopf, leaves out every other pod of the cluster."""
+    pod_reads = [e for e in audit.requests_by(control_plane, OPERATOR_USER)
+                 if e["objectRef"].get("resource") == "pods"
+                 and e["verb"] in ("list", "watch")
+                 and not e["objectRef"].get("namespace")]
+    assert pod_reads, "no cluster-wide pod list or watch by the operator"
+    for event in pod_reads:
+        assert f"labelSelector={resources.LABEL_JOB}" in event["requestURI"].replace(
+            "%2F", "/"), event["requestURI"]
 
 
 def test_a_running_job_has_its_progress_read_from_the_ps_log(control_plane, namespace,

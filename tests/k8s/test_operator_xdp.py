@@ -45,8 +45,14 @@ def wait_failed(cp, namespace, name, log):
     return {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
 
 
+def opt_in(cp, namespace):
+    """What a cluster admin does to let bounded-loss jobs run in `namespace`."""
+    cp.kubectl("label", "namespace", namespace, "tailcut.dev/bounded-loss=allowed")
+
+
 def test_the_pods_of_a_bounded_loss_job_get_the_xdp_privileges(control_plane, namespace,
                                                                  start_operator):
+    opt_in(control_plane, namespace)
     log = start_operator(namespace)
     apply(control_plane, namespace, "xdp-ok", BOUNDED_LOSS)
     pods = operator_proc.wait_for(lambda: [
@@ -73,6 +79,7 @@ def test_a_chart_that_disables_xdp_refuses_bounded_loss_naming_the_setting(
 
 def test_a_namespace_whose_pod_security_forbids_it_fails_the_job_naming_the_rule(
         control_plane, namespace, start_operator):
+    opt_in(control_plane, namespace)
     control_plane.kubectl("label", "namespace", namespace,
                           "pod-security.kubernetes.io/enforce=baseline")
     log = start_operator(namespace)

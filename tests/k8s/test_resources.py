@@ -243,3 +243,43 @@ def test_an_allreduce_job_has_worker_pods_only_and_its_figures_come_from_worker_
     done = [terminated("worker-0", DONE), terminated("worker-1", "")]
     assert resources.figures_from_pods(job_, done)["jctSeconds"] == 4.2
     assert resources.status_from_pods(job_, done)[0] == "Succeeded"
+
+
+def test_every_pod_and_container_of_a_job_has_runtime_default_seccomp_and_requests():
+    """Training pods, background pods and the background sidecars in training pods:
+    what Pod Security's restricted level and a ResourceQuota on requests ask for."""
+    from tailcut.k8s import background
+
+    bg_job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                             "metadata": {"name": "k8-bg"}, "spec": {
+                                 "replicas": {"workers": 1},
+                                 "network": {"racks": [{"name": "rack-0"},
+                                                       {"name": "rack-1"}]},
+                                 "backgroundLoad": {"senders": ["rack-1"],
+                                                    "receivers": ["ps-0"],
+                                                    "target": {"requestsPerS": 5}}}})
+    asked = {"requests": {"cpu": "250m", "memory": "1Gi"}}
+    p = background.plan(bg_job)
+    made = background.with_sidecars(
+        bg_job, p, resources.pods(bg_job, OWNER, "img:1", container_resources=asked),
+        "img:1", container_resources=asked) + background.pods(
+            bg_job, p, OWNER, "img:1", container_resources=asked)
+    sidecars = [c for pod in made for c in pod["spec"].get("initContainers", [])]
+    assert sidecars, "the plan puts a background sidecar in a training pod"
+    for pod in made:
+        assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+            assert c["resources"] == asked, (pod["metadata"]["name"], c["name"])
+            assert c["securityContext"]["runAsNonRoot"] is True
+    default = resources.pods(job(), OWNER, "img:1")[0]["spec"]["containers"][0]
+    assert default["resources"] == resources.DEFAULT_RESOURCES
+
+
+def test_wiring_errors_come_from_the_agents_annotation_per_replica():
+    def pod_with(replica, said=None):
+        notes = {resources.ANNOTATION_WIRING_ERROR: said} if said else {}
+        return {"metadata": {"labels": {resources.LABEL_REPLICA: replica},
+                             "annotations": notes}}
+    assert resources.wiring_errors_from_pods(
+        [pod_with("worker-1", "node a: AgentError: no bridge"), pod_with("ps-0")]) == {
+        "worker-1": "node a: AgentError: no bridge"}
