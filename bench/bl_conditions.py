@@ -129,6 +129,11 @@ def main() -> None:
         import subprocess
         subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "create", "namespace",
                         "tailcut-bench"], capture_output=True)
+        # bounded-loss pods get BPF and NET_ADMIN only where a namespace opted in
+        # (docs/kubernetes.md, Pod Security).
+        subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "label", "--overwrite",
+                        "namespace", "tailcut-bench", "tailcut.dev/bounded-loss=allowed"],
+                       capture_output=True)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         c: {t: [] for t in TRANSPORTS} for c in args.conditions}
     for run in range(args.runs):
