@@ -522,3 +522,49 @@ def test_a_failure_to_wire_is_recorded_on_the_pod_once_and_cleared_when_wiring_p
     recorded = node_agent.core.annotations["k8-fails-ps-0"]
     assert recorded[resources.ANNOTATION_WIRING_ERROR] is None   # removed (merge patch)
     assert resources.ANNOTATION_NETWORK in recorded
+
+
+@pytest.mark.bpf
+def test_agent_loads_the_in_network_programs_the_operator_resolved_and_serves_each_pod(
+        pods, agents):
+    """The same contract as `tailcut run`: the programs of the job's status.inNetwork
+    on the racks of this node, each pod's port served as it is wired, released as it
+    goes; a PARAMS from the PS reaches both workers of the other rack."""
+    from tailcut.k8s import policy
+    from tailcut.transports import mcast as wire_mcast
+    from tailcut.transports import wire
+    from tailcut.transports.hot import SO_NO_CHECK
+
+    copied = job("k8-mc", replicas={"workers": 2},
+                 network={"racks": [{"name": "a"}, {"name": "b"}],
+                          "placement": {"ps-0": "a", "worker-0": "b", "worker-1": "b"},
+                          "inNetwork": {"multicast": True}})
+    node_agent = agents(copied)
+    node_agent.jobs.training_job["status"]["inNetwork"] = policy.in_network_data(copied)
+    ps, w0, w1 = pods("ps-0"), pods("worker-0"), pods("worker-1")
+    for pod in (ps, w0, w1):
+        node_agent.handle("MODIFIED", pod_event(pod, "Running", "k8-mc"))
+    fabric = node_agent.fabrics[(K8S_NS, "k8-mc")]
+    [feature] = fabric.tor
+    assert feature.name == "multicast"
+    links = json.loads(node_agent.core.annotations["k8-mc-worker-0"][
+        resources.ANNOTATION_NETWORK])
+    assert "multicast (to workers of rack 1 at 10.2.0.252)" in links["rack-1/up"]
+
+    elements = json.loads(policy.in_network_data(copied))["multicast"]["elements"]
+    with netns.entered(ps.name):
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        tx.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+        tx.sendto(wire_mcast.packet(1, job=wire.job_id("k8-mc"), iteration=0, slot=0,
+                                    payload=bytes(4 * 360), count=360), ("10.2.0.252", 7102))
+    finally:
+        tx.close()
+    assert elements > 360
+    assert waiting.until(
+        lambda: feature.summary()["rack-1"]["copies"] == {"p0": 1, "p1": 1}), \
+        feature.summary()   # one copy out of each worker's port
+    node_agent.handle("DELETED", pod_event(w1, "Running", "k8-mc"))   # released, counted
+    assert feature.summary()["rack-1"]["copies"] == {"p0": 1, "p1": 1}
+    node_agent.release_all()
+    assert not node_agent.fabrics and fabric_namespaces("k8-mc") == []

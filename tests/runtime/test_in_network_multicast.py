@@ -74,3 +74,19 @@ def test_with_aggregation_and_loss_every_lost_copy_is_repaired(tmp_path):
     assert set(network) >= {"multicast", "aggregation"}
     assert result.final_accuracy > 0.5
     nothing_of("innet-whole")
+
+
+def test_hot_parameters_aggregation_and_multicast_together_train_as_the_ps_alone(tmp_path):
+    every = {"hotParameters": {"topK": 9216}, "aggregate": True, "multicast": True}
+    together = local.run(_job("innet-every", every), tmp_path / "every",
+                         progress=lambda line: None)
+    alone = local.run(_job("innet-ev-alone", None), tmp_path / "ps",
+                      progress=lambda line: None)
+    assert together.iterations == alone.iterations == ITERATIONS
+    # Q8.24 sums and hot updates: the same model to the fixed point's rounding
+    assert together.final_loss == pytest.approx(alone.final_loss, rel=1e-3, abs=1e-4)
+    network = json.loads((tmp_path / "every" / "network.json").read_text())
+    assert set(network) >= {"hot_store", "aggregation", "multicast"}
+    assert network["hot_store"]["iterations"] == [ITERATIONS]
+    nothing_of("innet-every")
+    nothing_of("innet-ev-alone")
