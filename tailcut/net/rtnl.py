@@ -127,6 +127,14 @@ class Batch:
         self._add(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body,
                   f"route {dst} via {gateway}")
 
+    def encoded(self, data: bytes, what: str) -> None:
+        """Whole messages encoded elsewhere (pyroute2's IPBatch), without their acks."""
+        offset = 0
+        while offset < len(data):
+            length, kind, flags = struct.unpack_from("=IHH", data, offset)
+            self.raw(kind, flags & ~NLM_F_ACK, data[offset + 16:offset + length], what)
+            offset += (length + 3) & ~3
+
     def neigh_replace(self, ifindex: int, ip: str, mac: str) -> None:
         """A permanent IPv4 neighbour entry: `ip` is at `mac` on interface `ifindex`."""
         body = (struct.pack("=BxxxiHBB", socket.AF_INET, ifindex, NUD_PERMANENT, 0, 0)
