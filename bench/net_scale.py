@@ -8,7 +8,8 @@ both ends of every access link (1 Gbit/s) and uplink (10 Gbit/s), permanent neig
 entries; and the same with 1% loss on every access link (an eBPF dropper on both ends).
 Teardown is Network.destroy: every namespace, link and program gone.
 
-Mininet 2.3 (Debian's `mininet`, run by /usr/bin/python3): the same shape as Mininet
+Mininet 2.3 (`apt-get install -y --no-install-recommends mininet bridge-utils`; Debian's
+package, run by /usr/bin/python3; no Open vSwitch needed): the same shape as Mininet
 builds it: N hosts, a Linux bridge per rack of 32 and one joining the racks (Mininet
 has no routing switch), TCLink (HTB) at the same rates on every link, no controller;
 start = Mininet(topo) + start(), stop = stop(). Mininet has no loss without netem (this

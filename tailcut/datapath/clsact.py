@@ -59,6 +59,13 @@ def _remove_if_unused(ipr: IPRoute, netns_name: str, index: int) -> None:
         _added.discard(key)
 
 
+def record_added(netns_name: str, index: int) -> None:
+    """Note that tailcut adds the clsact of interface `index` (a caller that sends the
+    request itself, in a batch), so the last filter to leave removes it."""
+    with _lock:
+        _added.add((netns_name, index))
+
+
 def add_filter(ipr: IPRoute, netns_name: str, ifname: str, index: int, *,
                direction: Direction, prio: int, handle: int, fd: int, name: str,
                classid: int, what: str) -> None:

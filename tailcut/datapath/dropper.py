@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tailcut.datapath import bcc, clsact
 from tailcut.errors import DatapathError
-from tailcut.net import netns
+from tailcut.net import netns, rtnl
 
 Direction = clsact.Direction
 PARENTS = clsact.PARENTS
@@ -154,6 +154,35 @@ class AttachedDropper:
 
     def __exit__(self, *exc: object) -> None:
         self.detach()
+
+
+def attach_in_batch(batch: "rtnl.Batch", netns_name: str, ifname: str, index: int,
+                    loss: float, direction: Direction = "egress") -> AttachedDropper:
+    """The requests that attach a dropper to interface `index` (`ifname`) of
+    `netns_name`, added to `batch` for the caller to send there: for an interface the
+    caller just created, with no clsact and no filter yet (the network builder's, which
+    attaches thousands at once). The dropper holds its slot from now on: release it if
+    the batch fails."""
+    from pyroute2 import IPBatch
+    _check(loss, direction)
+    thr = threshold(loss)
+    with _lock:
+        shared, slot = _acquire(thr)
+    try:
+        prog_id = shared.program.prog_id(FUNCTION)
+        encoder = IPBatch()
+        encoder.tc("replace", "clsact", index)
+        encoder.tc("add-filter", "bpf", index, handle=FILTER_HANDLE,
+                   parent=clsact.PARENTS[direction], prio=FILTER_PRIO,
+                   fd=shared.program.fds[FUNCTION], name=f"{FUNCTION}:loss={loss:g}",
+                   classid=slot, direct_action=True)
+        batch.encoded(encoder.batch, f"the dropper on {ifname} in {netns_name}")
+        clsact.record_added(netns_name, index)
+    except BaseException:
+        with _lock:
+            _release(thr, slot)
+        raise
+    return AttachedDropper(netns_name, ifname, index, direction, loss, slot, prog_id)
 
 
 def attach(netns_name: str, ifname: str, loss: float,

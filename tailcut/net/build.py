@@ -338,18 +338,22 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
             if other.index != rack.index:
                 own.route_add(other.subnet, rack.gateway)
     shaping.add_requests(own, network.pod_end_ops, index)
+    # (kept before sending: a failed build releases them)
+    droppers = network.pod_droppers.setdefault(pod.name, [])
+    droppers += shaping.add_dropper_requests(own, network.pod_end_ops, pod_ns,
+                                             wiring.ifname, index)
     own.send(pod_sock)
     port_index = rtnl.ifindex(rack_sock, port)
     ports = rtnl.Batch()
     ports.set_link(port_index, alias=alias, up=True)
     shaping.add_requests(ports, network.access_ops, port_index)
+    droppers += shaping.add_dropper_requests(ports, network.access_ops, rack.netns, port,
+                                             port_index)
     ports.send(rack_sock)
     offload.cut_udp_gso_at(rack.netns, [port])
-    droppers = network.pod_droppers.setdefault(pod.name, [])
     for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
                             (rack.netns, port, network.access_ops)):
         network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
-        droppers += shaping.attach_droppers(ops, ns, ifname)
     if drops:
         network.applied[f"{pod_ns}/{wiring.ifname}"] += ", gso_max_segs 1"
     if pin:

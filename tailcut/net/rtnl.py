@@ -1,9 +1,10 @@
 """Batched rtnetlink requests, encoded here with struct: many in one sendmsg(2).
 
 pyroute2 spends about a millisecond of Python on each request it encodes, sends and
-decodes. A 1,000-pod job pins ~32,000 neighbour entries and deletes hundreds of links,
-so the bulk requests go through here instead: a Batch collects the messages for one
-namespace, `send` writes them in a few sendmsg calls (rtnetlink handles each call's
+decodes. A 1,000-pod job pins ~32,000 neighbour entries and wires 2,000 link ends, so
+the network builder's requests go through here instead (veths, addresses, routes,
+neighbours, link deletion; tc trees and droppers as pyroute2 encodes them, without its
+socket, see `raw` and `encoded`): a Batch collects the messages for one namespace, `send` writes them in a few sendmsg calls (rtnetlink handles each call's
 messages synchronously, in order, before the call returns) and then reads the replies.
 Only failures are answered (no NLM_F_ACK), so the kernel queues nothing on success;
 every failure is reported with its errno, apart from the errnos the caller tolerates.
@@ -42,7 +43,6 @@ NLMSG_ERROR = 2
 NDA_DST, NDA_LLADDR = 1, 2
 IFLA_GROUP = 27
 IFF_UP = 0x1
-LOOPBACK_INDEX = 1         # every network namespace's lo
 NUD_PERMANENT = 0x80
 SEND_BYTES = 32_768        # per sendmsg: well inside the socket's send buffer
 
@@ -127,6 +127,14 @@ class Batch:
         self._add(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body,
                   f"route {dst} via {gateway}")
 
+    def encoded(self, data: bytes, what: str) -> None:
+        """Whole messages encoded elsewhere (pyroute2's IPBatch), without their acks."""
+        offset = 0
+        while offset < len(data):
+            length, kind, flags = struct.unpack_from("=IHH", data, offset)
+            self.raw(kind, flags & ~NLM_F_ACK, data[offset + 16:offset + length], what)
+            offset += (length + 3) & ~3
+
     def neigh_replace(self, ifindex: int, ip: str, mac: str) -> None:
         """A permanent IPv4 neighbour entry: `ip` is at `mac` on interface `ifindex`."""
         body = (struct.pack("=BxxxiHBB", socket.AF_INET, ifindex, NUD_PERMANENT, 0, 0)
@@ -143,10 +151,6 @@ class Batch:
     def delete_link(self, ifindex: int) -> None:
         body = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, ifindex, 0, 0)
         self._add(RTM_DELLINK, 0, body, f"delete ifindex {ifindex}")
-
-    def set_up(self, ifindex: int) -> None:
-        body = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, ifindex, IFF_UP, IFF_UP)
-        self._add(RTM_NEWLINK, 0, body, f"set ifindex {ifindex} up")
 
     def send(self, sock: socket.socket, tolerate: Iterable[int] = ()) -> None:
         """Send every request on `sock` (a NETLINK_ROUTE socket in the namespace); raise

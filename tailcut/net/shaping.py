@@ -249,6 +249,19 @@ def attach_droppers(ops: list[Op], netns_name: str, ifname: str) -> list[object]
     return attached
 
 
+def add_dropper_requests(batch: rtnl.Batch, ops: list[Op], netns_name: str, ifname: str,
+                         ifindex: int) -> list[object]:
+    """attach_droppers for an interface just created, as requests added to `batch`
+    (the caller sends it, and releases the returned droppers if that fails)."""
+    attached: list[object] = []
+    for op in ops:
+        if isinstance(op, Drop):
+            from tailcut.datapath import dropper  # BCC loads only when a link drops
+            attached.append(dropper.attach_in_batch(batch, netns_name, ifname, ifindex,
+                                                    op.loss))
+    return attached
+
+
 _TCMSG_IFINDEX = 4   # offset of struct tcmsg's ifindex in a message's body
 
 

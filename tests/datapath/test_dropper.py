@@ -254,3 +254,19 @@ def test_release_keeps_the_counts_and_the_program_goes_with_the_link() -> None:
         time.sleep(0.05)
     assert still_loaded(ours) == []
     d.detach()   # after release and removal: nothing left to do, no error
+
+
+def test_there_are_slots_for_a_dropper_on_both_ends_of_every_link_of_the_largest_job():
+    import re
+
+    from tailcut.datapath import bcc
+    from tailcut.spec.model import Replicas
+
+    def most(field: str) -> int:
+        return next(m.le for m in Replicas.model_fields[field].metadata if hasattr(m, "le"))
+
+    header = (bcc.EBPF_DIR / "dropper.h").read_text()
+    slots = int(re.search(r"#define TAILCUT_DROP_SLOTS (\d+)", header).group(1))
+    pods = most("workers") + most("parameter_servers")
+    racks = 250   # rack r is 10.<r+1>.0.0/24 (tailcut/net/naming.py)
+    assert slots - 1 >= 2 * pods + 2 * racks   # both ends of every link; slot 0 unused
