@@ -4,19 +4,23 @@
 # It runs as root with only the capabilities the chart grants (values.yaml says why).
 # nftables: the guard that accepts a job's VXLAN only from its nodes (tailcut.net.overlay).
 # BASE is Debian 12 (BCC comes from Debian's python3-bpfcc); `tailcut images build`
-# uses a locally made one.
+# uses a locally made one. The order of the layers: see workers/Dockerfile.
 ARG BASE=debian:12-slim
 FROM ${BASE}
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        python3 python3-venv python3-bpfcc iproute2 nftables && rm -rf /var/lib/apt/lists/*
-WORKDIR /app
-COPY pyproject.toml setup.py README.md ./
-COPY tailcut ./tailcut
-# The BPF programs: pip installs them into the package as tailcut/ebpf/.
-COPY ebpf ./ebpf
-RUN python3 -m venv /venv && /venv/bin/pip install --no-cache-dir '.[k8s]' \
+        python3 python3-venv python3-bpfcc iproute2 nftables \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*
+# No matplotlib or Locust: the agent neither plots nor makes background load.
+COPY pyproject.toml scripts/image-requirements.py /tmp/deps/
+RUN python3 /tmp/deps/image-requirements.py /tmp/deps/pyproject.toml --extra k8s \
+      --without matplotlib --without locust > /tmp/deps/requirements.txt \
+ && python3 -m venv /venv && /venv/bin/pip install --no-cache-dir -r /tmp/deps/requirements.txt \
  && ln -s /usr/lib/python3/dist-packages/bcc \
       "$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/bcc" \
- && rm -rf /app/tailcut /app/ebpf
-ENV PATH=/venv/bin:$PATH PYTHONUNBUFFERED=1
+ && /venv/bin/pip uninstall -q -y pip && rm -rf /tmp/deps
+COPY tailcut /app/tailcut
+COPY ebpf /app/tailcut/ebpf
+RUN /venv/bin/python -m compileall -q /app
+ENV PATH=/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1
+WORKDIR /app
 ENTRYPOINT ["python", "-m", "tailcut.k8s.agent"]

@@ -28,23 +28,40 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-apt_packages=(python3-venv python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2
-  tcpdump)
+# Installs those of the named Debian packages that are missing.
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "setup: installing ${missing[*]}"
+  if [ -z "${apt_updated:-}" ]; then apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# The venv first (Debian's python3 needs python3-venv for it), so that pip downloads and
+# installs tailcut's dependencies while apt installs the rest: on a fresh machine the
+# two take about as long as each other, and neither needs the other's packages.
+apt_install python3-venv
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+extra=""                            # tailcut run: the package and its dependencies
+[ $cluster = 1 ] && extra="[cluster]"   # etcd for tailcut cluster up
+[ $tests = 1 ] && extra="[dev]"         # pytest, mypy, kopf, the cluster's etcd, ...
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra" &
+pip_pid=$!
+trap '[ -z "$pip_pid" ] || kill "$pip_pid" 2>/dev/null || true' EXIT   # apt failed: stop it
+
+apt_install python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2 tcpdump
 if [ $cluster = 1 ]; then
   # the Kubernetes cluster on this host (tailcut cluster up): container runtime, CNI
   # plugins, kube-proxy's and the kubelet's packet filters, the overlay's nftables
   # guard, gcc for the pause program, and what builds the images without Docker
-  apt_packages+=(containerd runc containernetworking-plugins iptables nftables conntrack
-    gcc mmdebstrap buildah)
-fi
-missing=()
-for p in "${apt_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install containerd runc containernetworking-plugins iptables nftables conntrack gcc \
+    mmdebstrap buildah
 fi
 
 # BCC compiles against /lib/modules/$(uname -r)/{build,source}. Kernels without
@@ -64,14 +81,12 @@ if [ ! -e "$kdir/build" ]; then
   echo "setup: linked $kdir/build -> $arch_hdr"
 fi
 
-py=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$py" -m venv .venv
+status=0; wait "$pip_pid" || status=$?
+pip_pid=""
+if [ $status != 0 ]; then
+  echo "setup: pip install -e '.$extra' into .venv failed (its messages are above)" >&2
+  exit 1
 fi
-extra=""                            # tailcut run: the package and its dependencies
-[ $cluster = 1 ] && extra="[cluster]"   # etcd for tailcut cluster up
-[ $tests = 1 ] && extra="[dev]"         # pytest, mypy, kopf, the cluster's etcd, ...
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra"
 
 # Debian ships bcc for /usr/bin/python3 only; link just that package into the venv
 # rather than exposing all of Debian's dist-packages.
