@@ -46,8 +46,7 @@ def cluster(tmp_path_factory, k8s_tools):
 def release(cluster):
     """tailcut's images (cached until their sources change) loaded into the node, as
     `kind load docker-image` would, and the chart installed with helm."""
-    for archive in images.build_all(progress=lambda line: None).values():
-        cluster.load_image(archive)
+    cluster.load_images(list(images.build_all(progress=lambda line: None).values()))
     chart.helm(cluster, "install", chart.RELEASE, str(CHART), "--namespace",
                chart.RELEASE_NS, "--create-namespace", "--wait", "--timeout", "3m")
     return chart.RELEASE_NS

@@ -70,7 +70,14 @@ def third_party(entries: list[str]) -> set[str]:
 
 
 def left_out(dockerfile: str) -> set[str]:
-    return set(re.findall(r"--without (\S+)", (REPO / dockerfile).read_text()))
+    """What one step leaves out (--without) and no later step adds (--only)."""
+    text = (REPO / dockerfile).read_text()
+    return set(re.findall(r"--without (\S+)", text)) - set(re.findall(r"--only (\S+)", text))
+
+
+def steps(dockerfile: str) -> list[str]:
+    text = (REPO / dockerfile).read_text().replace("\\\n", " ")   # join continued lines
+    return [line for line in text.splitlines() if line.startswith(("ARG", "FROM", "COPY", "RUN"))]
 
 
 @pytest.mark.parametrize("name", sorted(images.IMAGES))
@@ -93,8 +100,7 @@ def test_the_scan_finds_a_lazy_import_inside_a_function():
 @pytest.mark.parametrize("name", sorted(images.IMAGES))
 def test_each_dockerfile_copies_the_code_after_installing_the_dependencies(name):
     dockerfile, copied = images.IMAGES[name]
-    text = (REPO / dockerfile).read_text().replace("\\\n", " ")   # join continued lines
-    lines = [line for line in text.splitlines() if line.startswith(("COPY", "RUN"))]
+    lines = [line for line in steps(dockerfile) if line.startswith(("COPY", "RUN"))]
     pip = next(i for i, line in enumerate(lines) if "pip install" in line)
     code = next(i for i, line in enumerate(lines) if line.startswith("COPY tailcut"))
     assert pip < code
@@ -113,3 +119,11 @@ def test_image_requirements_drop_what_is_asked_and_refuse_a_name_that_is_not_the
     assert not any(r.lower().startswith("matplotlib") for r in out)
     bad = subprocess.run([*script, "--without", "matplotlb"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--without matplotlb: not a dependency" in bad.stderr
+
+
+def test_the_worker_and_the_agent_share_their_packages_and_core_dependencies():
+    """Same steps on the same base make the same layers, which a node stores once."""
+    worker, agent = steps("workers/Dockerfile"), steps("operator/agent.Dockerfile")
+    shared = next(i for i, line in enumerate(worker) if "pip install" in line) + 1
+    assert worker[:shared] == agent[:shared]
+    assert "python3-bpfcc" in worker[2] and "nftables" in worker[2]
