@@ -110,7 +110,9 @@ def _mmdebstrap_argv() -> list[str]:
         '2>/dev/null || true',
         'chroot "$1" update-ca-certificates >/dev/null',
         '[ -f /etc/pip.conf ] && cp /etc/pip.conf "$1/etc/pip.conf" || true',
+        # after it, apt no longer knows the caches' names: remove them here
         f"echo '{APT_NO_CACHE}' > \"$1/etc/apt/apt.conf.d/docker-clean\"",
+        'rm -f "$1"/var/cache/apt/*.bin',
     ]
     argv = ["mmdebstrap", "--quiet", "--variant=minbase",
             "--include=" + ",".join(BASE_PACKAGES),
