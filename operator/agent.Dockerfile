@@ -17,11 +17,13 @@ RUN python3 /tmp/deps/image-requirements.py /tmp/deps/pyproject.toml \
  && python3 -m venv /venv && /venv/bin/pip install --no-cache-dir -r /tmp/deps/core.txt \
  && ln -s /usr/lib/python3/dist-packages/bcc \
       "$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/bcc"
-# kopf, the Kubernetes client, prometheus-client. No matplotlib or Locust: the agent
-# neither plots nor makes background load.
+# kopf, the Kubernetes client (less its asyncio copy, kubernetes/aio, 68 MB, which
+# nothing imports), prometheus-client. No matplotlib or Locust: the agent neither
+# plots nor makes background load.
 RUN python3 /tmp/deps/image-requirements.py /tmp/deps/pyproject.toml --extra k8s \
       --extras-only > /tmp/deps/k8s.txt \
- && /venv/bin/pip install --no-cache-dir -r /tmp/deps/k8s.txt && rm -rf /tmp/deps
+ && /venv/bin/pip install --no-cache-dir -r /tmp/deps/k8s.txt && rm -rf /tmp/deps \
+ && rm -rf "$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/kubernetes/aio"
 COPY tailcut /app/tailcut
 COPY ebpf /app/tailcut/ebpf
 RUN /venv/bin/python -m compileall -q /app

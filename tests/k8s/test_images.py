@@ -51,6 +51,11 @@ def _imports(path: Path, module: str) -> set[str]:
 
 def third_party(entries: list[str]) -> set[str]:
     """The top-level modules outside tailcut that the entries can reach."""
+    return {name.split(".")[0] for name in outside_modules(entries)}
+
+
+def outside_modules(entries: list[str]) -> set[str]:
+    """The modules outside tailcut, by their full names, that the entries can reach."""
     todo = [(e, REPO / e) if e.endswith(".py") else (e, _source(e)) for e in entries]
     seen: set[str] = set()
     outside: set[str] = set()
@@ -61,7 +66,7 @@ def third_party(entries: list[str]) -> set[str]:
         seen.add(module)
         for name in _imports(path, module):
             if name.split(".")[0] != "tailcut":
-                outside.add(name.split(".")[0])
+                outside.add(name)
                 continue
             parts = name.split(".")
             todo += [(".".join(parts[:i]), _source(".".join(parts[:i])))
@@ -127,3 +132,14 @@ def test_the_worker_and_the_agent_share_their_packages_and_core_dependencies():
     shared = next(i for i, line in enumerate(worker) if "pip install" in line) + 1
     assert worker[:shared] == agent[:shared]
     assert "python3-bpfcc" in worker[2] and "nftables" in worker[2]
+
+
+def test_no_module_the_operator_or_the_agent_runs_imports_the_asyncio_client():
+    """Their Dockerfiles delete kubernetes/aio, the client's asyncio copy."""
+    for name in ("operator", "agent"):
+        dockerfile, _ = images.IMAGES[name]
+        assert "kubernetes/aio" in (REPO / dockerfile).read_text()
+        reached = outside_modules(RUNS[name])
+        assert "kubernetes" in reached or any(m.startswith("kubernetes.") for m in reached)
+        assert not any(m == "kubernetes.aio" or m.startswith("kubernetes.aio.")
+                       for m in reached), name
