@@ -24,9 +24,9 @@ RUN python3 /tmp/deps/image-requirements.py /tmp/deps/pyproject.toml --extra k8s
       --extras-only > /tmp/deps/k8s.txt \
  && /venv/bin/pip install --no-cache-dir -r /tmp/deps/k8s.txt && rm -rf /tmp/deps \
  && rm -rf "$(/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/kubernetes/aio"
-COPY tailcut /app/tailcut
-COPY ebpf /app/tailcut/ebpf
-RUN /venv/bin/python -m compileall -q /app
 ENV PATH=/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1
 WORKDIR /app
 ENTRYPOINT ["python", "-m", "tailcut.k8s.agent"]
+COPY tailcut /app/tailcut
+COPY ebpf /app/tailcut/ebpf
+RUN python -m compileall -q /app
