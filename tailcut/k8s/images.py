@@ -197,8 +197,8 @@ def build_all(force: bool = False, progress: Progress = print,
     # Two at a time: the agent after the worker, whose first layers it reuses (built at
     # once, each would make its own copy, which a node then stores twice); the
     # operator meanwhile.
-    chains = [[n for n in ("worker", "agent") if n in wanted],
-              [n for n in wanted if n not in ("worker", "agent")]]
+    chains: list[list[str]] = [[n for n in ("worker", "agent") if n in wanted],
+                               [n for n in wanted if n not in ("worker", "agent")]]
 
     def run(chain: list[str]) -> dict[str, Path]:
         return {name: build(name, base_id, force, progress) for name in chain}
