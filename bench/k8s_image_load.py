@@ -4,6 +4,7 @@ without starting a cluster (a containerd of its own, in a temporary directory).
 
     .venv/bin/python bench/k8s_image_load.py                    # the archives built now
     .venv/bin/python bench/k8s_image_load.py --before OLD_DIR   # side by side with others
+    .venv/bin/python bench/k8s_image_load.py --before OLD_DIR --now NEW_DIR
 
 Each round starts a containerd on an empty root and imports the archives in turn;
 medians of --rounds. Needs root, containerd and ctr (scripts/setup.sh --cluster).
@@ -75,9 +76,11 @@ def medians(archives: dict[str, Path], rounds: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="a directory of other archives")
+    parser.add_argument("--now", type=Path, help="the archives compared (default: those "
+                        "`tailcut images build` keeps)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    sets = {"now": archives_in(images.cache_dir())}
+    sets = {"now": archives_in(args.now or images.cache_dir())}
     if args.before:
         sets = {"before": archives_in(args.before), **sets}
     results = {label: medians(a, args.rounds) for label, a in sets.items()}
