@@ -51,7 +51,24 @@ fi
 extra=""                            # tailcut run: the package and its dependencies
 [ $cluster = 1 ] && extra="[cluster]"   # etcd for tailcut cluster up
 [ $tests = 1 ] && extra="[dev]"         # pytest, mypy, kopf, the cluster's etcd, ...
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra" &
+# Skipped when .venv already holds this pyproject.toml's packages with these extras or
+# more (a stamp names them): a second run then costs nothing here.
+hash=$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)
+case $extra in
+  "") enough=("" cluster dev) ;;
+  "[cluster]") enough=(cluster dev) ;;
+  *) enough=(dev) ;;
+esac
+done_before=0
+for e in "${enough[@]}"; do [ -e ".venv/.setup-$hash-$e" ] && done_before=1; done
+if [ $done_before = 1 ]; then
+  true &
+else
+  name=${extra#[}; name=${name%]}
+  (.venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra" \
+     && find .venv -maxdepth 1 -name '.setup-*' ! -name ".setup-$hash-*" -delete \
+     && touch ".venv/.setup-$hash-$name") &
+fi
 pip_pid=$!
 trap '[ -z "$pip_pid" ] || kill "$pip_pid" 2>/dev/null || true' EXIT   # apt failed: stop it
 
