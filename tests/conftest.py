@@ -50,3 +50,17 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         print(f"\nthe tests left tailcut objects behind: {left}")
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def k8s_tools(request):
+    """The Kubernetes binaries the k8s and cluster tests run, built once if missing
+    (`scripts/setup.sh --tests` builds them up front), the build's progress shown
+    although pytest captures the output."""
+    from tailcut.k8s import tools
+
+    if tools.missing(tools.ALL):
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled():
+            tools.ensure(tools.ALL, progress=lambda line: print(f"\n{line}", flush=True))
+    return tools.tools_dir()

