@@ -26,8 +26,8 @@ from tailcut.net import topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import ALLREDUCE_PORT, TrainingJob
-from tailcut.ml import models
 from tailcut import innetwork
+from tailcut.ml import models, torchmodel
 from tailcut.training import innetagg, innetmcast
 from tailcut.training.config import RoleConfig
 
@@ -58,7 +58,9 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
     """What `executor` cannot build of `job`, each naming its field; [] if it runs."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; one of {', '.join(EXECUTORS)}")
-    found: list[Refusal] = []
+    found: list[Refusal] = [] if executor == "kubernetes" else _local_refusals(job)
+    if found:
+        return found   # the checks below build the model
     # The same everywhere: cadentflow or coflow over what cannot carry them, a tag
     # naming a tensor the model lacks (resolving builds the model), a background rate
     # Locust cannot drive.
@@ -73,9 +75,29 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
         except SpecError as err:
             found.append(Refusal(field, str(err)))
             break   # the later checks assume the earlier passed
+        except torchmodel.TorchMissing as err:   # the operator's Python, without torch
+            found.append(Refusal(field, f"{field}: resolving it builds the torch model "
+                                        f"{job.spec.training.model}: {err}"))
+            break
     if executor == "kubernetes":
         found += _kubernetes_refusals(job)
     return found
+
+
+def _local_refusals(job: TrainingJob) -> list[Refusal]:
+    """A torch model needs torch in this Python, where the roles run. (On Kubernetes
+    the worker image must carry it, which the operator cannot see from here; a
+    `module` is imported by the spec itself, so it needed torch already.)"""
+    t = job.spec.training
+    if not models.is_torch(t.model_ref):
+        return []
+    try:
+        torchmodel.require()
+    except torchmodel.TorchMissing as err:
+        return [Refusal("spec.training.model",
+                        f"spec.training.model: {t.model} needs PyTorch here, for its roles: "
+                        f"{err}")]
+    return []
 
 
 def check(job: TrainingJob, executor: Executor) -> None:

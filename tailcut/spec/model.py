@@ -215,12 +215,6 @@ class Training(_Model):
         if self.module is not None and self.model != TORCH_MODEL:
             raise ValueError(f"module: only model torch takes a module (model is "
                              f"{self.model!r}); set model: torch or remove module")
-        if self.model != TORCH_MODEL and self.model in torch_models():
-            from tailcut.ml import torchmodel
-            try:
-                torchmodel.require()
-            except torchmodel.TorchMissing as err:
-                raise ValueError(f"model: {self.model} {err}") from None
         if self.sync_mode == "allreduce" and self.model not in torch_models() + (TORCH_MODEL,):
             raise ValueError(f"syncMode: allreduce runs PyTorch DDP, so it needs a torch "
                              f"model ({', '.join(torch_models())} or torch with module), "

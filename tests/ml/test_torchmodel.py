@@ -164,15 +164,19 @@ def test_a_factory_that_breaks_the_contract_is_refused_naming_what_it_returned(t
 
 def test_a_torch_job_is_refused_where_torch_is_missing_naming_what_to_install():
     # A Python where `import torch` fails: None in sys.modules makes it raise ImportError.
+    # The spec stays valid (on Kubernetes the worker image brings torch); `tailcut run`
+    # and `tailcut validate` refuse it on this machine.
     code = textwrap.dedent("""
         import sys
         sys.modules["torch"] = None
-        from tailcut import spec
+        from tailcut import plan, spec
         from tailcut.errors import SpecError
         raw = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
                "metadata": {"name": "t"}, "spec": {"training": {"model": "torch-mlp"}}}
+        job = spec.from_dict(raw)
+        print("kubernetes:", plan.refusals(job, "kubernetes"))
         try:
-            spec.from_dict(raw)
+            plan.check(job, "local")
         except SpecError as err:
             print(err)
         else:
@@ -180,6 +184,7 @@ def test_a_torch_job_is_refused_where_torch_is_missing_naming_what_to_install():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert "spec.training.model" in out
+    assert "kubernetes: []" in out
+    assert "spec.training.model: torch-mlp needs PyTorch here" in out
     assert "PyTorch is not installed" in out
     assert "python3-torch" in out and "scripts/setup.sh" in out
