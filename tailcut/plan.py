@@ -58,7 +58,7 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
     """What `executor` cannot build of `job`, each naming its field; [] if it runs."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; one of {', '.join(EXECUTORS)}")
-    found: list[Refusal] = [] if executor == "kubernetes" else _local_refusals(job)
+    found = _kubernetes_refusals(job) if executor == "kubernetes" else _local_refusals(job)
     if found:
         return found   # the checks below build the model
     # The same everywhere: cadentflow or coflow over what cannot carry them, a tag
@@ -79,8 +79,6 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
             found.append(Refusal(field, f"{field}: resolving it builds the torch model "
                                         f"{job.spec.training.model}: {err}"))
             break
-    if executor == "kubernetes":
-        found += _kubernetes_refusals(job)
     return found
 
 
@@ -108,9 +106,20 @@ def check(job: TrainingJob, executor: Executor) -> None:
 
 
 def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
-    """Nothing so far: every transport and role runs in pods, and the node agent loads
-    the ToR's hot-parameter store. (Whether a cluster lets bounded-loss pods attach XDP
-    is its chart's setting, not the job's: the operator says so, naming the setting.)"""
+    """PyTorch: the worker image does not carry it yet (docs/pytorch.md says what it
+    would add), so torch models and the allreduce baseline run under `tailcut run`
+    only. Everything else runs in pods, and the node agent loads the ToR programs.
+    (Whether a cluster lets bounded-loss pods attach XDP is the namespace's opt-in,
+    not the job's: the operator says so, naming the label.)"""
+    t = job.spec.training
+    why = ("the worker image has no PyTorch yet (docs/pytorch.md: what it would add); "
+           "run this job with `tailcut run`")
+    if t.sync_mode == "allreduce":
+        return [Refusal("spec.training.syncMode",
+                        f"spec.training.syncMode=allreduce runs DDP over Gloo: {why}")]
+    if models.is_torch(t.model_ref):
+        return [Refusal("spec.training.model",
+                        f"spec.training.model={t.model}: a torch model: {why}")]
     return []
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
-from tailcut.ml import torchmodel
+from tailcut.ml import models, torchmodel
 from tailcut.net import topology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,10 +49,17 @@ def test_the_aggregation_rule_reaches_every_role_and_defaults_to_the_mean():
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_every_example_runs_on_both_executors(example):
+def test_every_example_runs_on_both_executors_but_torch_ones_on_kubernetes(example):
+    """The worker image carries no PyTorch yet: the operator refuses torch jobs at
+    once, naming the field (docs/pytorch.md)."""
     loaded = spec.load_file(example)
     assert plan.refusals(loaded, "local") == []
-    assert plan.refusals(loaded, "kubernetes") == []
+    refused = plan.refusals(loaded, "kubernetes")
+    if models.is_torch(loaded.spec.training.model_ref) \
+            or loaded.spec.training.sync_mode == "allreduce":
+        assert len(refused) == 1 and "worker image has no PyTorch" in refused[0].message
+    else:
+        assert refused == []
 
 
 @pytest.mark.parametrize("transport", [{"type": "tcp"}, {"type": "app-drop", "p": 0.9}])
@@ -137,7 +144,8 @@ def test_an_allreduce_job_plans_workers_that_meet_at_worker_0():
         cfg = plan.role_config(ar, name, "/r", plan.hosts(topo))
         assert (cfg.sync_mode, cfg.model) == ("allreduce", "torch-mlp")
         assert (cfg.ps_host, cfg.ps_port) == (topo.pod("worker-0").ip, 29500)
-    assert plan.refusals(ar, "kubernetes") == []
+    [refused] = plan.refusals(ar, "kubernetes")
+    assert refused.field == "spec.training.syncMode"
 
 
 @torch_installed

@@ -328,6 +328,8 @@ def dataset(name: str, seed: int) -> data.Dataset:
     cache (tailcut.ml.cache) when an earlier role or run generated it already."""
     from tailcut.ml import cache
     entry = _entry(name)
+    if is_torch(name):   # built with its model, which it names (_torch_made): not cached
+        return entry.make_dataset(seed)
     cached = cache.load(name, seed)
     if cached is not None:
         return cached
