@@ -17,6 +17,7 @@ gives each pod the same address on its second interface, tc0 (tailcut.k8s.agent)
 a role's configuration is the same wherever it runs.
 """
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -232,7 +233,22 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
     return options
 
 
-_flows_cache: dict[str, dict[str, Any]] = {}
+CACHED_SPECS = 64  # per cache: a long-lived operator sees many jobs
+
+
+def _cached(cache: "OrderedDict[str, Any]", key: str, make: Callable[[], Any]) -> Any:
+    """``cache[key]``, made by ``make`` on a miss; the least recently used entry goes
+    when the cache is full (clearing it all made a job's next lookup rebuild its model)."""
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = make()
+    if len(cache) > CACHED_SPECS:
+        cache.popitem(last=False)
+    return value
+
+
+_flows_cache: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
 
 
 def role_flows(job: TrainingJob) -> dict[str, Any]:
@@ -240,15 +256,12 @@ def role_flows(job: TrainingJob) -> dict[str, Any]:
     pacing). Cached per spec: resolving builds the model, so once per run rather than
     once per pod, and once per job in a long-lived operator. (The whole spec is the key:
     coflow's rates depend on the links and the number of workers too.)"""
-    key = job.spec.model_dump_json()
-    if key not in _flows_cache:
-        if len(_flows_cache) > 64:
-            _flows_cache.clear()
-        _flows_cache[key] = flowreport.role_flows(job)
-    return _flows_cache[key]
+    flows: dict[str, Any] = _cached(_flows_cache, job.spec.model_dump_json(),
+                                    lambda: flowreport.role_flows(job))
+    return flows
 
 
-_tor_cache: dict[str, innetwork.Sections] = {}
+_tor_cache: "OrderedDict[str, innetwork.Sections]" = OrderedDict()
 
 
 def in_network(job: TrainingJob) -> innetwork.Sections:
@@ -257,15 +270,13 @@ def in_network(job: TrainingJob) -> innetwork.Sections:
     (the hot set) resolved, as JSON data. `tailcut run` and the operator call it once
     and hand the result to the roles and the ToR programs (the node agent reads it from
     the job's status); cached per spec, as role_flows."""
-    key = job.spec.model_dump_json()
-    if key not in _tor_cache:
-        if len(_tor_cache) > 64:
-            _tor_cache.clear()
+    def resolve() -> innetwork.Sections:
         topo = topology.plan(job)
         sections: innetwork.Sections = {}
         for kind in innetwork.KINDS:
             found = kind.section(job, topo)
             if found is not None:
                 sections[kind.name] = kind.resolve(job, found)
-        _tor_cache[key] = sections
-    return _tor_cache[key]
+        return sections
+    resolved: innetwork.Sections = _cached(_tor_cache, job.spec.model_dump_json(), resolve)
+    return resolved

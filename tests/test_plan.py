@@ -156,3 +156,15 @@ def test_cadentflow_tags_a_torch_model_one_parameter_tensor_at_a_time():
     flows = plan.role_flows(cf)
     assert set(flows["push"]) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
     assert flows["push"]["fc2.bias"] == 0
+
+
+def test_a_jobs_flows_stay_cached_while_other_jobs_come_and_go():
+    """A full cache drops its least recently used spec, not every spec (clearing it made
+    the next lookup of a job in use rebuild its model)."""
+    kept = job(name="kept", scheduling={"policy": "coflow"})
+    first = plan.role_flows(kept)
+    for n in range(plan.CACHED_SPECS + 5):
+        other = job(name=f"other-{n}", training={"seed": n + 1},
+                    scheduling={"policy": "coflow"})
+        plan.role_flows(other)
+        assert plan.role_flows(kept) is first   # used again each time: never the oldest
