@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from tailcut.datapath import agg
-from tailcut.innetwork.feature import Kind, Section
-from tailcut.ml import models
+from tailcut.innetwork.feature import (Kind, Section, detach_each, with_model_length,
+                                       worker_racks)
 from tailcut.net import build, naming
 from tailcut.net.build import Network
 from tailcut.net.topology import Pod, Topology
@@ -28,20 +28,7 @@ def section(job: TrainingJob, topo: Topology) -> Optional[Section]:
     in_network = job.spec.network.in_network
     if in_network is None or not in_network.aggregate:
         return None
-    racks = []
-    for rack in topo.racks:
-        workers = sorted(p.index for p in rack.pods if p.role == "worker")
-        if workers:
-            racks.append({"index": rack.index, "address": naming.aggregation_ip(rack.index),
-                          "workers": workers})
-    return {"racks": racks}
-
-
-def resolve(job: TrainingJob, spec_section: Section) -> Section:
-    """The gradient's length (building the model tells it), as data for the node."""
-    t = job.spec.training
-    elements = models.create(t.model, models.dataset(t.model, t.seed)).num_params
-    return {**spec_section, "elements": elements}
+    return worker_racks(topo, naming.aggregation_ip)
 
 
 class Aggregation:
@@ -109,13 +96,7 @@ class Aggregation:
                 for index, p in sorted(self.programs.items())}
 
     def detach(self) -> list[str]:
-        errors = []
-        for program in self.programs.values():
-            try:
-                program.detach()
-            except Exception as err:   # noqa: BLE001 -- the others must go regardless
-                errors.append(f"aggregation, rack {program.rack}: {err}")
-        return errors
+        return detach_each("aggregation", dict(self.programs))
 
 
 def create(job: TrainingJob, resolved: Section, network: Network,
@@ -139,4 +120,4 @@ def create(job: TrainingJob, resolved: Section, network: Network,
     return Aggregation(job, programs) if programs else None
 
 
-KIND = Kind(name=NAME, section=section, create=create, resolve=resolve)
+KIND = Kind(name=NAME, section=section, create=create, resolve=with_model_length)

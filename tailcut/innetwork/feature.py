@@ -69,3 +69,36 @@ class Kind:
     create: Callable[[TrainingJob, Section, Network, Optional[Sequence[int]]],
                      Optional[TorFeature]]
     resolve: Callable[[TrainingJob, Section], Section] = lambda job, section: section
+
+
+# ---- what the per-rack kinds (aggregation, multicast) share ----------------------------
+
+def worker_racks(topo: Topology, address_of: Callable[[int], str]) -> Section:
+    """Each rack with workers, the address its ToR program answers at, its workers."""
+    racks = []
+    for rack in topo.racks:
+        workers = sorted(p.index for p in rack.pods if p.role == "worker")
+        if workers:
+            racks.append({"index": rack.index, "address": address_of(rack.index),
+                          "workers": workers})
+    return {"racks": racks}
+
+
+def with_model_length(job: TrainingJob, spec_section: Section) -> Section:
+    """`spec_section` with the model's length, "elements" (building the model tells
+    it), resolved once as data for the node."""
+    from tailcut.ml import models
+    ref = job.spec.training.model_ref
+    elements = models.create(ref, models.dataset(ref, job.spec.training.seed)).num_params
+    return {**spec_section, "elements": elements}
+
+
+def detach_each(kind: str, programs: dict[int, Any]) -> list[str]:
+    """Detach every rack's program; the errors, each named (all are tried)."""
+    errors = []
+    for program in programs.values():
+        try:
+            program.detach()
+        except Exception as err:   # noqa: BLE001 -- the others must go regardless
+            errors.append(f"{kind}, rack {program.rack}: {err}")
+    return errors

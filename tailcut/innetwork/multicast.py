@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from tailcut.datapath import mcast
-from tailcut.innetwork.feature import Kind, Section
-from tailcut.ml import models
+from tailcut.innetwork.feature import (Kind, Section, detach_each, with_model_length,
+                                       worker_racks)
 from tailcut.net import build, naming
 from tailcut.net.build import Network
 from tailcut.net.topology import Pod, Topology
@@ -28,20 +28,7 @@ def section(job: TrainingJob, topo: Topology) -> Optional[Section]:
     in_network = job.spec.network.in_network
     if in_network is None or not in_network.multicast:
         return None
-    racks = []
-    for rack in topo.racks:
-        workers = sorted(p.index for p in rack.pods if p.role == "worker")
-        if workers:
-            racks.append({"index": rack.index, "address": naming.multicast_ip(rack.index),
-                          "workers": workers})
-    return {"racks": racks}
-
-
-def resolve(job: TrainingJob, spec_section: Section) -> Section:
-    """The model's length (building the model tells it), as data for the node."""
-    t = job.spec.training
-    elements = models.create(t.model, models.dataset(t.model, t.seed)).num_params
-    return {**spec_section, "elements": elements}
+    return worker_racks(topo, naming.multicast_ip)
 
 
 class Multicast:
@@ -120,13 +107,7 @@ class Multicast:
         return out
 
     def detach(self) -> list[str]:
-        errors = []
-        for program in self.programs.values():
-            try:
-                program.detach()
-            except Exception as err:   # noqa: BLE001 -- the others must go regardless
-                errors.append(f"multicast, rack {program.rack}: {err}")
-        return errors
+        return detach_each("multicast", dict(self.programs))
 
 
 def create(job: TrainingJob, resolved: Section, network: Network,
@@ -147,4 +128,4 @@ def create(job: TrainingJob, resolved: Section, network: Network,
     return Multicast(programs) if programs else None
 
 
-KIND = Kind(name=NAME, section=section, create=create, resolve=resolve)
+KIND = Kind(name=NAME, section=section, create=create, resolve=with_model_length)

@@ -172,7 +172,6 @@ class Batch:
         self._iov_rows = self._iov.ctypes.data + np.arange(n, dtype=np.int64) * k * iov_dtype.itemsize
         hdr["msg_iov"] = self._iov_rows
         hdr["msg_iovlen"] = k
-        self._k = k
         if tos is not None:
             self._ctrl = np.zeros(n, _CMSG_INT)
             self._ctrl["cmsg_len"] = socket.CMSG_LEN(4)
