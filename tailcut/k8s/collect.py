@@ -6,7 +6,8 @@ each role's files come from the block at the end of its pod's log
 job's config map; loss.png and the IMC'20 dissection plots are drawn here with the same
 report code; each pod's whole log goes to logs/<replica>.log. Each role's TCP counters
 (tcp-<pod>.json, in its block) become tcp_counters.csv and metrics.json's
-"tcp_counters", as under `tailcut run`.
+"tcp_counters", as under `tailcut run`; their CPU times (cpu-<pod>.json) metrics.json's
+"cpu".
 """
 
 import json
@@ -19,7 +20,7 @@ import yaml
 from tailcut import plan, spec
 from tailcut.errors import TailcutError
 from tailcut.k8s import podresults, resources
-from tailcut.training import tcpstats
+from tailcut.training import cpustats, tcpstats
 
 Progress = Callable[[str], None]
 
@@ -108,8 +109,12 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
     for key in ("retrans_segs", "rto_timeouts"):   # as RunResult: None if none reported
         metrics[f"tcp_{key}"] = tcp["total"][key] if tcp["pods"] else None
     metrics["tcp_counters"] = tcp
+    # The pods ran on the cluster's nodes, whose cores this machine cannot count.
+    metrics["cpu"] = cpustats.summarize(results_dir, job.spec.pod_names(),
+                                        float(done["jct_s"]), cores=0)
     (results_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
     progress(tcpstats.describe(tcp))
+    progress(cpustats.describe(metrics["cpu"]))
     if (results_dir / "epochs.csv").exists() and int(done["epochs"]) > 0:
         plots.plot_loss_vs_epoch(
             results_dir / "epochs.csv", results_dir / "loss.png",

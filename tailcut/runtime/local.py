@@ -28,7 +28,7 @@ from tailcut import innetwork
 from tailcut.datapath import bcc
 from tailcut.runtime import background, overheads, procs
 from tailcut.spec.model import TrainingJob
-from tailcut.training import exits, tcpstats
+from tailcut.training import cpustats, exits, tcpstats
 
 LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
@@ -134,6 +134,7 @@ def run(job: TrainingJob, results_dir: Path,
     phases.add("teardown", report_started - teardown_started)
 
     tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
+    cpu = cpustats.summarize(results_dir, job.spec.pod_names(), float(done["jct_s"]))
     reported = bool(tcp["pods"])
     result = RunResult(job=job.name, results_dir=str(results_dir),
                        converged=bool(done["converged"]), jct_s=float(done["jct_s"]),
@@ -147,9 +148,11 @@ def run(job: TrainingJob, results_dir: Path,
                "target_accuracy": job.spec.training.target_accuracy,
                **_roles_summary(job, done),
                "scheduling": _flows_summary(job, results_dir, progress),
-               "tcp_counters": tcp}
+               "tcp_counters": tcp,
+               "cpu": cpu}
     _write_json(results_dir / "metrics.json", metrics)
     progress(tcpstats.describe(tcp))
+    progress(cpustats.describe(cpu))
     if done.get("takeover"):
         t = done["takeover"]
         progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "

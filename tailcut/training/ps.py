@@ -44,7 +44,7 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import models
-from tailcut.training import (aggregation, flows, hotset, inbox, innetagg, innetmcast, peers,
+from tailcut.training import (aggregation, cpustats, flows, hotset, inbox, innetagg, innetmcast, peers,
                               records, rpc)
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, hot
@@ -277,6 +277,7 @@ class _Server:
             self._loop()
             self._finish()
         finally:
+            cpustats.checkpoint()  # the transport's threads end with it
             for conn in conns:
                 conn.close()
             transport.close()

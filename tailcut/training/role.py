@@ -36,7 +36,8 @@ import traceback  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 from tailcut import errors  # noqa: E402
-from tailcut.training import aggregator, config, exits, ps, tcpstats, worker  # noqa: E402
+from tailcut.training import (aggregator, config, cpustats, exits, ps, tcpstats,  # noqa: E402
+                              worker)
 from tailcut.transports.base import PeerClosed  # noqa: E402
 
 USAGE = "usage: python -m tailcut.training.role CONFIG.json"
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None,
     except (config.ConfigError, TypeError) as err:
         _fail("?", -1, f"{args[0]}: {err}")
         return exits.USAGE
-    emit = _with_tcp_counters(cfg, emit)
+    emit = _with_cpu_time(cfg, _with_tcp_counters(cfg, emit))
     try:
         if cfg.sync_mode == "allreduce":   # no PS: DDP over Gloo; rank 0 reports
             from tailcut.training import allreduce  # here: it imports torch
@@ -111,6 +112,28 @@ def _with_tcp_counters(cfg: config.RoleConfig, emit: Callable[[dict[str, Any]], 
                 event = {**event, "tcp": counts}
         emit(event)
     return emit_with_counters
+
+
+def _with_cpu_time(cfg: config.RoleConfig, emit: Callable[[dict[str, Any]], None]
+                   ) -> Callable[[dict[str, Any]], None]:
+    """`emit`, adding to the role's closing event the CPU its threads used while it
+    trained (tailcut.training.cpustats), also written to cpu-<pod>.json. The PS's
+    "start" event marks the start; a worker marks it itself before its first step."""
+    pod = f"{cfg.role}-{cfg.index}"
+
+    def emit_with_cpu(event: dict[str, Any]) -> None:
+        if event.get("event") == "start":
+            cpustats.mark()
+        elif event.get("event") in DONE_EVENTS:
+            usage = cpustats.since_mark()
+            try:
+                cpustats.write(cfg.results_dir, pod, usage)
+            except OSError as err:
+                print(f"tailcut {pod}: CPU time not recorded: {err}", file=sys.stderr,
+                      flush=True)
+            event = {**event, "cpu": usage}
+        emit(event)
+    return emit_with_cpu
 
 
 def _peer_went_away(err: BaseException | None) -> bool:

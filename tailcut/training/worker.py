@@ -33,7 +33,8 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import data, layerwise, models
-from tailcut.training import flows, hotset, inbox, innetagg, innetmcast, peers, ps, records
+from tailcut.training import (cpustats, flows, hotset, inbox, innetagg, innetmcast, peers, ps,
+                              records)
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -183,6 +184,7 @@ class _Worker:
                         self._request(who, Message(Kind.HELLO, peers.WORKER, cfg.index), "pull", 0)
                     self.inbox = inbox.Inbox(list(self.conns.values()), parts=self.layerwise)
                     self.names = list(self.conns)
+                    cpustats.mark()  # connected: what follows is training's CPU
                     while self._train_step(step):
                         pushed += 1
                         step += 1
@@ -197,6 +199,7 @@ class _Worker:
                 except base.TransportError as err:
                     raise PSGone(f"{where}: {err}") from err
         finally:
+            cpustats.checkpoint()  # the transport's threads end with it
             for conn in self.conns.values():
                 conn.close()
             transport.close()
