@@ -139,3 +139,26 @@ def test_every_pod_records_its_own_tcp_counters_and_the_run_sums_them(tmp_path):
     assert rows[0].startswith("pod,out_segs,retrans_segs,rto_timeouts") and len(rows) == 4
     assert any(line.startswith("tcp (3 pods' namespaces): ") for line in lines)
     nothing_of("tcpcount")
+
+
+def test_every_role_records_the_cpu_its_threads_used_while_training(tmp_path):
+    """A bounded-loss job's roles charge their transport threads (send, receive,
+    control) apart from the main one, per pod and summed, and the run says so."""
+    job = spec.load_text("kind: TrainingJob\nmetadata: {name: cpucount}\n"
+                         "spec: {replicas: {workers: 2}, training: {iterations: 30},\n"
+                         "       transport: {type: bounded-loss, p: 0.9}}\n")
+    lines: list[str] = []
+    local.run(job, tmp_path, progress=lines.append)
+    cpu = json.loads((tmp_path / "metrics.json").read_text())["cpu"]
+    print(json.dumps(cpu, indent=1))
+    assert sorted(cpu["pods"]) == ["ps-0", "worker-0", "worker-1"] and cpu["missing"] == []
+    for pod, usage in cpu["pods"].items():
+        kinds = usage["kinds"]
+        assert sum(kinds["main (model, protocol)"].values()) > 0, pod
+        assert sum(kinds["datagram send"].values()) > 0, pod   # workers push, the PS pulls
+        assert sum(kinds["datagram receive"].values()) > 0, pod
+    assert cpu["total_s"] == pytest.approx(
+        sum(u["user_s"] + u["system_s"] for u in cpu["pods"].values()), abs=0.01)
+    assert cpu["cores"] >= 1 and cpu["busy"] > 0
+    assert any(line.startswith("cpu: the roles used ") for line in lines)
+    nothing_of("cpucount")
