@@ -220,7 +220,10 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                        # dropper would lose a whole 64 KiB message at once. Every
                        # hop after it cuts GSO messages into datagrams as needed
                        # (tailcut.net.build, docs/bounded-loss.md).
-                       gso=job.spec.network.access_link.loss == 0)
+                       gso=job.spec.network.access_link.loss == 0,
+                       # Every pod's own end of its link is shaped at this rate
+                       # (tailcut.net.shaping): no need to read it back from the kernel.
+                       link_mbit=job.spec.network.access_link.bandwidth / 1e6)
     if t.type == "bounded-loss":
         options.update(p=t.p, xdp_mode=t.xdp_mode)
         if t.min_p is not None:  # early close below p (unset: p is the floor)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tailcut import plan, spec
+from tailcut import plan, spec, transports
 from tailcut.errors import SpecError
 from tailcut.ml import models, torchmodel
 from tailcut.net import topology
@@ -127,6 +127,17 @@ def test_datagram_transports_use_udp_gso_unless_the_pods_own_end_drops_at_random
                          ({"accessLink": {"loss": 0.01}}, False)):
         j = job(network=network, transport=kind)
         assert plan.transport_options(j, topology.plan(j).pod("worker-0"))["gso"] is gso, network
+
+
+@pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
+def test_datagram_transports_are_told_their_links_rate_rather_than_reading_it_back(transport):
+    """Every pod's own end is shaped at the access link's rate: the grants and the
+    pacing start from it without a netlink dump in each role."""
+    kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
+    j = job(network={"accessLink": {"bandwidth": "250Mbit"}}, transport=kind)
+    options = plan.transport_options(j, topology.plan(j).pod("ps-0"))
+    assert options["link_mbit"] == 250
+    assert transports.get(options.pop("type"), **options).link_mbit == 250  # type: ignore[attr-defined]
 
 
 torch_installed = pytest.mark.skipif(not torchmodel.available(),

@@ -51,12 +51,14 @@ pod's veth, which goes away with the pod's namespace.
 from __future__ import annotations
 
 import collections
+import fcntl
 import logging
 import math
 import os
 import queue
 import select
 import socket
+import struct
 import sys
 import threading
 import time
@@ -278,7 +280,7 @@ class DatagramTransport(base.Transport):
     def __init__(self, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
                  rate_mbit: float | None = None, end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
-                 gso: bool = False) -> None:
+                 gso: bool = False, link_mbit: float | None = None) -> None:
         super().__init__()
         if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and rate_mbit > 0):
             raise ValueError(f"rate_mbit={rate_mbit!r}: must be > 0, or unset for the link's rate")
@@ -288,6 +290,12 @@ class DatagramTransport(base.Transport):
         self.job_id = wire.job_id(job)
         self.stride = wire.elements_per_packet(mtu)
         self.rate_mbit = rate_mbit
+        if link_mbit is not None and not (isinstance(link_mbit, (int, float)) and link_mbit > 0):
+            raise ValueError(f"link_mbit={link_mbit!r}: must be > 0, or unset to read the "
+                             "rate of the interface's HTB class")
+        # The rate of this pod's own link, as the plan shaped it; unset: read from the
+        # interface's HTB class (netlink, pyroute2: ~0.3 s of a role's start).
+        self.link_mbit = link_mbit
         self.end_grace_s = end_grace_ms / 1e3
         self.max_elements = max_elements
         # UDP GSO (batch.py): only where the path acts per packet after the kernel's
@@ -416,7 +424,8 @@ class DatagramTransport(base.Transport):
     def _start(self, local_ip: str) -> None:
         """Attach the XDP counter (bounded-loss) and start the receive threads."""
         assert self._udp is not None
-        self._link_bit = self._pool_bit = _link_rate_bit(local_ip)
+        self._link_bit = self._pool_bit = (self.link_mbit * 1e6 if self.link_mbit is not None
+                                           else _link_rate_bit(local_ip))
         self._pace_bit = self.rate_mbit * 1e6 if self.rate_mbit is not None else self._link_bit
         if self._link_bit is not None:
             self._monitor = congestion.LinkMonitor(_ifname_of(local_ip))
@@ -846,12 +855,13 @@ class BoundedLossTransport(DatagramTransport):
                  rate_mbit: float | None = None, xdp: bool = True,
                  xdp_mode: str = "generic", end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
-                 min_p: float | None = None, gso: bool = False) -> None:
+                 min_p: float | None = None, gso: bool = False,
+                 link_mbit: float | None = None) -> None:
         """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
         and whose packets have stopped coming is handed over below p with what
         arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
         super().__init__(job=job, mtu=mtu, rate_mbit=rate_mbit, end_grace_ms=end_grace_ms,
-                         max_elements=max_elements, seed=seed, gso=gso)
+                         max_elements=max_elements, seed=seed, gso=gso, link_mbit=link_mbit)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver at least "
                              "90% of every message)")
@@ -899,13 +909,23 @@ def _in_order(values: np.ndarray) -> list[int]:
     return [int(values[i]) for i in sorted(first.tolist())]
 
 
+SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's (primary) IPv4 address
+
+
 def _ifname_of(ip: str) -> str:
-    """The interface in this network namespace that holds address ``ip``."""
-    from tailcut.net import address   # pyroute2: 0.25 s to import, datagram roles only
-    found = address.find(ip=ip)
-    if found is None:
-        raise base.TransportError(f"no interface holds {ip} in this network namespace")
-    return found[0]
+    """The interface in this network namespace that holds address ``ip``: one ioctl per
+    interface (a pod has two or three), no netlink library to import."""
+    packed = socket.inet_aton(ip)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                ifreq = fcntl.ioctl(probe.fileno(), SIOCGIFADDR,
+                                    struct.pack("16s16x", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address, or the interface just went away
+            if ifreq[20:24] == packed:  # struct ifreq: name[16], sockaddr_in (addr at +4)
+                return name
+    raise base.TransportError(f"no interface holds {ip} in this network namespace")
 
 
 def _link_rate_bit(ip: str) -> float | None:
