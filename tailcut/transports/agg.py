@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailcut.datapath import aggformat as fmt
-from tailcut.transports import base
+from tailcut.transports import base, slots
 from tailcut.transports.hot import SO_NO_CHECK
 
+slots.check_layout(fmt.header())
 RANGE = 127.0   # Q8.24 holds +-128; a rack's sum must stay inside it
 MAX_ELEMENTS = fmt.MAX_ELEMENTS   # the most a gradient the ToR sums may have
 
@@ -72,7 +73,8 @@ def _socket() -> socket.socket:
 
 
 class Sender:
-    """A worker's side: its whole gradient to its rack's aggregation address."""
+    """A worker's side: its whole gradient to its rack's aggregation address, one ADD
+    per slot, all of them by sendmmsg (slots.py)."""
 
     def __init__(self, address: str, job: int, worker: int, elements: int,
                  rack_size: int) -> None:
@@ -84,6 +86,10 @@ class Sender:
         self.saturated = 0
         self.packets = 0
         self.sock = _socket()
+        self._adds = slots.Outgoing(self.sock, [self.address], magic=fmt.const("MAGIC"),
+                                    version=fmt.const("VERSION"), op=fmt.ADD, job=job,
+                                    worker=worker, elements=elements, stride=fmt.STRIDE,
+                                    dtype="<i4")
 
     def close(self) -> None:
         self.sock.close()
@@ -93,12 +99,9 @@ class Sender:
         clipped = np.clip(grad, -self.limit, self.limit)
         self.saturated += int(np.count_nonzero(clipped != grad))
         fixed, _ = fmt.to_fixed(clipped)
-        for s in range(fmt.slots(self.elements)):
-            lo, hi = s * fmt.STRIDE, s * fmt.STRIDE + fmt.slot_length(self.elements, s)
-            self.sock.sendto(packet(fmt.ADD, worker=self.worker, job=self.job,
-                                    iteration=iteration, slot=s,
-                                    payload=fixed[lo:hi].tobytes()), self.address)
-            self.packets += 1
+        self._adds.put(iteration, fixed)
+        self._adds.send()
+        self.packets += len(self._adds)
 
 
 @dataclass

@@ -29,10 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailcut.datapath import mcastformat as fmt
-from tailcut.transports import base
+from tailcut.transports import base, slots
 from tailcut.transports.hot import SO_NO_CHECK
 
+slots.check_layout(fmt.header())
 SO_RCVBUFFORCE = 33   # <asm-generic/socket.h>; Python does not export it
+RECV_BATCH = 256   # copies read per recvmmsg call at most
 RCVBUF_BYTES = 16 << 20   # a whole model's copies (~2.3 KB each in the kernel) and more
 MAX_ELEMENTS = fmt.MAX_ELEMENTS   # the most values a multicast model may have
 
@@ -109,8 +111,13 @@ class Publisher:
         self.stats = PublisherStats()
         self._lock = threading.Lock()
         self._iteration = -1
-        self._packets: list[bytes] = []
         self.sock = _socket(bind)
+        # Rack by rack: the first rack's workers start first. One sendmmsg batch per
+        # rack, gathered from the headers and the model in place (slots.py).
+        self._copies = slots.Outgoing(
+            self.sock, [(address, fmt.PORT) for address in racks], magic=fmt.const("MAGIC"),
+            version=fmt.const("VERSION"), op=fmt.PARAMS, job=job, worker=0,
+            elements=elements, stride=fmt.STRIDE, dtype="<f4")
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name="mcast-repairs", daemon=True)
         self._thread.start()
@@ -125,20 +132,12 @@ class Publisher:
         values = np.asarray(params, dtype="<f4")
         if values.shape != (self.elements,):
             raise ValueError(f"PARAMS of {values.size} values; the model has {self.elements}")
-        raw = values.tobytes()
-        packets = []
-        for s in range(self.slots):
-            n = fmt.slot_length(self.elements, s)
-            packets.append(packet(fmt.PARAMS, job=self.job, iteration=iteration, slot=s,
-                                  payload=raw[4 * s * fmt.STRIDE:4 * (s * fmt.STRIDE + n)],
-                                  count=n))
-        with self._lock:
-            self._iteration, self._packets = iteration, packets
-        for address in self.racks:   # rack by rack: the first rack's workers start first
-            for data in packets:
-                self.sock.sendto(data, (address, fmt.PORT))
+        with self._lock:  # repairs read the same buffers
+            self._copies.put(iteration, values)
+            self._iteration = iteration
+        self._copies.send()
         self.stats.published += 1
-        self.stats.datagrams += len(packets) * len(self.racks)
+        self.stats.datagrams += len(self._copies) * len(self.racks)
 
     def close(self) -> None:
         self._closing = True
@@ -169,13 +168,12 @@ class Publisher:
             if h.iteration != self._iteration:
                 self.stats.stale_requests += 1
                 return
-            packets = self._packets
-        self.stats.repair_requests += 1
-        for s in wanted.tolist():
-            if s < len(packets):
-                p = packets[s]
-                self.sock.sendto(p[:7] + bytes([h.worker]) + p[8:], peer)
-                self.stats.repaired_slots += 1
+            self.stats.repair_requests += 1
+            repairs = [self._copies.datagram(s, worker=h.worker)
+                       for s in wanted.tolist() if s < self.slots]
+        for data in repairs:
+            self.sock.sendto(data, peer)
+            self.stats.repaired_slots += 1
 
 
 @dataclass
@@ -201,7 +199,8 @@ class Receiver:
         self.stats = ReceiverStats()
         self.sock = _socket(bind)
         self.sock.setblocking(False)
-        self._buf = bytearray(65536)
+        self._incoming = slots.Incoming(self.sock, RECV_BATCH,
+                                        fmt.header().size + 4 * fmt.STRIDE)
 
     def close(self) -> None:
         self.sock.close()
@@ -246,29 +245,38 @@ class Receiver:
             self.stats.requests += 1
 
     def _drain(self, iteration: int, params: np.ndarray, got: np.ndarray) -> None:
-        """Take every datagram waiting (the header read in place: a model is hundreds
-        of them an iteration)."""
-        header, size = fmt.header(), fmt.header().size
-        magic, version = fmt.const("MAGIC"), fmt.const("VERSION")
+        """Take every datagram waiting, a recvmmsg batch at a time, each batch checked
+        and put in place with numpy (a model is a thousand copies an iteration)."""
+        size, stride = fmt.header().size, fmt.STRIDE
+        full_slots = self.elements // stride
+        # The model's whole slots as rows, to take a batch of copies in one assignment.
+        rows_of = (params[:full_slots * stride].reshape(full_slots, stride)
+                   if params.flags.c_contiguous and params.dtype == np.float32 else None)
         while True:
-            try:
-                n = self.sock.recv_into(self._buf)
-            except (BlockingIOError, InterruptedError):
+            headers, payload, lengths = self._incoming.recv()
+            if not len(headers):
                 return
-            if n < size:
-                self.stats.malformed += 1
-                continue
-            m, v, op, _, _, job, it, slot, count, _, _ = header.unpack_from(self._buf)
-            if (m != magic or v != version or op != fmt.PARAMS or job != self.job
-                    or slot >= self.slots or n != size + 4 * count
-                    or count != fmt.slot_length(self.elements, slot)):
-                self.stats.malformed += 1
-                continue
-            if it != iteration:
-                self.stats.stale += 1
-                continue
-            lo = slot * fmt.STRIDE
-            params[lo:lo + count] = np.frombuffer(self._buf, dtype="<f4", count=count,
-                                                  offset=size)
-            got[slot] = True
-            self.stats.copies += 1
+            slot = headers["slot"].astype(np.int64)
+            count = headers["count"].astype(np.int64)
+            ok = ((headers["magic"] == fmt.const("MAGIC"))
+                  & (headers["version"] == fmt.const("VERSION"))
+                  & (headers["op"] == fmt.PARAMS) & (headers["job"] == self.job)
+                  & (slot < self.slots))
+            # Only now is slot known to be in range: its length, and the datagram's.
+            ok &= (count == np.minimum(stride, self.elements - np.where(ok, slot, 0) * stride))
+            ok &= lengths == size + 4 * count
+            self.stats.malformed += int(len(ok) - np.count_nonzero(ok))
+            current = ok & (headers["iteration"] == iteration)
+            self.stats.stale += int(np.count_nonzero(ok & ~current))
+            taken = np.flatnonzero(current)
+            values = payload[:, :4 * stride].view("<f4")
+            whole = taken[count[taken] == stride]
+            if rows_of is not None:
+                rows_of[slot[whole]] = values[whole]
+            else:
+                for i in whole.tolist():
+                    params[slot[i] * stride:(slot[i] + 1) * stride] = values[i]
+            for i in taken[count[taken] != stride].tolist():  # the model's last slot
+                params[slot[i] * stride:slot[i] * stride + count[i]] = values[i, :count[i]]
+            got[slot[taken]] = True
+            self.stats.copies += len(taken)
