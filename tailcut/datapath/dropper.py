@@ -20,8 +20,9 @@ counter slot in the program's map (see ebpf/dropper.h). detach() deletes the fil
 and the clsact qdisc too if this process added it and no filter is left on it.
 """
 
+import struct
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tailcut.datapath import bcc, clsact
 from tailcut.errors import DatapathError
@@ -49,6 +50,10 @@ class _Shared:
 
     program: bcc.Program
     slots: set[int]
+    prog_id: int
+    next_slot: int = 1   # slots below it were handed out at least once
+    # (direction, loss text) -> the attach requests, encoded once (see _requests)
+    templates: dict[tuple[str, str], list["_Request"]] = field(default_factory=dict)
 
 
 _programs: dict[int, _Shared] = {}  # by threshold
@@ -74,10 +79,13 @@ def _acquire(thr: int) -> tuple[_Shared, int]:
     if shared is None:
         program = bcc.load(STEM, {FUNCTION: "sched_cls"},
                            cflags=[f"-DTAILCUT_DROP_THRESHOLD={thr}U"])
-        shared = _programs[thr] = _Shared(program, set())
+        shared = _programs[thr] = _Shared(program, set(), program.prog_id(FUNCTION))
     table = shared.program.table(COUNTS_MAP)
-    free = (s for s in range(1, len(table)) if s not in shared.slots)
-    slot = next(free, None)
+    if shared.next_slot < len(table):   # the common case: a build attaching thousands
+        slot: int | None = shared.next_slot
+        shared.next_slot += 1
+    else:
+        slot = next((s for s in range(1, len(table)) if s not in shared.slots), None)
     if slot is None:
         raise DatapathError(f"{len(table) - 1} droppers already share loss threshold "
                             f"{thr}; raise TAILCUT_DROP_SLOTS in ebpf/dropper.h")
@@ -156,6 +164,59 @@ class AttachedDropper:
         self.detach()
 
 
+# Sentinels the attach requests are encoded with once, then replaced per attachment.
+_SENTINEL_IFINDEX = 0x7ACE0001
+_SENTINEL_CLASSID = 0x7ACE0002
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One netlink request of an attachment, its variable fields at known offsets."""
+
+    kind: int
+    flags: int
+    body: bytes        # what follows the netlink header
+    ifindex_at: int    # offset in body of the tcmsg's ifindex
+    classid_at: int    # offset in body of TCA_BPF_CLASSID's value; -1: none
+
+    def bytes_for(self, index: int, slot: int) -> bytes:
+        body = bytearray(self.body)
+        struct.pack_into("=i", body, self.ifindex_at, index)
+        if self.classid_at >= 0:
+            struct.pack_into("=I", body, self.classid_at, slot)
+        return bytes(body)
+
+
+def _requests(shared: _Shared, direction: Direction, loss: float) -> list[_Request]:
+    """The clsact and filter requests for `shared`'s program on `direction`, encoded by
+    pyroute2 once per program, direction and loss: encoding them for every one of a
+    big network's thousands of link ends took most of its lossy build time."""
+    key = (direction, f"{loss:g}")
+    cached = shared.templates.get(key)
+    if cached is not None:
+        return cached
+    from pyroute2 import IPBatch
+    encoder = IPBatch()
+    encoder.tc("replace", "clsact", _SENTINEL_IFINDEX)
+    encoder.tc("add-filter", "bpf", _SENTINEL_IFINDEX, handle=FILTER_HANDLE,
+               parent=clsact.PARENTS[direction], prio=FILTER_PRIO,
+               fd=shared.program.fds[FUNCTION], name=f"{FUNCTION}:loss={loss:g}",
+               classid=_SENTINEL_CLASSID, direct_action=True)
+    data, offset, out = bytes(encoder.batch), 0, []
+    classid = struct.pack("=I", _SENTINEL_CLASSID)
+    while offset < len(data):
+        length, kind, flags = struct.unpack_from("=IHH", data, offset)
+        body = data[offset + 16:offset + length]
+        # struct tcmsg: family, 3 pad bytes, then ifindex (the UAPI layout).
+        assert struct.unpack_from("=i", body, 4)[0] == _SENTINEL_IFINDEX
+        assert body.count(classid) <= 1, "the classid sentinel is unambiguous"
+        out.append(_Request(kind, flags & ~rtnl.NLM_F_ACK, body, 4, body.find(classid)))
+        offset += (length + 3) & ~3
+    assert [r.classid_at >= 0 for r in out] == [False, True], "clsact, then the filter"
+    shared.templates[key] = out
+    return out
+
+
 def attach_in_batch(batch: "rtnl.Batch", netns_name: str, ifname: str, index: int,
                     loss: float, direction: Direction = "egress") -> AttachedDropper:
     """The requests that attach a dropper to interface `index` (`ifname`) of
@@ -163,26 +224,20 @@ def attach_in_batch(batch: "rtnl.Batch", netns_name: str, ifname: str, index: in
     caller just created, with no clsact and no filter yet (the network builder's, which
     attaches thousands at once). The dropper holds its slot from now on: release it if
     the batch fails."""
-    from pyroute2 import IPBatch
     _check(loss, direction)
     thr = threshold(loss)
     with _lock:
         shared, slot = _acquire(thr)
-    try:
-        prog_id = shared.program.prog_id(FUNCTION)
-        encoder = IPBatch()
-        encoder.tc("replace", "clsact", index)
-        encoder.tc("add-filter", "bpf", index, handle=FILTER_HANDLE,
-                   parent=clsact.PARENTS[direction], prio=FILTER_PRIO,
-                   fd=shared.program.fds[FUNCTION], name=f"{FUNCTION}:loss={loss:g}",
-                   classid=slot, direct_action=True)
-        batch.encoded(encoder.batch, f"the dropper on {ifname} in {netns_name}")
-        clsact.record_added(netns_name, index)
-    except BaseException:
-        with _lock:
+        try:
+            requests = _requests(shared, direction, loss)
+        except BaseException:
             _release(thr, slot)
-        raise
-    return AttachedDropper(netns_name, ifname, index, direction, loss, slot, prog_id)
+            raise
+    what = f"the dropper on {ifname} in {netns_name}"
+    for request in requests:
+        batch.raw(request.kind, request.flags, request.bytes_for(index, slot), what)
+    clsact.record_added(netns_name, index)
+    return AttachedDropper(netns_name, ifname, index, direction, loss, slot, shared.prog_id)
 
 
 def attach(netns_name: str, ifname: str, loss: float,
@@ -194,7 +249,7 @@ def attach(netns_name: str, ifname: str, loss: float,
     with _lock:
         shared, slot = _acquire(thr)
     try:
-        prog_id = shared.program.prog_id(FUNCTION)
+        prog_id = shared.prog_id
         with netns.ipr(netns_name) as ipr:
             index = clsact.ifindex(ipr, netns_name, ifname)
             clsact.add_filter(ipr, netns_name, ifname, index, direction=direction,
