@@ -14,8 +14,9 @@ and `tc filter show dev eth0 egress` show it:
 
 The root qdisc (HTB, for rates) is untouched: clsact hangs off its own hook, so both
 coexist, and on egress a packet meets the dropper before HTB, so a dropped packet
-never spends HTB tokens. The program is compiled once per distinct loss and shared by
-every interface with that loss; the filter's classid (":3" above) is the attachment's
+never spends HTB tokens. The program is compiled once per distinct loss and machine
+(bpfcache keeps the image; later runs load it in milliseconds), loaded once per
+process and loss, and shared by every interface with that loss; the filter's classid (":3" above) is the attachment's
 counter slot in the program's map (see ebpf/dropper.h). detach() deletes the filter,
 and the clsact qdisc too if this process added it and no filter is left on it.
 """
@@ -24,7 +25,7 @@ import struct
 import threading
 from dataclasses import dataclass, field
 
-from tailcut.datapath import bcc, clsact
+from tailcut.datapath import bpfcache, clsact
 from tailcut.errors import DatapathError
 from tailcut.net import netns, rtnl
 
@@ -48,7 +49,7 @@ _lock = threading.Lock()
 class _Shared:
     """One compiled program (for one threshold) and the counter slots in use."""
 
-    program: bcc.Program
+    program: bpfcache.CachedProgram
     slots: set[int]
     prog_id: int
     next_slot: int = 1   # slots below it were handed out at least once
@@ -77,7 +78,7 @@ def _acquire(thr: int) -> tuple[_Shared, int]:
     """The program for `thr` (compiled on first use) and a fresh, zeroed slot."""
     shared = _programs.get(thr)
     if shared is None:
-        program = bcc.load(STEM, {FUNCTION: "sched_cls"},
+        program = bpfcache.load(STEM, {FUNCTION: "sched_cls"},
                            cflags=[f"-DTAILCUT_DROP_THRESHOLD={thr}U"])
         shared = _programs[thr] = _Shared(program, set(), program.prog_id(FUNCTION))
     table = shared.program.table(COUNTS_MAP)
