@@ -14,10 +14,10 @@ and `tc filter show dev eth0 egress` show it:
 
 The root qdisc (HTB, for rates) is untouched: clsact hangs off its own hook, so both
 coexist, and on egress a packet meets the dropper before HTB, so a dropped packet
-never spends HTB tokens. The program is compiled once per distinct loss and machine
-(bpfcache keeps the image; later runs load it in milliseconds), loaded once per
-process and loss, and shared by every interface with that loss; the filter's classid (":3" above) is the attachment's
-counter slot in the program's map (see ebpf/dropper.h). detach() deletes the filter,
+never spends HTB tokens. One program serves every interface and loss: it is compiled
+once per machine (bpfcache keeps the image; later runs load it in milliseconds) and
+loaded once per process. The filter's classid (":3" above) is the attachment's slot
+in the program's maps, which hold each slot's loss and counters (ebpf/dropper.h). detach() deletes the filter,
 and the clsact qdisc too if this process added it and no filter is left on it.
 """
 
@@ -35,6 +35,7 @@ PARENTS = clsact.PARENTS
 STEM = "dropper"
 FUNCTION = "tailcut_drop"  # the name bpftool shows; distinctive so leftovers are findable
 COUNTS_MAP = "drop_counts"
+THRESHOLDS_MAP = "drop_thresholds"
 
 # Preference 1 runs first on its hook, so a classifier added later at a higher
 # preference still sees every packet the dropper keeps (it returns TC_ACT_UNSPEC).
@@ -47,7 +48,8 @@ _lock = threading.Lock()
 
 @dataclass
 class _Shared:
-    """One compiled program (for one threshold) and the counter slots in use."""
+    """The loaded program, which every dropper of this process shares whatever its
+    loss, and the slots in use (each slot has its own loss and counters)."""
 
     program: bpfcache.CachedProgram
     slots: set[int]
@@ -57,7 +59,7 @@ class _Shared:
     templates: dict[tuple[str, str], list["_Request"]] = field(default_factory=dict)
 
 
-_programs: dict[int, _Shared] = {}  # by threshold
+_shared: _Shared | None = None
 
 
 def threshold(loss: float) -> int:
@@ -75,12 +77,13 @@ def _check(loss: float, direction: str) -> None:
 
 
 def _acquire(thr: int) -> tuple[_Shared, int]:
-    """The program for `thr` (compiled on first use) and a fresh, zeroed slot."""
-    shared = _programs.get(thr)
+    """The program (loaded on first use) and a fresh slot: counters zeroed, its
+    threshold `thr`."""
+    global _shared
+    shared = _shared
     if shared is None:
-        program = bpfcache.load(STEM, {FUNCTION: "sched_cls"},
-                           cflags=[f"-DTAILCUT_DROP_THRESHOLD={thr}U"])
-        shared = _programs[thr] = _Shared(program, set(), program.prog_id(FUNCTION))
+        program = bpfcache.load(STEM, {FUNCTION: "sched_cls"})
+        shared = _shared = _Shared(program, set(), program.prog_id(FUNCTION))
     table = shared.program.table(COUNTS_MAP)
     if shared.next_slot < len(table):   # the common case: a build attaching thousands
         slot: int | None = shared.next_slot
@@ -88,20 +91,24 @@ def _acquire(thr: int) -> tuple[_Shared, int]:
     else:
         slot = next((s for s in range(1, len(table)) if s not in shared.slots), None)
     if slot is None:
-        raise DatapathError(f"{len(table) - 1} droppers already share loss threshold "
-                            f"{thr}; raise TAILCUT_DROP_SLOTS in ebpf/dropper.h")
-    del table[table.Key(slot)]  # BCC zeroes a per-CPU array entry on delete
+        raise DatapathError(f"{len(table) - 1} droppers are attached already; raise "
+                            "TAILCUT_DROP_SLOTS in ebpf/dropper.h")
+    del table[table.Key(slot)]  # a per-CPU array's entry is zeroed on delete
+    thresholds = shared.program.table(THRESHOLDS_MAP)
+    thresholds[thresholds.Key(slot)] = thresholds.Leaf(thr)
     shared.slots.add(slot)
     return shared, slot
 
 
-def _release(thr: int, slot: int) -> None:
-    shared = _programs[thr]
+def _release(slot: int) -> None:
+    global _shared
+    shared = _shared
+    assert shared is not None, "a dropper holds a slot of the loaded program"
     shared.slots.discard(slot)
     if not shared.slots:
         # Closing our fds unloads the program once no filter holds it.
         shared.program.close()
-        del _programs[thr]
+        _shared = None
 
 
 class AttachedDropper:
@@ -115,7 +122,7 @@ class AttachedDropper:
         self.direction = direction
         self.loss = loss
         self.slot = slot
-        self.prog_id = prog_id  # for `bpftool prog show id N`; shared by equal losses
+        self.prog_id = prog_id  # for `bpftool prog show id N`; shared by every dropper
         self.threshold = threshold(loss)
         self._final: tuple[int, int] | None = None
 
@@ -129,7 +136,8 @@ class AttachedDropper:
         if self._final is not None:
             return self._final
         with _lock:
-            table = _programs[self.threshold].program.table(COUNTS_MAP)
+            assert _shared is not None, "an attached dropper holds its program"
+            table = _shared.program.table(COUNTS_MAP)
             per_cpu = table[table.Key(self.slot)]
             return (sum(int(c.passed) for c in per_cpu),
                     sum(int(c.dropped) for c in per_cpu))
@@ -146,7 +154,7 @@ class AttachedDropper:
                                  handle=FILTER_HANDLE, what="dropper")
         finally:
             with _lock:
-                _release(self.threshold, self.slot)
+                _release(self.slot)
 
     def release(self) -> None:
         """Keep the final counts and let go of the program, leaving the filter to go
@@ -156,7 +164,7 @@ class AttachedDropper:
             return
         self._final = self.counts()
         with _lock:
-            _release(self.threshold, self.slot)
+            _release(self.slot)
 
     def __enter__(self) -> "AttachedDropper":
         return self
@@ -232,7 +240,7 @@ def attach_in_batch(batch: "rtnl.Batch", netns_name: str, ifname: str, index: in
         try:
             requests = _requests(shared, direction, loss)
         except BaseException:
-            _release(thr, slot)
+            _release(slot)
             raise
     what = f"the dropper on {ifname} in {netns_name}"
     for request in requests:
@@ -260,6 +268,6 @@ def attach(netns_name: str, ifname: str, loss: float,
                               what="dropper")
     except BaseException:
         with _lock:
-            _release(thr, slot)
+            _release(slot)
         raise
     return AttachedDropper(netns_name, ifname, index, direction, loss, slot, prog_id)
