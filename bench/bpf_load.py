@@ -3,9 +3,9 @@
     .venv/bin/python bench/bpf_load.py [--runs 5] [--baseline DIR]
 
 Each sample is a new Python process (as a run's builder, or a receiving role, is) that
-loads one program (its imports done first, untimed): the dropper as the network builder does (its first link end), or
-the bounded-loss counter as a receiving role does (stride 360), and reports the
-load's wall time and CPU time (user + system). With --baseline (a checkout of another
+loads one program, its imports done first and not timed: the dropper as the network
+builder does (its first link end), or the bounded-loss counter as a receiving role
+does (stride 360), and reports the load's wall time and CPU time (user + system). With --baseline (a checkout of another
 revision, e.g. /work/main), the same loads of that tree alternate with this tree's,
 and the ratios of the medians are printed. One unmeasured load per tree and program
 comes first: what a user's second run finds (for this tree, the compiled image in
@@ -66,7 +66,8 @@ def main() -> None:
         for _ in range(args.runs):   # interleaved, so drifting load hits both alike
             for name, tree in trees.items():
                 samples[name].append(once(tree, program))
-        medians = {name: {k: statistics.median(s[k] for s in runs) for k in ("wall_s", "cpu_s")}
+        medians = {name: {k: statistics.median(s[k] for s in runs)
+                          for k in ("wall_s", "cpu_s")}
                    for name, runs in samples.items()}
         for name, m in medians.items():
             print(f"{program:8s} {name:10s} load wall {m['wall_s'] * 1000:8.1f} ms   "

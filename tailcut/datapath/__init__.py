@@ -19,5 +19,6 @@ The modules in HELPERS are shared plumbing, not loaders:
     mcastformat  the parameters' multicast wire format (loader, PS and workers share it)
 """
 
-HELPERS = frozenset({"bcc", "bpfsys", "bpfcache", "ringbuf", "clsact", "cheader", "torformat", "aggformat",
+HELPERS = frozenset({"bcc", "bpfsys", "bpfcache", "ringbuf", "clsact", "cheader",
+                     "torformat", "aggformat",
                      "mcastformat", "ports"})

@@ -85,8 +85,9 @@ def _bcc_version() -> str:
 
 def image_name(stem: str, functions: Mapping[str, str], cflags: Sequence[str]) -> str:
     h = hashlib.sha256()
-    parts = [str(FORMAT), stem, json.dumps(sorted(functions.items())), json.dumps(list(cflags)),
-             bcc.source(stem).read_text(), _bcc_version(), os.uname().release]
+    parts = [str(FORMAT), stem, json.dumps(sorted(functions.items())),
+             json.dumps(list(cflags)), bcc.source(stem).read_text(), _bcc_version(),
+             os.uname().release]
     parts += [p.read_text() for p in sorted(bcc.EBPF_DIR.glob("*.h"))]
     for part in parts:
         h.update(part.encode())

@@ -17,8 +17,9 @@ coexist, and on egress a packet meets the dropper before HTB, so a dropped packe
 never spends HTB tokens. One program serves every interface and loss: it is compiled
 once per machine (bpfcache keeps the image; later runs load it in milliseconds) and
 loaded once per process. The filter's classid (":3" above) is the attachment's slot
-in the program's maps, which hold each slot's loss and counters (ebpf/dropper.h). detach() deletes the filter,
-and the clsact qdisc too if this process added it and no filter is left on it.
+in the program's maps, which hold each slot's loss and counters (ebpf/dropper.h).
+detach() deletes the filter, and the clsact qdisc too if this process added it and
+no filter is left on it.
 """
 
 import struct

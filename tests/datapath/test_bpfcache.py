@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tailcut.datapath import bcc, bpfcache, bpfsys, dropper, partial
+from tailcut.transports import wire
 from tests.datapath.frames import udp_frame
 
 pytestmark = pytest.mark.bpf
@@ -65,9 +67,9 @@ def test_a_load_from_the_image_takes_milliseconds_in_a_new_process(cache: Path) 
 def test_other_cflags_or_another_source_make_another_image(cache: Path,
                                                            monkeypatch: pytest.MonkeyPatch,
                                                            tmp_path: Path) -> None:
-    a = bpfcache.image_name(partial.STEM, {partial.FUNCTION: "xdp"}, ["-DTAILCUT_BL_STRIDE=360"])
-    b = bpfcache.image_name(partial.STEM, {partial.FUNCTION: "xdp"}, ["-DTAILCUT_BL_STRIDE=512"])
-    assert a != b
+    counter = {partial.FUNCTION: "xdp"}
+    a = bpfcache.image_name(partial.STEM, counter, ["-DTAILCUT_BL_STRIDE=360"])
+    assert a != bpfcache.image_name(partial.STEM, counter, ["-DTAILCUT_BL_STRIDE=512"])
     changed = tmp_path / "ebpf"
     changed.mkdir()
     for f in bcc.EBPF_DIR.iterdir():
@@ -105,8 +107,6 @@ def test_an_unwritable_cache_only_costs_the_compile(monkeypatch: pytest.MonkeyPa
 
 def test_the_counters_events_arrive_through_the_ring_buffer_of_a_cached_load(
         cache: Path) -> None:
-    from tailcut.transports import wire
-    import numpy as np
     job, port = wire.job_id("bl-cache"), 47100
     partial.load(port=port, job=job, p=1.0, stride=360).close()   # the compile
     program = partial.load(port=port, job=job, p=1.0, stride=360)
