@@ -6,23 +6,20 @@
 
 #include "dropper.h"
 
-/* The loader compiles one program per loss with
- *   -DTAILCUT_DROP_THRESHOLD=<round(loss * 2^32), saturated to 0xffffffff>U
- * e.g. loss 0.05 -> 214748365U. A packet is dropped when a uniform u32 is below the
- * threshold. loss = 1 would need 2^32, which a u32 cannot hold, so 0xffffffff means
- * "drop everything" (it only differs from "< 0xffffffff" with probability 2^-32). */
-#ifndef TAILCUT_DROP_THRESHOLD
-#error "compile with -DTAILCUT_DROP_THRESHOLD=<round(loss * 2^32)>U, as tailcut/datapath/dropper.py does"
-#endif
-
 BPF_PERCPU_ARRAY(drop_counts, struct tailcut_drop_counts, TAILCUT_DROP_SLOTS);
+BPF_ARRAY(drop_thresholds, __u32, TAILCUT_DROP_SLOTS);
 
 int tailcut_drop(struct __sk_buff *skb)
 {
-	const __u32 threshold = TAILCUT_DROP_THRESHOLD;
 	/* The attachment's slot: cls_bpf set it from the filter's classid. */
 	__u32 slot = skb->tc_classid;
 	struct tailcut_drop_counts *counts = drop_counts.lookup(&slot);
+	__u32 *set = drop_thresholds.lookup(&slot);
+	/* A packet is dropped when a uniform u32 is below the slot's threshold,
+	 * round(loss * 2^32). loss = 1 would need 2^32, which a u32 cannot hold, so
+	 * 0xffffffff means "drop everything" (it only differs from "< 0xffffffff" with
+	 * probability 2^-32). No entry (a slot out of range): keep the packet. */
+	__u32 threshold = set ? *set : 0;
 	int drop = threshold == 0xffffffff || bpf_get_prandom_u32() < threshold;
 
 	if (counts) {

@@ -4,8 +4,8 @@
 #ifndef TAILCUT_DROPPER_H
 #define TAILCUT_DROPPER_H
 
-/* Counter slots per compiled program. One program is compiled per distinct loss and
- * shared by every interface that uses that loss; each attachment gets its own slot,
+/* Attachment slots of the program. One program serves every interface a process drops
+ * on, whatever its loss; each attachment gets its own slot,
  * which the loader passes as the tc filter's classid. cls_bpf copies that classid's
  * minor into skb->tc_classid before running the program, so the shared program knows
  * which attachment a packet went through. Slot 0 is never handed out. */
@@ -25,6 +25,14 @@ struct tailcut_drop_counts {
  *   written by   tailcut_drop (dropper.bpf.c): one increment per packet
  *   read by      AttachedDropper.counts() (tailcut/datapath/dropper.py), summed over
  *                CPUs; attach() zeroes a slot before handing it out again
+ *
+ * Map drop_thresholds
+ *   type         BPF_MAP_TYPE_ARRAY
+ *   key          __u32, an attachment's slot
+ *   value        __u32, round(loss * 2^32), saturated to 0xffffffff ("drop all")
+ *   max_entries  TAILCUT_DROP_SLOTS
+ *   written by   tailcut/datapath/dropper.py when it hands the slot out
+ *   read by      tailcut_drop, once per packet
  */
 
 #endif /* TAILCUT_DROPPER_H */

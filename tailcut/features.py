@@ -220,8 +220,7 @@ def bcc() -> Feature:
                           "no /sys/kernel/kheaders.tar.xz; run scripts/setup.sh")
         started = time.monotonic()
         try:
-            bcc_loader.load(dropper.STEM, {dropper.FUNCTION: "sched_cls"},
-                            cflags=["-DTAILCUT_DROP_THRESHOLD=0U"]).close()
+            bcc_loader.load(dropper.STEM, {dropper.FUNCTION: "sched_cls"}).close()
         except DatapathError as err:
             raise _AbsentError(str(err).splitlines()[0]) from err
         return (f"bcc {getattr(module, '__version__', '?')}, headers {headers} -> "

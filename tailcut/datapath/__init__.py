@@ -5,7 +5,11 @@ Each program `ebpf/<stem>.bpf.c` (with its shared types and map descriptions in
 The modules in HELPERS are shared plumbing, not loaders:
 
     bcc      compile ebpf/<stem>.bpf.c with BCC, turning failures into DatapathError
-    bpfsys   raw bpf(2) calls (tiny programs, maps) for the kernel feature probes
+    bpfsys   raw bpf(2) calls (tiny programs, maps, elements) for the feature probes
+             and bpfcache
+    bpfcache compile a program once per machine, keep its image on disk, load it with
+             bpf(2) (the dropper's and the XDP counter's: no compile per run or role)
+    ringbuf  read a BPF ring buffer map through mmap, as libbpf does (bpfcache's)
     clsact   tc filters on clsact hooks; who added the clsact qdisc, shared by all
     cheader  a wire header's struct layout and #defines, read from a program's .h
     torformat  the ToR store's wire format and fixed point (loader and clients share it)
@@ -15,5 +19,6 @@ The modules in HELPERS are shared plumbing, not loaders:
     mcastformat  the parameters' multicast wire format (loader, PS and workers share it)
 """
 
-HELPERS = frozenset({"bcc", "bpfsys", "clsact", "cheader", "torformat", "aggformat",
+HELPERS = frozenset({"bcc", "bpfsys", "bpfcache", "ringbuf", "clsact", "cheader",
+                     "torformat", "aggformat",
                      "mcastformat", "ports"})

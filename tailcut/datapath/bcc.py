@@ -48,8 +48,25 @@ _compiled_s = 0.0   # what load() spent in this process, for the run's overheads
 
 
 def compile_seconds() -> float:
-    """Seconds this process has spent compiling and loading programs with BCC."""
+    """Seconds this process has spent compiling and loading programs (with BCC, or
+    from a cached image: bpfcache)."""
     return _compiled_s
+
+
+def add_load_seconds(seconds: float) -> None:
+    """Count a load that did not go through load() (bpfcache's)."""
+    global _compiled_s
+    _compiled_s += seconds
+
+
+def fd_prog_id(fd: int, function: str) -> int:
+    """The kernel's id of the program open at `fd`, as `bpftool prog show id N` takes it."""
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == "prog_id":
+                return int(value)
+    raise DatapathError(f"fd {fd} of {function} is not a BPF program")
 
 
 @dataclass
@@ -63,12 +80,7 @@ class Program:
 
     def prog_id(self, function: str) -> int:
         """The kernel's id of a loaded function, as `bpftool prog show id N` takes it."""
-        with open(f"/proc/self/fdinfo/{self.fds[function]}") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key == "prog_id":
-                    return int(value)
-        raise DatapathError(f"fd {self.fds[function]} of {function} is not a BPF program")
+        return fd_prog_id(self.fds[function], function)
 
     def table(self, name: str) -> Any:
         """The BCC view of map `name` (types come from the C declaration)."""

@@ -14,16 +14,19 @@ and `tc filter show dev eth0 egress` show it:
 
 The root qdisc (HTB, for rates) is untouched: clsact hangs off its own hook, so both
 coexist, and on egress a packet meets the dropper before HTB, so a dropped packet
-never spends HTB tokens. The program is compiled once per distinct loss and shared by
-every interface with that loss; the filter's classid (":3" above) is the attachment's
-counter slot in the program's map (see ebpf/dropper.h). detach() deletes the filter,
-and the clsact qdisc too if this process added it and no filter is left on it.
+never spends HTB tokens. One program serves every interface and loss: it is compiled
+once per machine (bpfcache keeps the image; later runs load it in milliseconds) and
+loaded once per process. The filter's classid (":3" above) is the attachment's slot
+in the program's maps, which hold each slot's loss and counters (ebpf/dropper.h).
+detach() deletes the filter, and the clsact qdisc too if this process added it and
+no filter is left on it.
 """
 
+import struct
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from tailcut.datapath import bcc, clsact
+from tailcut.datapath import bpfcache, clsact
 from tailcut.errors import DatapathError
 from tailcut.net import netns, rtnl
 
@@ -33,6 +36,7 @@ PARENTS = clsact.PARENTS
 STEM = "dropper"
 FUNCTION = "tailcut_drop"  # the name bpftool shows; distinctive so leftovers are findable
 COUNTS_MAP = "drop_counts"
+THRESHOLDS_MAP = "drop_thresholds"
 
 # Preference 1 runs first on its hook, so a classifier added later at a higher
 # preference still sees every packet the dropper keeps (it returns TC_ACT_UNSPEC).
@@ -45,13 +49,18 @@ _lock = threading.Lock()
 
 @dataclass
 class _Shared:
-    """One compiled program (for one threshold) and the counter slots in use."""
+    """The loaded program, which every dropper of this process shares whatever its
+    loss, and the slots in use (each slot has its own loss and counters)."""
 
-    program: bcc.Program
+    program: bpfcache.CachedProgram
     slots: set[int]
+    prog_id: int
+    next_slot: int = 1   # slots below it were handed out at least once
+    # (direction, loss text) -> the attach requests, encoded once (see _requests)
+    templates: dict[tuple[str, str], list["_Request"]] = field(default_factory=dict)
 
 
-_programs: dict[int, _Shared] = {}  # by threshold
+_shared: _Shared | None = None
 
 
 def threshold(loss: float) -> int:
@@ -69,30 +78,38 @@ def _check(loss: float, direction: str) -> None:
 
 
 def _acquire(thr: int) -> tuple[_Shared, int]:
-    """The program for `thr` (compiled on first use) and a fresh, zeroed slot."""
-    shared = _programs.get(thr)
+    """The program (loaded on first use) and a fresh slot: counters zeroed, its
+    threshold `thr`."""
+    global _shared
+    shared = _shared
     if shared is None:
-        program = bcc.load(STEM, {FUNCTION: "sched_cls"},
-                           cflags=[f"-DTAILCUT_DROP_THRESHOLD={thr}U"])
-        shared = _programs[thr] = _Shared(program, set())
+        program = bpfcache.load(STEM, {FUNCTION: "sched_cls"})
+        shared = _shared = _Shared(program, set(), program.prog_id(FUNCTION))
     table = shared.program.table(COUNTS_MAP)
-    free = (s for s in range(1, len(table)) if s not in shared.slots)
-    slot = next(free, None)
+    if shared.next_slot < len(table):   # the common case: a build attaching thousands
+        slot: int | None = shared.next_slot
+        shared.next_slot += 1
+    else:
+        slot = next((s for s in range(1, len(table)) if s not in shared.slots), None)
     if slot is None:
-        raise DatapathError(f"{len(table) - 1} droppers already share loss threshold "
-                            f"{thr}; raise TAILCUT_DROP_SLOTS in ebpf/dropper.h")
-    del table[table.Key(slot)]  # BCC zeroes a per-CPU array entry on delete
+        raise DatapathError(f"{len(table) - 1} droppers are attached already; raise "
+                            "TAILCUT_DROP_SLOTS in ebpf/dropper.h")
+    del table[table.Key(slot)]  # a per-CPU array's entry is zeroed on delete
+    thresholds = shared.program.table(THRESHOLDS_MAP)
+    thresholds[thresholds.Key(slot)] = thresholds.Leaf(thr)
     shared.slots.add(slot)
     return shared, slot
 
 
-def _release(thr: int, slot: int) -> None:
-    shared = _programs[thr]
+def _release(slot: int) -> None:
+    global _shared
+    shared = _shared
+    assert shared is not None, "a dropper holds a slot of the loaded program"
     shared.slots.discard(slot)
     if not shared.slots:
         # Closing our fds unloads the program once no filter holds it.
         shared.program.close()
-        del _programs[thr]
+        _shared = None
 
 
 class AttachedDropper:
@@ -106,7 +123,7 @@ class AttachedDropper:
         self.direction = direction
         self.loss = loss
         self.slot = slot
-        self.prog_id = prog_id  # for `bpftool prog show id N`; shared by equal losses
+        self.prog_id = prog_id  # for `bpftool prog show id N`; shared by every dropper
         self.threshold = threshold(loss)
         self._final: tuple[int, int] | None = None
 
@@ -120,7 +137,8 @@ class AttachedDropper:
         if self._final is not None:
             return self._final
         with _lock:
-            table = _programs[self.threshold].program.table(COUNTS_MAP)
+            assert _shared is not None, "an attached dropper holds its program"
+            table = _shared.program.table(COUNTS_MAP)
             per_cpu = table[table.Key(self.slot)]
             return (sum(int(c.passed) for c in per_cpu),
                     sum(int(c.dropped) for c in per_cpu))
@@ -137,7 +155,7 @@ class AttachedDropper:
                                  handle=FILTER_HANDLE, what="dropper")
         finally:
             with _lock:
-                _release(self.threshold, self.slot)
+                _release(self.slot)
 
     def release(self) -> None:
         """Keep the final counts and let go of the program, leaving the filter to go
@@ -147,13 +165,66 @@ class AttachedDropper:
             return
         self._final = self.counts()
         with _lock:
-            _release(self.threshold, self.slot)
+            _release(self.slot)
 
     def __enter__(self) -> "AttachedDropper":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.detach()
+
+
+# Sentinels the attach requests are encoded with once, then replaced per attachment.
+_SENTINEL_IFINDEX = 0x7ACE0001
+_SENTINEL_CLASSID = 0x7ACE0002
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One netlink request of an attachment, its variable fields at known offsets."""
+
+    kind: int
+    flags: int
+    body: bytes        # what follows the netlink header
+    ifindex_at: int    # offset in body of the tcmsg's ifindex
+    classid_at: int    # offset in body of TCA_BPF_CLASSID's value; -1: none
+
+    def bytes_for(self, index: int, slot: int) -> bytes:
+        body = bytearray(self.body)
+        struct.pack_into("=i", body, self.ifindex_at, index)
+        if self.classid_at >= 0:
+            struct.pack_into("=I", body, self.classid_at, slot)
+        return bytes(body)
+
+
+def _requests(shared: _Shared, direction: Direction, loss: float) -> list[_Request]:
+    """The clsact and filter requests for `shared`'s program on `direction`, encoded by
+    pyroute2 once per program, direction and loss: encoding them for every one of a
+    big network's thousands of link ends took most of its lossy build time."""
+    key = (direction, f"{loss:g}")
+    cached = shared.templates.get(key)
+    if cached is not None:
+        return cached
+    from pyroute2 import IPBatch
+    encoder = IPBatch()
+    encoder.tc("replace", "clsact", _SENTINEL_IFINDEX)
+    encoder.tc("add-filter", "bpf", _SENTINEL_IFINDEX, handle=FILTER_HANDLE,
+               parent=clsact.PARENTS[direction], prio=FILTER_PRIO,
+               fd=shared.program.fds[FUNCTION], name=f"{FUNCTION}:loss={loss:g}",
+               classid=_SENTINEL_CLASSID, direct_action=True)
+    data, offset, out = bytes(encoder.batch), 0, []
+    classid = struct.pack("=I", _SENTINEL_CLASSID)
+    while offset < len(data):
+        length, kind, flags = struct.unpack_from("=IHH", data, offset)
+        body = data[offset + 16:offset + length]
+        # struct tcmsg: family, 3 pad bytes, then ifindex (the UAPI layout).
+        assert struct.unpack_from("=i", body, 4)[0] == _SENTINEL_IFINDEX
+        assert body.count(classid) <= 1, "the classid sentinel is unambiguous"
+        out.append(_Request(kind, flags & ~rtnl.NLM_F_ACK, body, 4, body.find(classid)))
+        offset += (length + 3) & ~3
+    assert [r.classid_at >= 0 for r in out] == [False, True], "clsact, then the filter"
+    shared.templates[key] = out
+    return out
 
 
 def attach_in_batch(batch: "rtnl.Batch", netns_name: str, ifname: str, index: int,
@@ -163,26 +234,20 @@ def attach_in_batch(batch: "rtnl.Batch", netns_name: str, ifname: str, index: in
     caller just created, with no clsact and no filter yet (the network builder's, which
     attaches thousands at once). The dropper holds its slot from now on: release it if
     the batch fails."""
-    from pyroute2 import IPBatch
     _check(loss, direction)
     thr = threshold(loss)
     with _lock:
         shared, slot = _acquire(thr)
-    try:
-        prog_id = shared.program.prog_id(FUNCTION)
-        encoder = IPBatch()
-        encoder.tc("replace", "clsact", index)
-        encoder.tc("add-filter", "bpf", index, handle=FILTER_HANDLE,
-                   parent=clsact.PARENTS[direction], prio=FILTER_PRIO,
-                   fd=shared.program.fds[FUNCTION], name=f"{FUNCTION}:loss={loss:g}",
-                   classid=slot, direct_action=True)
-        batch.encoded(encoder.batch, f"the dropper on {ifname} in {netns_name}")
-        clsact.record_added(netns_name, index)
-    except BaseException:
-        with _lock:
-            _release(thr, slot)
-        raise
-    return AttachedDropper(netns_name, ifname, index, direction, loss, slot, prog_id)
+        try:
+            requests = _requests(shared, direction, loss)
+        except BaseException:
+            _release(slot)
+            raise
+    what = f"the dropper on {ifname} in {netns_name}"
+    for request in requests:
+        batch.raw(request.kind, request.flags, request.bytes_for(index, slot), what)
+    clsact.record_added(netns_name, index)
+    return AttachedDropper(netns_name, ifname, index, direction, loss, slot, shared.prog_id)
 
 
 def attach(netns_name: str, ifname: str, loss: float,
@@ -194,7 +259,7 @@ def attach(netns_name: str, ifname: str, loss: float,
     with _lock:
         shared, slot = _acquire(thr)
     try:
-        prog_id = shared.program.prog_id(FUNCTION)
+        prog_id = shared.prog_id
         with netns.ipr(netns_name) as ipr:
             index = clsact.ifindex(ipr, netns_name, ifname)
             clsact.add_filter(ipr, netns_name, ifname, index, direction=direction,
@@ -204,6 +269,6 @@ def attach(netns_name: str, ifname: str, loss: float,
                               what="dropper")
     except BaseException:
         with _lock:
-            _release(thr, slot)
+            _release(slot)
         raise
     return AttachedDropper(netns_name, ifname, index, direction, loss, slot, prog_id)
