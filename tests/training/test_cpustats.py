@@ -45,7 +45,8 @@ def test_a_busy_thread_is_charged_to_its_kind_and_cpu_before_the_mark_is_not() -
     assert usage["from"] == "training start"
     total = usage["user_s"] + usage["system_s"]
     assert 0.25 <= total < 0.6, usage
-    assert "datagram send" not in usage["kinds"]
+    # (Threads left by other tests may be listed, idle.)
+    assert sum(usage["kinds"].get("datagram send", {}).values()) < 0.05
     assert sum(usage["kinds"][cpustats.ENDED].values()) >= 0.2
 
 
