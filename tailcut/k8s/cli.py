@@ -1,6 +1,6 @@
 """The Kubernetes commands of `tailcut`: a local cluster, its images, a job's results.
 
-    tailcut cluster up [--nodes N] | down | status   a real cluster on this host
+    tailcut cluster up [--nodes N] | down [--purge-images] | status   a real cluster here
     tailcut images build [--load]             the three images, from their Dockerfiles
     tailcut collect JOB [-n NS]               a finished job's results from its pods' logs
 """
@@ -27,6 +27,9 @@ def add_parsers(sub: Any) -> None:
                          "with its own containerd, kubelet and kube-proxy (default 1)")
     cluster.add_argument("--no-images", action="store_true",
                          help="with up: do not build and load tailcut's images")
+    cluster.add_argument("--purge-images", action="store_true",
+                         help="with down: also remove the nodes' image stores, which "
+                         "otherwise stay so the next `up` imports nothing it holds")
     cluster.set_defaults(handler=_cluster)
 
     build = sub.add_parser("images", help="build the operator, agent and worker images "
@@ -49,7 +52,7 @@ def add_parsers(sub: Any) -> None:
 
 def _cluster(args: argparse.Namespace) -> int:
     if args.action == "down":
-        node_cluster.Cluster.down(args.workdir)
+        node_cluster.Cluster.down(args.workdir, purge_images=args.purge_images)
         return 0
     if args.action == "status":
         found = node_cluster.Cluster.load(args.workdir)
