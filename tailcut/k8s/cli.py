@@ -1,7 +1,8 @@
 """The Kubernetes commands of `tailcut`: a local cluster, its images, a job's results.
 
     tailcut cluster up [--nodes N] | down [--purge-images] | status   a real cluster here
-    tailcut images build [--load]             the three images, from their Dockerfiles
+    tailcut images build [--load] [--torch]   the three images (--torch: and the
+                                              worker with PyTorch), from their Dockerfiles
     tailcut collect JOB [-n NS]               a finished job's results from its pods' logs
 """
 
@@ -27,6 +28,8 @@ def add_parsers(sub: Any) -> None:
                          "with its own containerd, kubelet and kube-proxy (default 1)")
     cluster.add_argument("--no-images", action="store_true",
                          help="with up: do not build and load tailcut's images")
+    cluster.add_argument("--torch", action="store_true",
+                         help="with up: also build and load the worker image with PyTorch")
     cluster.add_argument("--purge-images", action="store_true",
                          help="with down: also remove the nodes' image stores, which "
                          "otherwise stay so the next `up` imports nothing it holds")
@@ -38,6 +41,10 @@ def add_parsers(sub: Any) -> None:
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
     build.add_argument("--load", action="store_true",
                        help="also load them into the cluster of `tailcut cluster up`")
+    build.add_argument("--torch", action="store_true",
+                       help="also the worker image with PyTorch (workers/torch.Dockerfile, "
+                       "about 650 MiB more), for torch and allreduce jobs (the chart's "
+                       "workers.torchImage)")
     build.set_defaults(handler=_images)
 
     fetch = sub.add_parser("collect", help="a finished TrainingJob's results from its pods' "
@@ -65,14 +72,14 @@ def _cluster(args: argparse.Namespace) -> int:
         print(f"export KUBECONFIG={found.kubeconfig}")
         return 0
     # Built (or found cached) first, so each node imports them while the rest comes up.
-    archives = [] if args.no_images else list(images.build_all().values())
+    archives = [] if args.no_images else list(images.build_all(torch=args.torch).values())
     up = node_cluster.Cluster.up(args.workdir, nodes=args.nodes, images=archives)
     print(f"kubeconfig: {up.kubeconfig}\n\nexport KUBECONFIG={up.kubeconfig}")
     return 0
 
 
 def _images(args: argparse.Namespace) -> int:
-    archives = images.build_all(force=args.force)
+    archives = images.build_all(force=args.force, torch=args.torch)
     if args.load:
         up = node_cluster.Cluster.load()
         if up is None:
