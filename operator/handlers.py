@@ -40,6 +40,9 @@ from tailcut.k8s import background, crd, metrics, placement, policy, resources, 
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
+# The worker image with PyTorch (the chart's workers.torchImage), for the pods of jobs
+# with a torch model or DDP/Gloo; empty: this cluster has none, and those jobs fail.
+TORCH_IMAGE = os.environ.get("TAILCUT_WORKER_TORCH_IMAGE", "")
 RESULTS_DIR = Path(os.environ.get("TAILCUT_RESULTS_DIR", "results"))
 TERMINAL = ("Succeeded", "Failed")
 # /metrics and /healthz (tailcut.k8s.metrics): the chart sets the port; 0, the default
@@ -118,6 +121,16 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: boo
                              source=f"{namespace}/{name}")
         # What this backend cannot build (the local one: what `tailcut run` refuses).
         plan.check(job, "kubernetes" if BACKEND == "kubernetes" else "local")
+        if BACKEND == "kubernetes" and plan.needs_torch(job) and not TORCH_IMAGE:
+            what = ("spec.training.syncMode=allreduce (DDP over Gloo)"
+                    if job.spec.training.sync_mode == "allreduce"
+                    else f"spec.training.model={job.spec.training.model} (a torch model)")
+            raise SpecError(
+                f"{what}: its pods need the worker image with PyTorch, and this "
+                "cluster's tailcut chart names none (workers.torchImage is empty); "
+                "build it with `tailcut images build --torch` (workers/torch.Dockerfile) "
+                "and set workers.torchImage=worker-torch (docs/pytorch.md), or run "
+                "the job with `tailcut run`")
         if BACKEND == "kubernetes" and plan.needs_xdp(job) and not XDP_ALLOWED:
             raise SpecError(
                 f"spec.transport.type={job.spec.transport.type!r}: this cluster's tailcut "
@@ -148,8 +161,10 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: boo
         _create(core.create_namespaced_service, core.read_namespaced_service, namespace,
                 resources.service(job, owner), uid)
         bg = _create_background(core, job, namespace, owner, patch, where)
+        # Background load's pods and sidecars run no torch: the small image.
+        image = TORCH_IMAGE if plan.needs_torch(job) else WORKER_IMAGE
         for pod in background.with_sidecars(job, bg, resources.pods(
-                job, owner, WORKER_IMAGE, where=where, container_resources=WORKER_RESOURCES),
+                job, owner, image, where=where, container_resources=WORKER_RESOURCES),
                 WORKER_IMAGE, container_resources=WORKER_RESOURCES):
             _create(core.create_namespaced_pod, _read_pod(core), namespace, pod, uid)
     except _Refused as err:

@@ -107,20 +107,11 @@ def check(job: TrainingJob, executor: Executor) -> None:
 
 
 def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
-    """PyTorch: the worker image does not carry it yet (docs/pytorch.md says what it
-    would add), so torch models and the allreduce baseline run under `tailcut run`
-    only. Everything else runs in pods, and the node agent loads the ToR programs.
-    (Whether a cluster lets bounded-loss pods attach XDP is the namespace's opt-in,
-    not the job's: the operator says so, naming the label.)"""
-    t = job.spec.training
-    why = ("the worker image has no PyTorch yet (docs/pytorch.md: what it would add); "
-           "run this job with `tailcut run`")
-    if t.sync_mode == "allreduce":
-        return [Refusal("spec.training.syncMode",
-                        f"spec.training.syncMode=allreduce runs DDP over Gloo: {why}")]
-    if models.is_torch(t.model_ref):
-        return [Refusal("spec.training.model",
-                        f"spec.training.model={t.model}: a torch model: {why}")]
+    """Nothing of a job's own: everything runs in pods, and the node agent loads the
+    ToR programs. What depends on the cluster is the operator's to say, naming the
+    chart's value: whether it has a worker image with PyTorch (`needs_torch`,
+    workers.torchImage) and whether the namespace lets bounded-loss pods attach XDP
+    (`needs_xdp`, a namespace label)."""
     return []
 
 
@@ -153,6 +144,13 @@ def leader(job: TrainingJob) -> str:
     """The pod whose events tell the job's progress and end: the PS's shard 0, or with
     syncMode allreduce (no PS) rank 0, worker-0."""
     return "worker-0" if job.spec.training.sync_mode == "allreduce" else "ps-0"
+
+
+def needs_torch(job: TrainingJob) -> bool:
+    """Whether the job's roles run PyTorch (a torch model, or DDP/Gloo): on Kubernetes
+    their pods need the worker image with PyTorch (the chart's workers.torchImage)."""
+    t = job.spec.training
+    return t.sync_mode == "allreduce" or models.is_torch(t.model_ref)
 
 
 def needs_xdp(job: TrainingJob) -> bool:

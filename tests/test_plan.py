@@ -49,17 +49,17 @@ def test_the_aggregation_rule_reaches_every_role_and_defaults_to_the_mean():
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_every_example_runs_on_both_executors_but_torch_ones_on_kubernetes(example):
-    """The worker image carries no PyTorch yet: the operator refuses torch jobs at
-    once, naming the field (docs/pytorch.md)."""
+def test_every_example_runs_on_both_executors_and_torch_ones_say_they_need_torch(example):
+    """Whether a cluster has the worker image with PyTorch is the chart's (the
+    operator refuses torch jobs naming workers.torchImage when it has none)."""
     loaded = spec.load_file(example)
     assert plan.refusals(loaded, "local") == []
-    refused = plan.refusals(loaded, "kubernetes")
-    if models.is_torch(loaded.spec.training.model_ref) \
-            or loaded.spec.training.sync_mode == "allreduce":
-        assert len(refused) == 1 and "worker image has no PyTorch" in refused[0].message
-    else:
-        assert refused == []
+    assert plan.refusals(loaded, "kubernetes") == []
+    t = loaded.spec.training
+    assert plan.needs_torch(loaded) == (models.is_torch(t.model_ref)
+                                        or t.sync_mode == "allreduce")
+    assert plan.needs_torch(loaded) == (example.stem in ("quickstart-torch",
+                                                         "allreduce-gloo"))
 
 
 @pytest.mark.parametrize("transport", [{"type": "tcp"}, {"type": "app-drop", "p": 0.9}])
@@ -155,8 +155,7 @@ def test_an_allreduce_job_plans_workers_that_meet_at_worker_0():
         cfg = plan.role_config(ar, name, "/r", plan.hosts(topo))
         assert (cfg.sync_mode, cfg.model) == ("allreduce", "torch-mlp")
         assert (cfg.ps_host, cfg.ps_port) == (topo.pod("worker-0").ip, 29500)
-    [refused] = plan.refusals(ar, "kubernetes")
-    assert refused.field == "spec.training.syncMode"
+    assert plan.refusals(ar, "kubernetes") == [] and plan.needs_torch(ar)
 
 
 @torch_installed

@@ -1,4 +1,5 @@
-"""Build tailcut's three images from their Dockerfiles without Docker or a registry.
+"""Build tailcut's three images (and, asked, the worker with PyTorch) from their
+Dockerfiles without Docker or a registry.
 
     archives = images.build_all()        # name -> docker-archive tarball, cached
     cluster.load_image(archives["worker"])
@@ -40,7 +41,13 @@ IMAGES = {
     "worker": ("workers/Dockerfile", [*DEPENDENCIES, *CODE, "workers/entrypoint.py"]),
     "operator": ("operator/Dockerfile", [*DEPENDENCIES, *CODE, "operator/handlers.py"]),
     "agent": ("operator/agent.Dockerfile", [*DEPENDENCIES, *CODE]),
+    "worker-torch": ("workers/torch.Dockerfile",
+                     [*DEPENDENCIES, *CODE, "workers/entrypoint.py"]),
 }
+# Built only on request (`tailcut images build --torch`): PyTorch adds about 650 MiB,
+# which only jobs with a torch model or `syncMode: allreduce` need.
+ON_REQUEST = ("worker-torch",)
+DEFAULT = [name for name in IMAGES if name not in ON_REQUEST]
 # Left out of the base: manuals, documentation and translations (dpkg's path-exclude,
 # kept in the base so the Dockerfiles' apt-get honours it too), and apt's caches, as
 # Debian's own container images do.
@@ -178,8 +185,9 @@ def build(name: str, base_id: str, force: bool = False, progress: Progress = pri
         raise ImageError(f"{name}: building {dockerfile} failed:\n"
                          + "\n".join((out.stdout + out.stderr).splitlines()[-30:]))
     built = time.monotonic()
-    for old in cache_dir().glob(f"{name}-*.tar"):
-        old.unlink()
+    for old in cache_dir().glob(f"{name}-*.tar"):   # not worker-torch's for worker
+        if re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{16}}\.tar", old.name):
+            old.unlink()
     tmp = archive.with_suffix(".part")
     tmp.unlink(missing_ok=True)
     _checked(_buildah("push", "--quiet", ref(name), f"docker-archive:{tmp}:{ref(name)}"),
@@ -191,14 +199,17 @@ def build(name: str, base_id: str, force: bool = False, progress: Progress = pri
 
 
 def build_all(force: bool = False, progress: Progress = print,
-              names: Optional[list[str]] = None) -> dict[str, Path]:
+              names: Optional[list[str]] = None, torch: bool = False) -> dict[str, Path]:
+    """`names` (default: the three, and the torch worker if `torch`), each built if
+    its inputs changed; name -> archive."""
     base_id = build_base(progress)
-    wanted = names or list(IMAGES)
-    # Two at a time: the agent after the worker, whose first layers it reuses (built at
-    # once, each would make its own copy, which a node then stores twice); the
-    # operator meanwhile.
-    chains: list[list[str]] = [[n for n in ("worker", "agent") if n in wanted],
-                               [n for n in wanted if n not in ("worker", "agent")]]
+    wanted = names or DEFAULT + (list(ON_REQUEST) if torch else [])
+    # Two at a time: the agent and the torch worker after the worker, whose first
+    # layers they reuse (built at once, each would make its own copy, which a node
+    # then stores twice); the operator meanwhile.
+    family = ("worker", "agent", "worker-torch")
+    chains: list[list[str]] = [[n for n in family if n in wanted],
+                               [n for n in wanted if n not in family]]
 
     def run(chain: list[str]) -> dict[str, Path]:
         return {name: build(name, base_id, force, progress) for name in chain}

@@ -44,16 +44,19 @@ def cluster(tmp_path_factory, k8s_tools):
 
 @pytest.fixture(scope="session")
 def release(cluster):
-    """tailcut's images (cached until their sources change) loaded into the node, as
-    `kind load docker-image` would, and the chart installed with helm."""
-    cluster.load_images(list(images.build_all(progress=lambda line: None).values()))
+    """tailcut's images, the worker with PyTorch too (cached until their sources
+    change), loaded into the nodes, as `kind load docker-image` would, and the chart
+    installed with helm, naming the torch image."""
+    cluster.load_images(list(images.build_all(progress=lambda line: None,
+                                              torch=True).values()))
     # As docs/kubernetes.md says: the namespace first, labelled for the agent's Pod
     # Security level (helm cannot label the namespace it installs into).
     cluster.kubectl("create", "namespace", chart.RELEASE_NS)
     cluster.kubectl("label", "namespace", chart.RELEASE_NS,
                     "pod-security.kubernetes.io/enforce=privileged")
     chart.helm(cluster, "install", chart.RELEASE, str(CHART), "--namespace",
-               chart.RELEASE_NS, "--wait", "--timeout", "3m")
+               chart.RELEASE_NS, "--set", "workers.torchImage=worker-torch",
+               "--wait", "--timeout", "3m")
     return chart.RELEASE_NS
 
 

@@ -213,10 +213,42 @@ def test_ps_0s_pod_deleted_mid_job_its_replica_takes_over_and_the_job_completes(
                  and set(phases().values()) == {"Succeeded"}, within_s=90, every_s=1), phases()
 
 
-# Run above with more checks: quickstart, cadentflow, quickstart-background, mlfabric.
+def test_a_torch_job_and_a_gloo_job_run_on_the_torch_image_and_their_results_come_back(
+        cluster, release, namespace, tmp_path):
+    """The torch MLP through a PS, and DDP over Gloo with no PS, side by side, two
+    epochs each (what is checked is that PyTorch runs in the pods, not convergence):
+    their pods run the chart's torch image, both end Succeeded with their figures,
+    and `tailcut collect` brings back the all-reduce report."""
+    jobs = {"torch-ps": "quickstart-torch.yaml", "gloo": "allreduce-gloo.yaml"}
+    for job_name, name in jobs.items():
+        raw = yaml.safe_load(example(name, job_name))
+        raw["spec"]["training"].update({"epochs": 2, "targetAccuracy": None})
+        cluster.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(raw))
+    for job_name in jobs:
+        status = chart.wait_phase(cluster, namespace, job_name, "Succeeded", within_s=420)
+        assert status["jctSeconds"] > 0 and status["progress"].startswith("2/"), status
+        assert 0.4 < status["accuracy"] <= 1.0, status   # 4 classes: chance is 0.25
+        pods = chart.get(cluster, namespace, "pods", "-l", f"tailcut.dev/job={job_name}")
+        assert {p["spec"]["containers"][0]["image"] for p in pods["items"]} == {
+            images.ref("worker-torch")}
+    gloo = {p["metadata"]["name"] for p in chart.get(
+        cluster, namespace, "pods", "-l", "tailcut.dev/job=gloo")["items"]}
+    assert gloo == {f"gloo-worker-{i}" for i in range(4)}   # no PS
+
+    results = collect.collect("gloo", namespace, str(cluster.kubeconfig), tmp_path / "gloo")
+    metrics = json.loads((results / "metrics.json").read_text())
+    assert metrics["model"] == "torch-mlp" and metrics["epochs"] == 2
+    report = json.loads((results / "allreduce.json").read_text())
+    assert report, "empty all-reduce report"
+    assert (results / "allreduce-worker-0.csv").exists()
+
+
+# Run above with more checks: quickstart, cadentflow, quickstart-background, mlfabric,
+# and (two epochs each) quickstart-torch and allreduce-gloo.
 OTHER_EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.yaml")
                         if p.name not in ("quickstart.yaml", "cadentflow.yaml",
-                                          "quickstart-background.yaml", "mlfabric.yaml"))
+                                          "quickstart-background.yaml", "mlfabric.yaml",
+                                          "quickstart-torch.yaml", "allreduce-gloo.yaml"))
 
 
 @pytest.mark.parametrize("name", OTHER_EXAMPLES)

@@ -17,7 +17,9 @@ def start(kubeconfig: Path, log: Path, backend: str = "kubernetes",
           ) -> subprocess.Popen[bytes]:
     scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "TAILCUT_OPERATOR_BACKEND": backend,
-           "TAILCUT_WORKER_IMAGE": "tailcut/worker:test", **(extra_env or {})}
+           "TAILCUT_WORKER_IMAGE": "tailcut/worker:test",
+           # a cluster whose chart names the worker image with PyTorch
+           "TAILCUT_WORKER_TORCH_IMAGE": "tailcut/worker-torch:test", **(extra_env or {})}
     with open(log, "wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "kopf", "run", "--standalone", *scope, str(HANDLERS)],

@@ -20,6 +20,7 @@ RUNS = {
     "operator": ["operator/handlers.py"],
     "agent": ["tailcut.k8s.agent"],
 }
+RUNS["worker-torch"] = RUNS["worker"]
 # distribution -> the top-level modules it provides (and those only it brings)
 MODULES = {"matplotlib": {"matplotlib", "mpl_toolkits"}, "locust": {"locust", "gevent"}}
 
@@ -132,6 +133,18 @@ def test_the_worker_and_the_agent_share_their_packages_and_core_dependencies():
     shared = next(i for i, line in enumerate(worker) if "pip install" in line) + 1
     assert worker[:shared] == agent[:shared]
     assert "python3-bpfcc" in worker[2] and "nftables" in worker[2]
+
+
+def test_the_torch_worker_is_the_worker_with_pytorch_before_the_code():
+    """Its every step is the worker's (so a node stores those layers once, and a change
+    to the code leaves PyTorch's layer alone), with one more: PyTorch's, before the
+    code is copied."""
+    worker, torch = steps("workers/Dockerfile"), steps("workers/torch.Dockerfile")
+    [extra] = [line for line in torch if line not in worker]
+    assert "python3-torch" in extra and "libopenblas0-pthread" in extra
+    assert [line for line in torch if line != extra] == worker
+    assert torch.index(extra) < torch.index("COPY tailcut /app/tailcut")
+    assert "worker-torch" not in images.DEFAULT   # built on request only
 
 
 def test_no_module_the_operator_or_the_agent_runs_imports_the_asyncio_client():

@@ -32,14 +32,16 @@ def test_a_work_dir_too_long_for_the_kubelets_sockets_is_refused_before_anything
     assert str(too_long.workdir) in too_long.path_problem()
 
 
-def test_containerd_restricts_oom_score_adj_and_uses_the_node_paths(tmp_path):
+def test_containerd_restricts_oom_score_adj_keeps_images_in_the_store_and_state_in_the_node(tmp_path):
     node = Node(0, tmp_path)
-    config = tomllib.loads(configs.containerd_toml(node))
+    config = tomllib.loads(configs.containerd_toml(node, tmp_path / "store" / node.name))
     cri = config["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True
     assert cri["cni"]["bin_dir"] == "/usr/lib/cni"
     assert config["grpc"]["address"] == str(node.containerd_socket)
-    assert config["root"].startswith(str(node.dir))
+    # images outlive the cluster; what running containers mount goes with the node
+    assert config["root"] == str(tmp_path / "store" / node.name)
+    assert config["state"].startswith(str(node.dir))
 
 
 def test_the_kubelet_runs_its_pods_under_the_nodes_own_cgroup(tmp_path):

@@ -35,7 +35,7 @@ from typing import Callable, Optional, Sequence
 import yaml
 
 from tailcut.k8s import devcluster, tools
-from tailcut.k8s.node import configs, host, ociimage
+from tailcut.k8s.node import configs, host, imagestore, ociimage
 from tailcut.k8s.node.layout import API_PORT, SERVICE_CIDR, Node
 from tailcut.k8s.node.procs import ClusterError, alive, spawn, stop, tail
 from tailcut.net import netns
@@ -67,6 +67,8 @@ class Cluster:
     token: str
     pids: dict[str, int]   # "<daemon>" on the first node, "<daemon>@<index>" on others
     workers: list[Node] = field(default_factory=list)   # the further nodes
+    # where the steps of `up` and `down` are told, with the seconds since the start
+    say: Progress = field(default=print, repr=False, compare=False)
 
     @property
     def nodes(self) -> list[Node]:
@@ -105,18 +107,13 @@ class Cluster:
 
     def load_images(self, archives: list[Path], nodes: Optional[list[Node]] = None) -> None:
         """Import the archives into each node's containerd, the nodes at once: their
-        containerds are independent, and an import mostly waits on the disk."""
+        containerds are independent, and an import mostly waits on the disk. An
+        archive a node already holds (its image store outlives clusters) is skipped."""
         targets = nodes or self.nodes
         with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-            for _ in pool.map(lambda node: self._import(node, archives), targets):
+            for _ in pool.map(lambda node: imagestore.load(node, archives, self.say),
+                              targets):
                 pass
-
-    def _import(self, node: Node, archives: list[Path]) -> None:
-        for archive in archives:
-            out = self.ctr("images", "import", "--no-unpack=false", str(archive), node=node)
-            if out.returncode != 0:
-                raise ClusterError(f"containerd of {node.name}: importing {archive}: "
-                                   f"{out.stderr.strip()}")
 
     # --- bring-up -------------------------------------------------------------------
 
@@ -126,7 +123,9 @@ class Cluster:
         """Start a cluster of `nodes` nodes numbered from `index` (their names and
         addresses, tailcut.k8s.node.layout): clusters whose node numbers differ can
         run side by side. `images` (archives) are imported into each node as soon as
-        its containerd runs, while the rest of the cluster comes up."""
+        its containerd runs, while the rest of the cluster comes up. Every step is
+        told to `progress` with the seconds since the start, and each wait with how
+        long it took."""
         if nodes < 1:
             raise ClusterError(f"nodes={nodes}: a cluster has at least one node")
         existing = cls.load(workdir)
@@ -140,18 +139,19 @@ class Cluster:
         problem = node.path_problem()
         if problem:
             raise ClusterError(problem)
+        started = time.monotonic()
         cluster = cls(workdir=workdir, node=node, token=secrets.token_hex(16), pids={},
-                      workers=[Node(index + k, workdir) for k in range(1, nodes)])
+                      workers=[Node(index + k, workdir) for k in range(1, nodes)],
+                      say=_timed(progress, started))
         taken = [n.name for n in cluster.nodes if netns.exists(n.name)]
         if taken:   # another cluster's (its work dir elsewhere): never touch it
             raise ClusterError(
                 f"node name {', '.join(taken)} is taken: another cluster on this host "
                 f"uses node numbers {index}..{index + nodes - 1}; take it down, or choose "
                 "other numbers (Cluster.up(index=...))")
-        started = time.monotonic()
         loader = ThreadPoolExecutor(max_workers=nodes)
         try:
-            cluster._start(progress, list(images), loader)
+            cluster._start(list(images), loader)
         except BaseException:
             loader.shutdown(wait=True, cancel_futures=True)   # no import outlives its node
             progress("bring-up failed: removing what was started")
@@ -160,6 +160,7 @@ class Cluster:
             raise
         finally:
             loader.shutdown(wait=True)
+        cluster.say("cluster up")
         progress(f"cluster up in {time.monotonic() - started:.1f} s")
         return cluster
 
@@ -180,9 +181,12 @@ class Cluster:
             {"node": self.node.index, "nodes": len(self.nodes), "token": self.token,
              "pids": self.pids}, indent=1))
 
-    def _start(self, progress: Progress, images: list[Path], loader: ThreadPoolExecutor) -> None:
-        node = self.node
-        loading: list[Future[None]] = []
+    def _start(self, images: list[Path], loader: ThreadPoolExecutor) -> None:
+        """The order follows what waits on what: etcd, the API server and every node's
+        containerd start at once; the image imports need only containerd, so they run
+        while the API server warms up (3-8 s); the kubelets, kube-proxy and CoreDNS
+        need the API server."""
+        node, say = self.node, self.say
         # Debian's packages first: a missing one is a quick fix, unlike the Go build.
         for name, package in (("containerd", "containerd"), ("runc", "runc"),
                               ("nsenter", "util-linux"), ("ctr", "containerd"),
@@ -194,7 +198,7 @@ class Cluster:
                                "installs them)")
         binaries = {
             "etcd": str(devcluster.etcd_binary()),
-            **{name: str(k8s_binary(name, progress)) for name in (
+            **{name: str(k8s_binary(name, say)) for name in (
                 "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
                 "kube-proxy", "coredns")},
             "containerd": system_binary("containerd", "containerd"),
@@ -204,21 +208,25 @@ class Cluster:
         for each in self.nodes:
             each.dir.mkdir(parents=True, exist_ok=True)
             each.run_dir.mkdir(parents=True, exist_ok=True)
-            progress(f"node {each.name}: network namespace, {each.host_veth} "
-                     f"{each.host_ip} <-> {each.ip}, cgroups {each.cgroup_root}")
+            imagestore.root(each).mkdir(parents=True, exist_ok=True)
+            say(f"node {each.name}: network namespace, {each.host_veth} "
+                f"{each.host_ip} <-> {each.ip}, cgroups {each.cgroup_root}")
             host.create_node_network(each)
             host.create_cgroups(each)
             self._write_files(each)
         if self.workers:
-            progress(f"LAN {', '.join(f'{n.name} {n.lan_ip}' for n in self.nodes)}")
+            say(f"LAN {', '.join(f'{n.name} {n.lan_ip}' for n in self.nodes)}")
             host.create_lan(self.nodes)
-        logs = node.dir / "logs"
 
         def start(name: str, argv: list[str], on: Node = node) -> None:
             key = name if on == node else f"{name}@{on.index}"
-            progress(f"starting {name}" + ("" if on == node else f" on {on.name}"))
+            say(f"starting {name}" + ("" if on == node else f" on {on.name}"))
             self.pids[key] = spawn(on.netns_path, argv, on.dir / "logs" / f"{name}.log")
             self._save()
+
+        def start_containerd(on: Node) -> None:
+            start("containerd", [binaries["containerd"], "--config",
+                                 str(on.dir / "containerd.toml")], on)
 
         start("etcd", [
             binaries["etcd"], "--data-dir", str(node.dir / "etcd"),
@@ -228,7 +236,10 @@ class Cluster:
             "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
             "--initial-cluster", "default=http://127.0.0.1:2380",
             "--unsafe-no-fsync"])   # a throw-away store: durability buys nothing
-        self._wait("etcd", lambda: _http_ok(f"http://{node.ip}:2379/health"))
+        for each in self.nodes:
+            start_containerd(each)
+        # Not waiting for etcd: the API server spends its first second or more on its
+        # own set-up and retries etcd until it answers.
         certs = node.dir / "certs"
         start("kube-apiserver", [
             binaries["kube-apiserver"], "--etcd-servers", f"http://{node.ip}:2379",
@@ -244,6 +255,23 @@ class Cluster:
             # would ask the host's DNS, outside the node.
             "--kubelet-preferred-address-types", "InternalIP",
             "--allow-privileged", "--enable-priority-and-fairness=false", "--v", "1"])
+        self._wait("etcd", lambda: _http_ok(f"http://{node.ip}:2379/health"))
+        loading: list[Future[None]] = []
+        pause = self._pause_image()
+        for each in self.nodes:
+            self._wait("containerd", lambda: self.ctr("version", node=each).returncode == 0,
+                       node=each)
+            stale = imagestore.clear_containers(each)
+            if stale:   # its CRI plugin read them at start: start it afresh
+                say(f"{each.name}: removed {stale} containers an earlier cluster left in "
+                    "the image store; restarting containerd")
+                stop(self.pids[_key("containerd", each, node)])
+                start_containerd(each)
+                self._wait("containerd",
+                           lambda: self.ctr("version", node=each).returncode == 0, node=each)
+            say(f"{each.name}: loading the pause image {configs.PAUSE_IMAGE}"
+                + (f" and {len(images)} images, meanwhile" if images else ""))
+            loading.append(loader.submit(imagestore.load, each, [pause, *images], say))
         self._wait("kube-apiserver", lambda: _http_ok(f"{self.server}/readyz", self.token))
         self._write_kubeconfig()
         start("kube-controller-manager", [
@@ -255,15 +283,6 @@ class Cluster:
             binaries["kube-scheduler"], "--kubeconfig", str(self.kubeconfig),
             "--leader-elect=false", "--bind-address", node.ip])
         for each in self.nodes:
-            start("containerd", [binaries["containerd"], "--config",
-                                 str(each.dir / "containerd.toml")], each)
-            self._wait("containerd", lambda: self.ctr("version", node=each).returncode == 0,
-                       node=each)
-            progress(f"loading the pause image {configs.PAUSE_IMAGE}")
-            self._import(each, [self._pause_image()])
-            if images:
-                progress(f"loading {len(images)} images into {each.name}, meanwhile")
-                loading.append(loader.submit(self._import, each, images))
             start("kubelet", [
                 binaries["kubelet"], "--config", str(each.dir / "kubelet.yaml"),
                 "--kubeconfig", str(self.kubeconfig), "--node-ip", each.ip,
@@ -279,15 +298,19 @@ class Cluster:
         self._wait("kube-scheduler", lambda: _http_ok(f"https://{node.ip}:10259/healthz"))
         for each in self.nodes:
             self._wait("kubelet", lambda: self._node_ready(each), node=each,
-                       detail=f"node {each.name} never became Ready")
+                       detail=f"node {each.name} never became Ready", step="node Ready")
         self._wait("kube-controller-manager", self._default_service_account,
-                   detail="no `default` service account in namespace default")
+                   detail="no `default` service account in namespace default",
+                   step="service account default")
         for each_load in loading:
             each_load.result()
+        if loading:
+            say("images loaded")
 
     def _write_files(self, node: Node) -> None:
         """`node`'s configuration files; the control plane's too on the first node."""
-        (node.dir / "containerd.toml").write_text(configs.containerd_toml(node))
+        (node.dir / "containerd.toml").write_text(
+            configs.containerd_toml(node, imagestore.root(node)))
         (node.dir / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
         (node.dir / "cni" / "net.d" / "10-tailcut.conflist").write_text(
             configs.cni_conflist(node))
@@ -335,11 +358,12 @@ class Cluster:
         return self.kubectl("get", "serviceaccount", "default", check=False).returncode == 0
 
     def _wait(self, name: str, ready: Callable[[], bool], detail: str = "",
-              node: Optional[Node] = None) -> None:
+              node: Optional[Node] = None, step: str = "ready") -> None:
         node = node or self.node
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        began = time.monotonic()
+        deadline = began + READY_TIMEOUT_S
         log = node.dir / "logs" / f"{name}.log"
-        key = name if node == self.node else f"{name}@{node.index}"
+        key = _key(name, node, self.node)
         while time.monotonic() < deadline:
             pid = self.pids.get(key)
             if pid is not None and not alive(pid):
@@ -347,6 +371,7 @@ class Cluster:
                                    + tail(log))
             try:
                 if ready():
+                    self.say(f"{key}: {step} (waited {time.monotonic() - began:.1f} s)")
                     return
             except (OSError, subprocess.SubprocessError):
                 pass
@@ -358,17 +383,25 @@ class Cluster:
     # --- take-down ------------------------------------------------------------------
 
     @classmethod
-    def down(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print) -> None:
+    def down(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print,
+             purge_images: bool = False) -> None:
         """Remove the cluster in `workdir`: pods, daemons, shims, mounts, namespaces,
         links, cgroups and files. Safe to run twice and after a crash. Without a state
         file nothing of a cluster was made there (it is written first), and the
-        nodes' names (tcnode-<i>) may belong to another cluster: only files go."""
+        nodes' names (tcnode-<i>) may belong to another cluster: only files go. The
+        nodes' image stores stay for the next cluster (tailcut.k8s.node.imagestore)
+        unless `purge_images`."""
+        say = _timed(progress, time.monotonic())
         cluster = cls.load(workdir)
         if cluster is not None:
-            cluster._remove(progress)
+            cluster._remove(say)
+            if purge_images:
+                for node in cluster.nodes:
+                    say(f"removing the image store {imagestore.root(node)}")
+                    imagestore.purge(node)
         if workdir.exists():
             shutil.rmtree(workdir, ignore_errors=True)
-        progress("cluster down")
+        say("cluster down")
 
     def _remove(self, progress: Progress) -> None:
         nodes = self.nodes
@@ -376,15 +409,21 @@ class Cluster:
             self._drain(progress)
         for name in ("kube-controller-manager", "kube-scheduler", "coredns",
                      "kube-proxy", "kubelet", "containerd", "kube-apiserver", "etcd"):
-            for key in [name] + [f"{name}@{n.index}" for n in nodes[1:]]:
+            for each in nodes:
+                key = _key(name, each, self.node)
                 pid = self.pids.get(key)
-                if pid is not None and alive(pid):
-                    progress(f"stopping {key} (pid {pid})")
-                    stop(pid)
+                if pid is None or not alive(pid):
+                    continue
+                if name == "containerd":   # its image store outlives it; its pods not
+                    try:
+                        imagestore.clear_containers(each)
+                    except (ClusterError, subprocess.SubprocessError) as err:
+                        progress(f"{each.name}: {err} (the next `up` removes them)")
+                progress(f"stopping {key} (pid {pid})")
+                stop(pid)
         for node in nodes:
             host.remove_node(node, progress)
         host.remove_lan(nodes[0].index)
-        progress("cluster down")
 
     def _drain(self, progress: Progress) -> None:
         """Delete every pod and wait until the kubelet has stopped their containers and
@@ -403,6 +442,16 @@ class Cluster:
                 return   # no container runs; the sandboxes' leftovers go with the node
             time.sleep(1)
         progress("some containers outlived the pods' deletion; they are stopped by force")
+
+
+def _key(name: str, node: Node, first: Node) -> str:
+    """A daemon's key in the state file: "<daemon>" on the first node, else "<daemon>@<i>"."""
+    return name if node == first else f"{name}@{node.index}"
+
+
+def _timed(progress: Progress, started: float) -> Progress:
+    """`progress` with each line prefixed by the seconds since `started`."""
+    return lambda line: progress(f"{time.monotonic() - started:6.1f} s  {line}")
 
 
 def _http_ok(url: str, token: Optional[str] = None) -> bool:

@@ -5,6 +5,7 @@ machines tailcut is developed on (../shared/PLATFORM.md), said next to it.
 """
 
 import json
+from pathlib import Path
 from typing import Any
 
 from tailcut.k8s.node.layout import CLUSTER_DOMAIN, POD_SUPERNET, Node
@@ -12,11 +13,13 @@ from tailcut.k8s.node.layout import CLUSTER_DOMAIN, POD_SUPERNET, Node
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
-def containerd_toml(node: Node) -> str:
-    d = node.dir / "containerd"
+def containerd_toml(node: Node, root: Path) -> str:
+    """`root`: containerd's images, content and snapshots, kept across clusters so a
+    warm `up` imports nothing (tailcut.k8s.node.imagestore); its state (sockets,
+    running tasks' mounts) stays under the node's directory and goes with it."""
     return f"""version = 2
-root = "{d / 'root'}"
-state = "{d / 'state'}"
+root = "{root}"
+state = "{node.dir / 'containerd' / 'state'}"
 # Plugins that probe for storage this host lacks only fill the log with errors.
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
                     "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]

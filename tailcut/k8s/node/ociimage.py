@@ -1,4 +1,5 @@
-"""Write a one-layer OCI image archive from a few files, without Docker or a registry.
+"""Write a one-layer OCI image archive from a few files, without Docker or a registry;
+and stream a docker-archive as an OCI archive that leaves out the layers a node has.
 
 The node's containerd imports it as `kind load docker-image` would import a
 `docker save`. Used for the images the node itself needs (the pod sandbox's pause
@@ -14,12 +15,14 @@ import hashlib
 import io
 import json
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Optional
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+PLAIN_LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"   # uncompressed
 
 
 def _layer(files: dict[str, Path]) -> bytes:
@@ -73,3 +76,61 @@ def write(path: Path, ref: str, files: dict[str, Path], entrypoint: list[str]) -
                                                 "manifests": [manifest_desc]}).encode())
     tmp.replace(path)
     return path
+
+
+@dataclass(frozen=True)
+class DockerImage:
+    """What a docker-archive of one image holds: its name, config and layers (member
+    name in the archive, digest, size)."""
+    ref: str
+    config: bytes
+    layers: list[tuple[str, str, int]]
+
+
+def read_docker_archive(archive: Path) -> Optional[DockerImage]:
+    """The image in docker-archive `archive` (what buildah and `docker save` write),
+    or None if it is not one image whose layer files are named by their digests. Its
+    layers are uncompressed tars, and the config lists their digests (diff_ids), so
+    nothing needs hashing."""
+    with tarfile.open(archive, "r:") as src:
+        try:
+            manifest = src.extractfile("manifest.json")
+            entries = json.load(manifest) if manifest else []
+            config_file = src.extractfile(entries[0]["Config"]) if len(entries) == 1 else None
+            if config_file is None:
+                return None
+            config = config_file.read()
+            diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+            names = entries[0]["Layers"]
+            if [f"sha256:{n.removesuffix('.tar')}" for n in names] != diff_ids:
+                return None
+            return DockerImage(entries[0]["RepoTags"][0], config,
+                               [(n, d, src.getmember(n).size) for n, d in zip(names, diff_ids)])
+        except (KeyError, ValueError, TypeError, IndexError):
+            return None
+
+
+def stream_without(archive: Path, image: DockerImage, have: set[str],
+                   out: IO[bytes]) -> None:
+    """Write to `out` an OCI archive of `image` (read from `archive`) holding only the
+    layers whose digest is not in `have`. A node's containerd that holds the rest
+    unpacks the image from what it has: a change to tailcut's code sends only the
+    code's layers, and an image sharing its first layers with one loaded before (the
+    agent, the torch worker) only its own."""
+    layers = [{"mediaType": PLAIN_LAYER_TYPE, "digest": digest, "size": size}
+              for _, digest, size in image.layers]
+    with tarfile.open(archive, "r:") as src, tarfile.open(fileobj=out, mode="w|") as dest:
+        _add(dest, "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode())
+        config_desc = _blob(dest, image.config, CONFIG_TYPE)
+        for name, digest, size in image.layers:
+            if digest not in have:
+                info = tarfile.TarInfo("blobs/sha256/" + digest.split(":", 1)[1])
+                info.size, info.mode = size, 0o644
+                dest.addfile(info, src.extractfile(name))
+        desc = _blob(dest, json.dumps({"schemaVersion": 2, "mediaType": MANIFEST_TYPE,
+                                       "config": config_desc, "layers": layers}).encode(),
+                     MANIFEST_TYPE)
+        desc["annotations"] = {"io.containerd.image.name": image.ref,
+                               "org.opencontainers.image.ref.name": image.ref}
+        _add(dest, "index.json", json.dumps({"schemaVersion": 2,
+                                             "manifests": [desc]}).encode())
