@@ -10,7 +10,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -21,12 +20,12 @@ import yaml
 
 from tailcut import features, plan
 from tailcut.errors import DatapathError, RunError
-from tailcut.net import build, topology
+from tailcut.net import build, netns, topology
 from tailcut.net.topology import Topology
 from tailcut.reports import plots
 from tailcut import innetwork
 from tailcut.datapath import bcc
-from tailcut.runtime import background, overheads, procs
+from tailcut.runtime import background, overheads, prestart, procs
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits, tcpstats
 
@@ -51,16 +50,32 @@ class RunResult:
 
 
 def run(job: TrainingJob, results_dir: Path,
-        progress: Callable[[str], None] = print) -> RunResult:
-    """Run `job` to completion and write its results under `results_dir`."""
+        progress: Callable[[str], None] = print,
+        roles: Optional[prestart.Pool] = None) -> RunResult:
+    """Run `job` to completion and write its results under `results_dir`. `roles`:
+    its role processes, already started and waiting (`prestart.for_job` of the same
+    job and directory, as `tailcut run` does before importing this module), or None
+    to start them here."""
     phases = overheads.Phases()
     phases.add("startup", overheads.process_age_s())
     setup_started = time.monotonic()
+    try:
+        if os.geteuid() != 0:
+            raise RunError("the local runtime needs root (it creates network namespaces); "
+                           "run as root or through sudo")
+        plan.check(job, "local")
+        if roles is None:   # started now, they import while the network is built
+            roles = prestart.for_job(job, results_dir)
+        return _run(job, results_dir, progress, roles, phases, setup_started)
+    finally:
+        if roles is not None:
+            roles.stop_unassigned()   # those a run that failed early did not start
+
+
+def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
+         roles: prestart.Pool, phases: overheads.Phases,
+         setup_started: float) -> RunResult:
     compiled_before = bcc.compile_seconds()
-    if os.geteuid() != 0:
-        raise RunError("the local runtime needs root (it creates network namespaces); "
-                       "run as root or through sudo")
-    plan.check(job, "local")
     topo = topology.plan(job)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "logs").mkdir(exist_ok=True)
@@ -112,12 +127,12 @@ def run(job: TrainingJob, results_dir: Path,
             bg = background.start(job, topo, results_dir, progress)
             launched = time.monotonic()
             phases.add("datapath", launched - datapath_started)
-            roles = _launch(job, topo, results_dir, running, tor)
-            done = _watch(job, roles, results_dir, progress)
+            started = _launch(job, topo, results_dir, running, tor, roles)
+            done = _watch(job, started, results_dir, progress)
             finished = time.monotonic()
             phases.add("training", float(done["jct_s"]))
             phases.add("role_start", finished - launched - float(done["jct_s"]))
-            for name, proc in roles.items():
+            for name, proc in started.items():
                 if name not in (plan.leader(job), "replica-0"):
                     try:
                         proc.wait(timeout=ROLE_EXIT_S)
@@ -174,24 +189,18 @@ def run(job: TrainingJob, results_dir: Path,
 
 
 def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
-            running: list[subprocess.Popen[bytes]],
-            tor: innetwork.Sections) -> dict[str, subprocess.Popen[bytes]]:
-    """Start every role in its pod; return them by pod name. The PS shard 0 and the
-    replica write JSON events on stdout (piped); the others only log."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
+            running: list[subprocess.Popen[bytes]], tor: innetwork.Sections,
+            pool: prestart.Pool) -> dict[str, subprocess.Popen[bytes]]:
+    """Write every role's config and send its waiting process into its pod; return
+    them by pod name. The PS shard 0 and the replica write JSON events on stdout
+    (piped); the others only log."""
     roles: dict[str, subprocess.Popen[bytes]] = {}
     for pod in topo.pods:
         if pod.role in topology.BACKGROUND_ROLES:
             continue  # started by tailcut.runtime.background
-        config_path = results_dir / "logs" / f"{pod.name}.json"
         plan.role_config(job, pod.name, str(results_dir), plan.hosts(topo),
-                         tor=tor).to_json(config_path)
-        argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
-        log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
-        with log:
-            stdout = subprocess.PIPE if pod.name in (plan.leader(job), "replica-0") else log
-            proc = procs.spawn(pod.netns, argv, stdout=stdout, stderr=log, env=env)
+                         tor=tor).to_json(results_dir / "logs" / f"{pod.name}.json")
+        proc = pool.assign(pod.name, netns.path(pod.netns))
         running.append(proc)
         roles[pod.name] = proc
     return roles
