@@ -22,7 +22,6 @@ from tailcut import features, plan
 from tailcut.errors import DatapathError, RunError
 from tailcut.net import build, netns, topology
 from tailcut.net.topology import Topology
-from tailcut.reports import plots
 from tailcut import innetwork
 from tailcut.datapath import bcc
 from tailcut.runtime import background, overheads, prestart, procs
@@ -128,7 +127,10 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             launched = time.monotonic()
             phases.add("datapath", launched - datapath_started)
             started = _launch(job, topo, results_dir, running, tor, roles)
-            done = _watch(job, started, results_dir, progress)
+            report_imports = threading.Thread(target=_import_report, args=(job,),
+                                              daemon=True)
+            done = _watch(job, started, results_dir, progress,
+                          on_start=report_imports.start)
             finished = time.monotonic()
             phases.add("training", float(done["jct_s"]))
             phases.add("role_start", finished - launched - float(done["jct_s"]))
@@ -148,6 +150,8 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
     report_started = time.monotonic()
     phases.add("teardown", report_started - teardown_started)
 
+    if report_imports.is_alive():
+        report_imports.join()
     tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
     reported = bool(tcp["pods"])
     result = RunResult(job=job.name, results_dir=str(results_dir),
@@ -178,6 +182,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         progress("no epoch completed (spec.training.iterations is below one epoch): "
                  "loss.png not drawn")
     elif epochs_csv.exists():
+        from tailcut.reports import plots
         plots.plot_loss_vs_epoch(
             epochs_csv, results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
@@ -207,9 +212,11 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
 
 
 def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
-           progress: Callable[[str], None]) -> dict[str, Any]:
+           progress: Callable[[str], None],
+           on_start: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Follow the PS's JSON events until it reports done; fail fast if any role dies.
-    With a replica, ps-0 may die: then follow the replica's events instead."""
+    With a replica, ps-0 may die: then follow the replica's events instead. The
+    leader's first "start" event (training begins) calls `on_start`."""
     events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]" = queue.Queue()
     first = plan.leader(job)   # ps-0, or worker-0 (rank 0) with syncMode allreduce
     for name in (first, "replica-0"):
@@ -220,6 +227,7 @@ def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_
     leader = first
     t = job.spec.training
     deadline = time.monotonic() + t.timeout_s + 30  # the PS enforces timeout_s itself
+    started = False
     while True:
         if time.monotonic() > deadline:
             raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
@@ -253,6 +261,9 @@ def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_
             progress(f"epoch {event['epoch']:>3}/{t.epochs}  iteration {event['iteration']:>5}"
                      f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
                      f"  test accuracy {event['test_accuracy']:.3f}  {event['elapsed_s']:.1f} s")
+        elif kind == "start" and not started:
+            started = True
+            on_start()
         elif kind == "takeover":
             progress(f"replica-0 took over at iteration {event['iteration']}")
         elif kind == "done":
@@ -298,6 +309,22 @@ def _roles_summary(job: TrainingJob, done: dict[str, Any]) -> dict[str, Any]:
             "aggregators": [list(a.workers) for a in r.aggregators],
             "ps_replica": r.ps_replica, "finished_by": done.get("role", "ps-0"),
             "takeover": done.get("takeover")}
+
+
+def _import_report(job: TrainingJob) -> None:
+    """Import what the report needs (matplotlib: ~0.7 s of CPU) in a thread while the
+    job trains: its iterations wait on the network far more than on the CPU, and the
+    report then starts drawing at once instead of after the import. A failed import
+    is raised again where the report imports the module."""
+    try:
+        if job.spec.training.sync_mode == "allreduce":
+            from tailcut.reports import allreduce_report  # noqa: F401
+        else:
+            from tailcut.reports import dissection  # noqa: F401
+        from tailcut.reports import plots  # noqa: F401
+        from tailcut.scheduling import flowreport  # noqa: F401
+    except Exception:   # noqa: BLE001 - the report's own import says what failed
+        pass
 
 
 def _dissection_report(job: TrainingJob, results_dir: Path,
