@@ -9,7 +9,8 @@ the JCT the PS measured, their difference (tailcut's overhead: interpreter start
 network build, role start, teardown, report) and the run's own breakdown by phase
 (metrics.json's overhead_s). With --baseline (a checkout of another revision, e.g.
 `git worktree add /tmp/base <rev>`), runs of that tree alternate with this one's, and
-the ratio of the medians is printed. One untimed run of each tree comes first
+the ratio of the medians is printed. `unaccounted` is wall - JCT minus the phases'
+sum: time outside every phase, chiefly the interpreter's exit after the report. One untimed run of each tree comes first
 (--warmup): what a user's second run finds (bytecode compiled, the generated dataset
 cached, files in the page cache).
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("startup", "network_build", "datapath", "role_start", "role_exit", "teardown",
-          "report")
+          "report", "unaccounted")
 
 
 def once(tree: Path, job: str) -> dict[str, Any]:
@@ -43,8 +44,11 @@ def once(tree: Path, job: str) -> dict[str, Any]:
         if run.returncode != 0:
             raise SystemExit(f"tailcut run failed ({tree}):\n{run.stderr[-2000:]}")
         metrics = json.loads((Path(out) / "metrics.json").read_text())
+    phases = metrics.get("overhead_s", {})
+    if "overhead" in phases:   # what no phase holds: the process's exit, mostly
+        phases["unaccounted"] = wall - metrics["jct_s"] - phases["overhead"]
     return {"wall_s": wall, "jct_s": metrics["jct_s"], "overhead_s": wall - metrics["jct_s"],
-            "phases": metrics.get("overhead_s", {})}
+            "phases": phases}
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:

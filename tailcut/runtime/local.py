@@ -24,7 +24,7 @@ from tailcut.net import build, netns, topology
 from tailcut.net.topology import Topology
 from tailcut import innetwork
 from tailcut.datapath import bcc
-from tailcut.runtime import background, overheads, prestart, procs
+from tailcut.runtime import background, forked, overheads, prestart, procs
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits, tcpstats
 
@@ -152,6 +152,9 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
 
     if report_imports.is_alive():
         report_imports.join()
+    # The dissection's figures, the most of the report, draw in a forked child on the
+    # other core while this process sums the counters and flows and draws loss.png.
+    figures = forked.call(_figures_report, job, results_dir)
     tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
     reported = bool(tcp["pods"])
     result = RunResult(job=job.name, results_dir=str(results_dir),
@@ -173,19 +176,17 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         t = done["takeover"]
         progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "
                  f"{t['at_s']:.2f} s into training")
-    if job.spec.training.sync_mode == "allreduce":
-        _allreduce_report(job, results_dir, progress)
-    else:
-        _dissection_report(job, results_dir, progress)
     epochs_csv = results_dir / "epochs.csv"
-    if result.epochs == 0:
-        progress("no epoch completed (spec.training.iterations is below one epoch): "
-                 "loss.png not drawn")
-    elif epochs_csv.exists():
+    if result.epochs > 0 and epochs_csv.exists():
         from tailcut.reports import plots
         plots.plot_loss_vs_epoch(
             epochs_csv, results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
+    for line in figures.result():
+        progress(line)
+    if result.epochs == 0:
+        progress("no epoch completed (spec.training.iterations is below one epoch): "
+                 "loss.png not drawn")
     phases.add("report", time.monotonic() - report_started)
     summary = phases.summary()
     _write_json(results_dir / "metrics.json", {**metrics, "overhead_s": summary})
@@ -325,6 +326,16 @@ def _import_report(job: TrainingJob) -> None:
         from tailcut.scheduling import flowreport  # noqa: F401
     except Exception:   # noqa: BLE001 - the report's own import says what failed
         pass
+
+
+def _figures_report(job: TrainingJob, results_dir: Path) -> list[str]:
+    """The dissection (or all-reduce) report; the lines it would print, returned."""
+    lines: list[str] = []
+    if job.spec.training.sync_mode == "allreduce":
+        _allreduce_report(job, results_dir, lines.append)
+    else:
+        _dissection_report(job, results_dir, lines.append)
+    return lines
 
 
 def _dissection_report(job: TrainingJob, results_dir: Path,
