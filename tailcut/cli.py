@@ -128,14 +128,14 @@ def _parser(lean: bool = False) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tailcut.runtime import prestart
+    # Before numpy loads: one BLAS thread, here and so in the roles, forks of this
+    # process (tailcut.runtime.rolefork); a BLAS thread pool would rule forking out.
+    os.environ.update({v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                        "MKL_NUM_THREADS")})
+    from tailcut.runtime import local
     job = spec.load_file(args.job)
     out = args.results_dir or Path("results") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    # The roles' processes start now and import while this one imports the runtime
-    # (~1 s of CPU) and builds the network: two cores, both busy (prestart.py).
-    roles = prestart.for_job(job, out) if os.geteuid() == 0 else None
-    from tailcut.runtime import local
-    result = local.run(job, out, progress=lambda line: print(line, flush=True), roles=roles)
+    result = local.run(job, out, progress=lambda line: print(line, flush=True))
     target = job.spec.training.target_accuracy
     tcp = ("" if result.tcp_retrans_segs is None else
            f"; TCP: {result.tcp_retrans_segs} segments retransmitted, "

@@ -10,6 +10,7 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -20,11 +21,11 @@ import yaml
 
 from tailcut import features, plan
 from tailcut.errors import DatapathError, RunError
-from tailcut.net import build, netns, topology
+from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut import innetwork
 from tailcut.datapath import bcc
-from tailcut.runtime import background, forked, overheads, prestart, procs
+from tailcut.runtime import background, forked, overheads, procs, rolefork
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits, tcpstats
 
@@ -49,32 +50,16 @@ class RunResult:
 
 
 def run(job: TrainingJob, results_dir: Path,
-        progress: Callable[[str], None] = print,
-        roles: Optional[prestart.Pool] = None) -> RunResult:
-    """Run `job` to completion and write its results under `results_dir`. `roles`:
-    its role processes, already started and waiting (`prestart.for_job` of the same
-    job and directory, as `tailcut run` does before importing this module), or None
-    to start them here."""
+        progress: Callable[[str], None] = print) -> RunResult:
+    """Run `job` to completion and write its results under `results_dir`."""
     phases = overheads.Phases()
     phases.add("startup", overheads.process_age_s())
     setup_started = time.monotonic()
-    try:
-        if os.geteuid() != 0:
-            raise RunError("the local runtime needs root (it creates network namespaces); "
-                           "run as root or through sudo")
-        plan.check(job, "local")
-        if roles is None:   # started now, they import while the network is built
-            roles = prestart.for_job(job, results_dir)
-        return _run(job, results_dir, progress, roles, phases, setup_started)
-    finally:
-        if roles is not None:
-            roles.stop_unassigned()   # those a run that failed early did not start
-
-
-def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
-         roles: prestart.Pool, phases: overheads.Phases,
-         setup_started: float) -> RunResult:
     compiled_before = bcc.compile_seconds()
+    if os.geteuid() != 0:
+        raise RunError("the local runtime needs root (it creates network namespaces); "
+                       "run as root or through sudo")
+    plan.check(job, "local")
     topo = topology.plan(job)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "logs").mkdir(exist_ok=True)
@@ -95,7 +80,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         first_pod, first_rack = topo.pods[0], topo.racks[0]
         progress(f"access links: {network.applied[f'{first_pod.netns}/eth0']}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
-        running: list[subprocess.Popen[bytes]] = []
+        running: list[procs.Process] = []
         bg: Optional[background.Background] = None
         # Teardown in reverse order of setup; each step runs even if one after it
         # (registered later) failed, and the namespaces always go last.
@@ -126,7 +111,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             bg = background.start(job, topo, results_dir, progress)
             launched = time.monotonic()
             phases.add("datapath", launched - datapath_started)
-            started = _launch(job, topo, results_dir, running, tor, roles)
+            started = _launch(job, topo, results_dir, running, tor)
             report_imports = threading.Thread(target=_import_report, args=(job,),
                                               daemon=True)
             done = _watch(job, started, results_dir, progress,
@@ -195,24 +180,35 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
 
 
 def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
-            running: list[subprocess.Popen[bytes]], tor: innetwork.Sections,
-            pool: prestart.Pool) -> dict[str, subprocess.Popen[bytes]]:
-    """Write every role's config and send its waiting process into its pod; return
-    them by pod name. The PS shard 0 and the replica write JSON events on stdout
-    (piped); the others only log."""
-    roles: dict[str, subprocess.Popen[bytes]] = {}
+            running: list[procs.Process], tor: innetwork.Sections) -> dict[str, procs.Process]:
+    """Start every role in its pod; return them by pod name. The PS shard 0 and the
+    replica write JSON events on stdout (piped); the others only log. Forks of this
+    process when it can (rolefork: no imports to wait for), else new interpreters."""
+    env = {**os.environ, **rolefork.BLAS_THREADS, "PYTHONUNBUFFERED": "1"}
+    fork = rolefork.can_fork()
+    roles: dict[str, procs.Process] = {}
     for pod in topo.pods:
         if pod.role in topology.BACKGROUND_ROLES:
             continue  # started by tailcut.runtime.background
+        config_path = results_dir / "logs" / f"{pod.name}.json"
+        log_path = results_dir / "logs" / f"{pod.name}.log"
         plan.role_config(job, pod.name, str(results_dir), plan.hosts(topo),
-                         tor=tor).to_json(results_dir / "logs" / f"{pod.name}.json")
-        proc = pool.assign(pod.name, netns.path(pod.netns))
+                         tor=tor).to_json(config_path)
+        piped = pod.name in (plan.leader(job), "replica-0")
+        proc: procs.Process
+        if fork:
+            proc = rolefork.start(pod.netns, str(config_path), piped, str(log_path))
+        else:
+            argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
+            with open(log_path, "wb") as log:
+                proc = procs.spawn(pod.netns, argv, stdout=subprocess.PIPE if piped else log,
+                                   stderr=log, env=env)
         running.append(proc)
         roles[pod.name] = proc
     return roles
 
 
-def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
+def _watch(job: TrainingJob, roles: dict[str, procs.Process], results_dir: Path,
            progress: Callable[[str], None],
            on_start: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Follow the PS's JSON events until it reports done; fail fast if any role dies.
@@ -271,7 +267,7 @@ def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_
             return event
 
 
-def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
+def _diagnose(roles: dict[str, procs.Process], results_dir: Path,
               ps_event: Optional[dict[str, Any]]) -> str:
     """Name the role that failed first. A role that exits with EXIT_PEER_GONE only saw
     another one go away, so any other failure is the root cause."""
@@ -291,7 +287,7 @@ def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
            "finishing; logs in " + str(results_dir / "logs")
 
 
-def _read_events(name: str, proc: subprocess.Popen[bytes],
+def _read_events(name: str, proc: procs.Process,
                  events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]") -> None:
     assert proc.stdout is not None
     for line in proc.stdout:

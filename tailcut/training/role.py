@@ -1,11 +1,7 @@
 """Entry point of a PS, replica, aggregator or worker process: ``python -m tailcut.training.role CONFIG.json``.
 
-With ``--wait`` before CONFIG.json the process imports what every role needs, then
-waits for one line on stdin naming the network namespace to enter (a path such as
-/run/netns/NAME), enters it and only then reads CONFIG.json: the local runtime starts
-its roles this way while it is still starting up and building the network, so their
-imports overlap its own (tailcut.runtime.prestart). An empty line or end of input
-before that ends the process with status 0, having done nothing.
+The local runtime starts its roles as forks of itself instead, calling `main` in the
+child (tailcut.runtime.rolefork): the same role, without the imports.
 
 Prints JSON lines on stdout, one per event, flushed at once so the runtime can
 follow progress: the PS's start/epoch/done events, a worker's worker_done, and on
@@ -25,7 +21,8 @@ from __future__ import annotations
 import os
 import sys
 
-if "numpy" in sys.modules:  # e.g. a package __init__ imported it: too late to limit threads
+if __name__ == "__main__" and "numpy" in sys.modules:
+    # e.g. a package __init__ imported it: too late to limit threads
     print(
         "tailcut role: numpy was imported before the thread limit; set OMP_NUM_THREADS=1",
         file=sys.stderr,
@@ -36,8 +33,7 @@ if "numpy" in sys.modules:  # e.g. a package __init__ imported it: too late to l
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import ctypes  # noqa: E402 - after the thread settings above
-import faulthandler  # noqa: E402
+import faulthandler  # noqa: E402 - after the thread settings above
 import gc  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
@@ -48,8 +44,7 @@ from tailcut import errors  # noqa: E402
 from tailcut.training import aggregator, config, exits, ps, tcpstats, worker  # noqa: E402
 from tailcut.transports.base import PeerClosed  # noqa: E402
 
-USAGE = "usage: python -m tailcut.training.role [--wait] CONFIG.json"
-CLONE_NEWNET = 0x40000000
+USAGE = "usage: python -m tailcut.training.role CONFIG.json"
 DONE_EVENTS = ("done", "worker_done", "aggregator_done")
 
 
@@ -65,16 +60,6 @@ def main(argv: list[str] | None = None,
     # `kill -USR1 <pid>` prints every thread's stack to stderr (the role's log): where
     # a role that hangs is stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    if args[:1] == ["--wait"]:
-        args = args[1:]
-        namespace = sys.stdin.readline().strip()
-        if not namespace:
-            return exits.OK   # not needed after all: the run ended before its roles started
-        try:
-            _enter_netns(namespace)
-        except OSError as err:
-            _fail("?", -1, f"entering the network namespace {namespace}: {err}")
-            return exits.FAILED
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr)
         return exits.USAGE
@@ -131,18 +116,6 @@ def _with_tcp_counters(cfg: config.RoleConfig, emit: Callable[[dict[str, Any]], 
                 event = {**event, "tcp": counts}
         emit(event)
     return emit_with_counters
-
-
-def _enter_netns(path: str) -> None:
-    """Move this process (single-threaded still) into the network namespace at `path`.
-    Here, not through tailcut.net.netns, whose pyroute2 import no role needs."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-    finally:
-        os.close(fd)
 
 
 def _peer_went_away(err: BaseException | None) -> bool:
