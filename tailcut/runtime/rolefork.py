@@ -19,6 +19,7 @@ its roles start as new interpreters, as before.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import gc
 import io
 import os
@@ -116,6 +117,7 @@ def _child(ns_fd: int, out_fd: int, err_fd: int, config_path: str) -> None:
         # The runner's objects stay as they are, untouched: never collected here, so
         # no finaliser closes a descriptor number a role's socket has reused since.
         gc.freeze()
+        faulthandler.disable()   # if enabled, on a descriptor closed below
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
