@@ -3,14 +3,14 @@
 A run's wall time is its JCT plus what tailcut spends around it. The phases, in order:
 
     startup         the interpreter and tailcut's imports, up to local.run(); the
-                    roles' processes start early in it and import alongside
-                    (tailcut.runtime.prestart)
+                    roles' modules among them, once: roles are forks of the runner
+                    (tailcut.runtime.rolefork)
     network_build   namespaces, links, addresses, qdiscs (and eBPF droppers) of the job
     datapath        programs the runner loads after the network (CadentFlow classifier,
                     ToR store, ToR aggregation) and the background load's start
-    role_start      the roles, sent into their pods, starting (what of their imports
-                    startup did not hide, data, any XDP counter compiles) until the PS
-                    starts training: the PS's done event minus the launch, minus the JCT
+    role_start      the roles' processes starting (forks, or new interpreters and
+                    their imports; data, any XDP counter compiles) until the PS starts
+                    training: the PS's done event minus the launch, minus the JCT
     training        the JCT the PS measured
     role_exit       the roles ending after the PS reported done
     teardown        roles stopped, counters read, datapath detached, namespaces removed
