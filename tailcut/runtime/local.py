@@ -31,6 +31,7 @@ from tailcut.training import exits, tcpstats
 
 LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
+LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its teardown
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,9 @@ def run(job: TrainingJob, results_dir: Path,
             started = _launch(job, topo, results_dir, running, tor)
             report_imports = threading.Thread(target=_import_report, args=(job,),
                                               daemon=True)
+            readers: list[threading.Thread] = []
             done = _watch(job, started, results_dir, progress,
-                          on_start=report_imports.start)
+                          on_start=report_imports.start, readers=readers)
             finished = time.monotonic()
             phases.add("training", float(done["jct_s"]))
             phases.add("role_start", finished - launched - float(done["jct_s"]))
@@ -129,17 +131,21 @@ def run(job: TrainingJob, results_dir: Path,
                         progress(f"warning: {name} was still running {ROLE_EXIT_S} s after "
                                  f"the PS finished; stopped it (its stacks are at the end "
                                  f"of logs/{name}.log)")
+            _await_leaders(job, started, readers)
             teardown_started = time.monotonic()
             phases.add("role_exit", teardown_started - finished)
+            if report_imports.is_alive():
+                report_imports.join()
+            # Every role has written its files. The dissection's figures, the most of
+            # the report, draw in a forked child on the other core while this process
+            # tears the network down, sums the counters and flows and draws loss.png
+            # (a process with threads left, e.g. the background load's, draws them
+            # itself when it asks for the result).
+            figures = forked.call(_figures_report, job, results_dir)
         phases.add("bpf_compile", bcc.compile_seconds() - compiled_before)
     report_started = time.monotonic()
     phases.add("teardown", report_started - teardown_started)
 
-    if report_imports.is_alive():
-        report_imports.join()
-    # The dissection's figures, the most of the report, draw in a forked child on the
-    # other core while this process sums the counters and flows and draws loss.png.
-    figures = forked.call(_figures_report, job, results_dir)
     tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
     reported = bool(tcp["pods"])
     result = RunResult(job=job.name, results_dir=str(results_dir),
@@ -210,16 +216,21 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
 
 def _watch(job: TrainingJob, roles: dict[str, procs.Process], results_dir: Path,
            progress: Callable[[str], None],
-           on_start: Callable[[], None] = lambda: None) -> dict[str, Any]:
+           on_start: Callable[[], None] = lambda: None,
+           readers: Optional[list[threading.Thread]] = None) -> dict[str, Any]:
     """Follow the PS's JSON events until it reports done; fail fast if any role dies.
     With a replica, ps-0 may die: then follow the replica's events instead. The
-    leader's first "start" event (training begins) calls `on_start`."""
+    leader's first "start" event (training begins) calls `on_start`. The threads that
+    read the events are added to `readers`."""
     events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]" = queue.Queue()
     first = plan.leader(job)   # ps-0, or worker-0 (rank 0) with syncMode allreduce
     for name in (first, "replica-0"):
         if name in roles:
-            threading.Thread(target=_read_events, args=(name, roles[name], events),
-                             daemon=True).start()
+            reader = threading.Thread(target=_read_events, args=(name, roles[name], events),
+                                      daemon=True)
+            reader.start()
+            if readers is not None:
+                readers.append(reader)
     has_replica = "replica-0" in roles
     leader = first
     t = job.spec.training
@@ -265,6 +276,21 @@ def _watch(job: TrainingJob, roles: dict[str, procs.Process], results_dir: Path,
             progress(f"replica-0 took over at iteration {event['iteration']}")
         elif kind == "done":
             return event
+
+
+def _await_leaders(job: TrainingJob, roles: dict[str, procs.Process],
+                   readers: list[threading.Thread]) -> None:
+    """Let the roles whose events were followed exit (they reported done with their
+    files written) and their readers see the end of their output: briefly, for a role
+    that lingers is stopped in the teardown anyway."""
+    for name in (plan.leader(job), "replica-0"):
+        if name in roles:
+            try:
+                roles[name].wait(timeout=LEADER_EXIT_S)
+            except subprocess.TimeoutExpired:
+                return
+    for reader in readers:
+        reader.join(timeout=LEADER_EXIT_S)
 
 
 def _diagnose(roles: dict[str, procs.Process], results_dir: Path,
