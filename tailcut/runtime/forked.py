@@ -4,8 +4,8 @@ The report draws five figures after the run; matplotlib spends most of a second 
 CPU on them in one process while the machine's other core idles. `call(fn, ...)`
 forks (the modules are already imported, so the child starts at once), runs `fn` in
 the child and hands its pickled return value back through a pipe; `result()` waits
-for it. A process with other threads is not forked (a lock one of them held would
-stay held in the child): `fn` then simply runs inline.
+for it. A process with other threads (procs.single_threaded) is not forked: `fn` then
+runs in `result()`, in this process.
 """
 
 from __future__ import annotations
@@ -13,25 +13,25 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import threading
 import traceback
 from typing import Any, Callable, Generic, TypeVar
 
 from tailcut.errors import RunError
+from tailcut.runtime import procs
 
 T = TypeVar("T")
 
 
 class Call(Generic[T]):
-    """A call under way in a child process (or already done inline)."""
+    """A call under way in a child process (or, with other threads, still to make)."""
 
     def __init__(self, fn: Callable[..., T], *args: Any) -> None:
         self._name = getattr(fn, "__name__", repr(fn))
         self._pid = 0
         self._fd = -1
-        self._value: T | None = None
-        if threading.active_count() > 1:
-            self._value = fn(*args)
+        self._inline: Callable[[], T] | None = None
+        if not procs.single_threaded():
+            self._inline = lambda: fn(*args)
             return
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()   # or the child's copy of a buffer is printed twice
@@ -54,9 +54,10 @@ class Call(Generic[T]):
         self._pid, self._fd = pid, read_fd
 
     def result(self) -> T:
-        """`fn`'s return value; what it raised, as a RunError with its traceback."""
-        if self._pid == 0:
-            return self._value   # type: ignore[return-value]
+        """`fn`'s return value. What it raised in the child comes as a RunError with
+        its traceback; run here, as it was raised."""
+        if self._inline is not None:
+            return self._inline()
         with os.fdopen(self._fd, "rb") as pipe:
             data = pipe.read()
         _, status = os.waitpid(self._pid, 0)
@@ -67,7 +68,6 @@ class Call(Generic[T]):
         kind, value = pickle.loads(data)
         if kind == "error":
             raise RunError(f"{self._name} failed:\n{value}")
-        self._value = value
         return value   # type: ignore[no-any-return]
 
 

@@ -38,6 +38,13 @@ class Process(Protocol):
     def kill(self) -> None: ...
 
 
+def single_threaded() -> bool:
+    """Whether this process has one thread, Python's or a library's (a BLAS pool): only
+    then may it fork and go on running Python in the child (a lock another thread
+    held would stay locked there)."""
+    return len(os.listdir("/proc/self/task")) == 1
+
+
 def spawn(namespace: str, argv: list[str], stdout: Optional[IO[bytes]] | int,
           stderr: Optional[IO[bytes]] | int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     fd = netns.enter_fd(namespace)

@@ -10,8 +10,8 @@ runner (PR_SET_PDEATHSIG), the pod's network namespace (setns), the role's stdou
 and stderr, no other inherited descriptor; then it runs tailcut.training.role's main
 and exits without returning to the runner's code.
 
-Only a single-threaded runner may fork (`can_fork`): a lock another thread held would
-stay locked in the child, and a BLAS thread pool would be lost. A runner that imported
+Only a single-threaded runner forks (procs.single_threaded): a lock another thread
+held would stay locked in the child, and a BLAS thread pool would be lost. A runner that imported
 numpy without `BLAS_THREADS` set (a test calling local.run, say) has such a pool, and
 its roles start as new interpreters, as before.
 """
@@ -38,11 +38,6 @@ PR_SET_PDEATHSIG = 1
 # before numpy loads, in its own process, which its roles are forks of; set here too
 # for whatever a role starts.
 BLAS_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def can_fork() -> bool:
-    """Whether this process has one thread (Python's or a library's, such as BLAS's)."""
-    return len(os.listdir("/proc/self/task")) == 1
 
 
 class ForkedRole:

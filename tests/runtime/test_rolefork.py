@@ -11,14 +11,14 @@ import threading
 import pytest
 
 from tailcut.net import netns
-from tailcut.runtime import rolefork
+from tailcut.runtime import procs, rolefork
 
 # Run in a fresh interpreter: pytest's process has threads (BLAS's), which rule forking out.
 SCRIPT = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from tailcut.runtime import rolefork
+    from tailcut.runtime import procs, rolefork
     ns, config, log = sys.argv[1:]
-    assert rolefork.can_fork()
+    assert procs.single_threaded()
     role = rolefork.start(ns, config, piped=True, log_path=log)
     deadline = time.monotonic() + 30   # it enters the namespace, then blocks opening
     while os.stat(f"/proc/{role.pid}/ns/net").st_ino != os.stat(f"/run/netns/{ns}").st_ino:
@@ -60,12 +60,12 @@ def test_a_forked_role_runs_in_its_pod_with_only_its_streams_and_reports_its_exi
     assert str(config) in (tmp_path / "worker-0.log").read_text()
 
 
-def test_a_process_with_another_thread_does_not_fork():
+def test_a_process_with_another_thread_is_not_single_threaded():
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert not rolefork.can_fork()
+        assert not procs.single_threaded()
     finally:
         stop.set()
         thread.join()
