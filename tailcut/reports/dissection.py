@@ -28,7 +28,7 @@ matplotlib.use("Agg")  # headless: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import numpy as np  # noqa: E402
 
-from tailcut.reports import plots  # noqa: E402
+from tailcut.reports import plots, thin  # noqa: E402
 from tailcut.training import rpc  # noqa: E402
 
 PART_LABELS = {
@@ -113,8 +113,8 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
     for op, rs in by_op.items():
         if rs:
-            total = np.sort(np.array([r["total_us"] for r in rs], dtype=float) / 1e3)
-            ax.plot(total, np.arange(1, total.size + 1) / total.size, label=f"{op} ({total.size})")
+            x, y = thin.cdf(np.array([r["total_us"] for r in rs], dtype=float) / 1e3)
+            ax.plot(x, y, label=f"{op} ({len(rs)})")
     ax.set_xscale("log")
     ax.set_xlabel("RPC latency (ms, log scale)")
     ax.set_ylabel("CDF")
@@ -144,9 +144,8 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
     for name, active in conns.items():
         if active:
-            values = np.sort(active)
-            ax.step(values, np.arange(1, values.size + 1) / values.size, where="post",
-                    label=name)
+            x, y = thin.cdf(active)
+            ax.step(x, y, where="post", label=name)
     ax.set_xlabel("concurrent connections per window (distinct clients)")
     ax.set_ylabel("CDF over windows with traffic")
     ax.set_ylim(0, 1)
@@ -172,8 +171,9 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
     ordered = np.sort(counts)[::-1]
     if ordered.sum() > 0:
         cumulative = np.cumsum(ordered, dtype=np.float64) / ordered.sum()
-        ks = np.arange(1, ordered.size + 1)
-        ax.plot(ks, cumulative, color="tab:blue", label="measured")
+        drawn = thin.log_spaced(ordered.size)   # a log axis: every k is ~10^5 points
+        ks = drawn + 1
+        ax.plot(ks, cumulative[drawn], color="tab:blue", label="measured")
         ax.plot(ks, ks / ordered.size, "--", color="gray", label="if every parameter were "
                                                               "updated equally often")
         ax.legend(loc="upper left", fontsize=8)

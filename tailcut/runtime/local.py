@@ -23,15 +23,15 @@ from tailcut import features, plan
 from tailcut.errors import DatapathError, RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
-from tailcut.reports import plots
 from tailcut import innetwork
 from tailcut.datapath import bcc
-from tailcut.runtime import background, overheads, procs
+from tailcut.runtime import background, forked, overheads, procs, rolefork
 from tailcut.spec.model import TrainingJob
 from tailcut.training import cpustats, exits, tcpstats
 
 LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
+LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its teardown
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def run(job: TrainingJob, results_dir: Path,
         first_pod, first_rack = topo.pods[0], topo.racks[0]
         progress(f"access links: {network.applied[f'{first_pod.netns}/eth0']}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
-        running: list[subprocess.Popen[bytes]] = []
+        running: list[procs.Process] = []
         bg: Optional[background.Background] = None
         # Teardown in reverse order of setup; each step runs even if one after it
         # (registered later) failed, and the namespaces always go last.
@@ -112,12 +112,16 @@ def run(job: TrainingJob, results_dir: Path,
             bg = background.start(job, topo, results_dir, progress)
             launched = time.monotonic()
             phases.add("datapath", launched - datapath_started)
-            roles = _launch(job, topo, results_dir, running, tor)
-            done = _watch(job, roles, results_dir, progress)
+            started = _launch(job, topo, results_dir, running, tor)
+            report_imports = threading.Thread(target=_import_report, args=(job,),
+                                              daemon=True)
+            readers: list[threading.Thread] = []
+            done = _watch(job, started, results_dir, progress,
+                          on_start=report_imports.start, readers=readers)
             finished = time.monotonic()
             phases.add("training", float(done["jct_s"]))
             phases.add("role_start", finished - launched - float(done["jct_s"]))
-            for name, proc in roles.items():
+            for name, proc in started.items():
                 if name not in (plan.leader(job), "replica-0"):
                     try:
                         proc.wait(timeout=ROLE_EXIT_S)
@@ -127,8 +131,18 @@ def run(job: TrainingJob, results_dir: Path,
                         progress(f"warning: {name} was still running {ROLE_EXIT_S} s after "
                                  f"the PS finished; stopped it (its stacks are at the end "
                                  f"of logs/{name}.log)")
+            _await_leaders(job, started, readers)
             teardown_started = time.monotonic()
             phases.add("role_exit", teardown_started - finished)
+            if report_imports.is_alive():   # now it is what we wait for: full priority
+                _renice(report_imports, 0)
+                report_imports.join()
+            # Every role has written its files. The dissection's figures, the most of
+            # the report, draw in a forked child on the other core while this process
+            # tears the network down, sums the counters and flows and draws loss.png
+            # (a process with threads left, e.g. the background load's, draws them
+            # itself when it asks for the result).
+            figures = forked.call(_figures_report, job, results_dir)
         phases.add("bpf_compile", bcc.compile_seconds() - compiled_before)
     report_started = time.monotonic()
     phases.add("teardown", report_started - teardown_started)
@@ -157,18 +171,17 @@ def run(job: TrainingJob, results_dir: Path,
         t = done["takeover"]
         progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "
                  f"{t['at_s']:.2f} s into training")
-    if job.spec.training.sync_mode == "allreduce":
-        _allreduce_report(job, results_dir, progress)
-    else:
-        _dissection_report(job, results_dir, progress)
     epochs_csv = results_dir / "epochs.csv"
-    if result.epochs == 0:
-        progress("no epoch completed (spec.training.iterations is below one epoch): "
-                 "loss.png not drawn")
-    elif epochs_csv.exists():
+    if result.epochs > 0 and epochs_csv.exists():
+        from tailcut.reports import plots
         plots.plot_loss_vs_epoch(
             epochs_csv, results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
+    for line in figures.result():
+        progress(line)
+    if result.epochs == 0:
+        progress("no epoch completed (spec.training.iterations is below one epoch): "
+                 "loss.png not drawn")
     phases.add("report", time.monotonic() - report_started)
     summary = phases.summary()
     _write_json(results_dir / "metrics.json", {**metrics, "overhead_s": summary})
@@ -177,43 +190,56 @@ def run(job: TrainingJob, results_dir: Path,
 
 
 def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
-            running: list[subprocess.Popen[bytes]],
-            tor: innetwork.Sections) -> dict[str, subprocess.Popen[bytes]]:
+            running: list[procs.Process], tor: innetwork.Sections) -> dict[str, procs.Process]:
     """Start every role in its pod; return them by pod name. The PS shard 0 and the
-    replica write JSON events on stdout (piped); the others only log."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
-    roles: dict[str, subprocess.Popen[bytes]] = {}
+    replica write JSON events on stdout (piped); the others only log. Forks of this
+    process when it can (rolefork: no imports to wait for), else new interpreters."""
+    env = {**os.environ, **rolefork.BLAS_THREADS, "PYTHONUNBUFFERED": "1"}
+    fork = procs.single_threaded()
+    roles: dict[str, procs.Process] = {}
     for pod in topo.pods:
         if pod.role in topology.BACKGROUND_ROLES:
             continue  # started by tailcut.runtime.background
         config_path = results_dir / "logs" / f"{pod.name}.json"
+        log_path = results_dir / "logs" / f"{pod.name}.log"
         plan.role_config(job, pod.name, str(results_dir), plan.hosts(topo),
                          tor=tor).to_json(config_path)
-        argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
-        log = open(results_dir / "logs" / f"{pod.name}.log", "wb")
-        with log:
-            stdout = subprocess.PIPE if pod.name in (plan.leader(job), "replica-0") else log
-            proc = procs.spawn(pod.netns, argv, stdout=stdout, stderr=log, env=env)
+        piped = pod.name in (plan.leader(job), "replica-0")
+        proc: procs.Process
+        if fork:
+            proc = rolefork.start(pod.netns, str(config_path), piped, str(log_path))
+        else:
+            argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]
+            with open(log_path, "wb") as log:
+                proc = procs.spawn(pod.netns, argv, stdout=subprocess.PIPE if piped else log,
+                                   stderr=log, env=env)
         running.append(proc)
         roles[pod.name] = proc
     return roles
 
 
-def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
-           progress: Callable[[str], None]) -> dict[str, Any]:
+def _watch(job: TrainingJob, roles: dict[str, procs.Process], results_dir: Path,
+           progress: Callable[[str], None],
+           on_start: Callable[[], None] = lambda: None,
+           readers: Optional[list[threading.Thread]] = None) -> dict[str, Any]:
     """Follow the PS's JSON events until it reports done; fail fast if any role dies.
-    With a replica, ps-0 may die: then follow the replica's events instead."""
+    With a replica, ps-0 may die: then follow the replica's events instead. The
+    leader's first "start" event (training begins) calls `on_start`. The threads that
+    read the events are added to `readers`."""
     events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]" = queue.Queue()
     first = plan.leader(job)   # ps-0, or worker-0 (rank 0) with syncMode allreduce
     for name in (first, "replica-0"):
         if name in roles:
-            threading.Thread(target=_read_events, args=(name, roles[name], events),
-                             daemon=True).start()
+            reader = threading.Thread(target=_read_events, args=(name, roles[name], events),
+                                      daemon=True)
+            reader.start()
+            if readers is not None:
+                readers.append(reader)
     has_replica = "replica-0" in roles
     leader = first
     t = job.spec.training
     deadline = time.monotonic() + t.timeout_s + 30  # the PS enforces timeout_s itself
+    started = False
     while True:
         if time.monotonic() > deadline:
             raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
@@ -247,13 +273,31 @@ def _watch(job: TrainingJob, roles: dict[str, subprocess.Popen[bytes]], results_
             progress(f"epoch {event['epoch']:>3}/{t.epochs}  iteration {event['iteration']:>5}"
                      f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
                      f"  test accuracy {event['test_accuracy']:.3f}  {event['elapsed_s']:.1f} s")
+        elif kind == "start" and not started:
+            started = True
+            on_start()
         elif kind == "takeover":
             progress(f"replica-0 took over at iteration {event['iteration']}")
         elif kind == "done":
             return event
 
 
-def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
+def _await_leaders(job: TrainingJob, roles: dict[str, procs.Process],
+                   readers: list[threading.Thread]) -> None:
+    """Let the roles whose events were followed exit (they reported done with their
+    files written) and their readers see the end of their output: briefly, for a role
+    that lingers is stopped in the teardown anyway."""
+    for name in (plan.leader(job), "replica-0"):
+        if name in roles:
+            try:
+                roles[name].wait(timeout=LEADER_EXIT_S)
+            except subprocess.TimeoutExpired:
+                return
+    for reader in readers:
+        reader.join(timeout=LEADER_EXIT_S)
+
+
+def _diagnose(roles: dict[str, procs.Process], results_dir: Path,
               ps_event: Optional[dict[str, Any]]) -> str:
     """Name the role that failed first. A role that exits with EXIT_PEER_GONE only saw
     another one go away, so any other failure is the root cause."""
@@ -273,7 +317,7 @@ def _diagnose(roles: dict[str, subprocess.Popen[bytes]], results_dir: Path,
            "finishing; logs in " + str(results_dir / "logs")
 
 
-def _read_events(name: str, proc: subprocess.Popen[bytes],
+def _read_events(name: str, proc: procs.Process,
                  events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]") -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -292,6 +336,44 @@ def _roles_summary(job: TrainingJob, done: dict[str, Any]) -> dict[str, Any]:
             "aggregators": [list(a.workers) for a in r.aggregators],
             "ps_replica": r.ps_replica, "finished_by": done.get("role", "ps-0"),
             "takeover": done.get("takeover")}
+
+
+def _import_report(job: TrainingJob) -> None:
+    """Import what the report needs (matplotlib: ~0.7 s of CPU) in a thread while the
+    job trains: its iterations wait on the network far more than on the CPU, and the
+    report then starts drawing at once instead of after the import. At nice 19, so
+    that it takes only CPU time the roles leave: at nice 0 it lengthened the JCT by
+    ~0.4 s on a busy machine (bench/run_overhead.py). A failed import is raised again
+    where the report imports the module."""
+    _renice(threading.current_thread(), 19)
+    try:
+        if job.spec.training.sync_mode == "allreduce":
+            from tailcut.reports import allreduce_report  # noqa: F401
+        else:
+            from tailcut.reports import dissection  # noqa: F401
+        from tailcut.reports import plots  # noqa: F401
+        from tailcut.scheduling import flowreport  # noqa: F401
+    except Exception:   # noqa: BLE001 - the report's own import says what failed
+        pass
+
+
+def _renice(thread: threading.Thread, nice: int) -> None:
+    """Give `thread` (a Linux task of its own) niceness `nice`; quietly not, if refused."""
+    if thread.native_id is not None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread.native_id, nice)
+        except OSError:
+            pass
+
+
+def _figures_report(job: TrainingJob, results_dir: Path) -> list[str]:
+    """The dissection (or all-reduce) report; the lines it would print, returned."""
+    lines: list[str] = []
+    if job.spec.training.sync_mode == "allreduce":
+        _allreduce_report(job, results_dir, lines.append)
+    else:
+        _dissection_report(job, results_dir, lines.append)
+    return lines
 
 
 def _dissection_report(job: TrainingJob, results_dir: Path,

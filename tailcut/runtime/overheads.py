@@ -2,21 +2,26 @@
 
 A run's wall time is its JCT plus what tailcut spends around it. The phases, in order:
 
-    startup         the interpreter and tailcut's imports, up to local.run()
+    startup         the interpreter and tailcut's imports, up to local.run(); the
+                    roles' modules among them, once: roles are forks of the runner
+                    (tailcut.runtime.rolefork)
     network_build   namespaces, links, addresses, qdiscs (and eBPF droppers) of the job
     datapath        programs the runner loads after the network (CadentFlow classifier,
                     ToR store, ToR aggregation) and the background load's start
-    role_start      the roles' processes starting (imports, data, any XDP counter
-                    compiles) until the PS starts training: the PS's done event minus
-                    the launch, minus the JCT
+    role_start      the roles' processes starting (forks, or new interpreters and
+                    their imports; data, any XDP counter compiles) until the PS starts
+                    training: the PS's done event minus the launch, minus the JCT
     training        the JCT the PS measured
     role_exit       the roles ending after the PS reported done
     teardown        roles stopped, counters read, datapath detached, namespaces removed
-    report          tcp counters, flows, metrics.json, dissection and loss plots
+    report          tcp counters, flows, metrics.json, dissection and loss plots (their
+                    imports ran in a thread during training; what of them was left)
 
 `bpf_compile` (BCC compiles in the runner; within network_build and datapath) is
 shown apart. The run prints one line of these and writes them to metrics.json
-(`overhead_s`)."""
+(`overhead_s`). The process's exit, after them, is not measured here: `tailcut run`
+skips the interpreter's last garbage collection (cli.main), and
+bench/run_overhead.py shows what is left as `unaccounted`."""
 
 import os
 import time

@@ -10,12 +10,39 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
-from typing import IO, Any, Optional
+from typing import IO, Any, Optional, Protocol
 
 from tailcut.net import netns
 
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Process(Protocol):
+    """What the runtime does with a role's process: a subprocess.Popen, or a fork of
+    the runner (tailcut.runtime.rolefork.ForkedRole)."""
+
+    pid: int
+
+    @property
+    def stdout(self) -> Optional[IO[bytes]]: ...
+
+    def poll(self) -> Optional[int]: ...
+
+    def wait(self, timeout: Optional[float] = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def single_threaded() -> bool:
+    """Whether this process has one thread, Python's or a library's (a BLAS pool): only
+    then may it fork and go on running Python in the child (a lock another thread
+    held would stay locked there)."""
+    return len(os.listdir("/proc/self/task")) == 1
 
 
 def spawn(namespace: str, argv: list[str], stdout: Optional[IO[bytes]] | int,
@@ -33,7 +60,7 @@ def spawn(namespace: str, argv: list[str], stdout: Optional[IO[bytes]] | int,
         os.close(fd)
 
 
-def stop(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
+def stop(proc: Process, grace_s: float = 2.0) -> None:
     """SIGTERM, then SIGKILL after `grace_s`; reap either way."""
     if proc.poll() is not None:
         return

@@ -1,5 +1,8 @@
 """Entry point of a PS, replica, aggregator or worker process: ``python -m tailcut.training.role CONFIG.json``.
 
+The local runtime starts its roles as forks of itself instead, calling `main` in the
+child (tailcut.runtime.rolefork): the same role, without the imports.
+
 Prints JSON lines on stdout, one per event, flushed at once so the runtime can
 follow progress: the PS's start/epoch/done events, a worker's worker_done, and on
 failure ``{"event": "error", "role": ..., "index": ..., "message": ...}``. Each
@@ -18,7 +21,8 @@ from __future__ import annotations
 import os
 import sys
 
-if "numpy" in sys.modules:  # e.g. a package __init__ imported it: too late to limit threads
+if __name__ == "__main__" and "numpy" in sys.modules:
+    # e.g. a package __init__ imported it: too late to limit threads
     print(
         "tailcut role: numpy was imported before the thread limit; set OMP_NUM_THREADS=1",
         file=sys.stderr,
@@ -30,6 +34,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import faulthandler  # noqa: E402 - after the thread settings above
+import gc  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import traceback  # noqa: E402
@@ -151,4 +156,10 @@ def _fail(role: str, index: int, message: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # The process ends now: its interpreter's last garbage collection would walk every
+    # object numpy and the role hold, a tenth of a second or more that the runner
+    # waits for (it tears the network down after the roles exit). Frozen, they are
+    # left to the exit; atexit handlers and the flushing of files still run.
+    gc.freeze()
+    sys.exit(status)

@@ -1,0 +1,71 @@
+"""Roles forked from the runner: in their pod's namespace, with only their own streams,
+followed and reaped like a Popen."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from tailcut.net import netns
+from tailcut.runtime import procs, rolefork
+
+# Run in a fresh interpreter: pytest's process has threads (BLAS's), which rule forking out.
+SCRIPT = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    from tailcut.runtime import procs, rolefork
+    ns, config, log = sys.argv[1:]
+    assert procs.single_threaded()
+    role = rolefork.start(ns, config, piped=True, log_path=log)
+    deadline = time.monotonic() + 30   # it enters the namespace, then blocks opening
+    while os.stat(f"/proc/{role.pid}/ns/net").st_ino != os.stat(f"/run/netns/{ns}").st_ino:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    fds = sorted(int(fd) for fd in os.listdir(f"/proc/{role.pid}/fd"))
+    try:
+        role.wait(timeout=0.2)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    with open(config, "w") as fifo:     # the config it waits for: not JSON
+        fifo.write("not json")
+    event = json.loads(role.stdout.readline())
+    print(json.dumps({"fds": fds, "timed_out": timed_out, "event": event,
+                      "code": role.wait(timeout=30), "poll": role.poll()}))
+""")
+
+
+@pytest.mark.netns
+def test_a_forked_role_runs_in_its_pod_with_only_its_streams_and_reports_its_exit(tmp_path):
+    ns = f"tailcut-rolefork-{os.getpid()}"
+    netns.create(ns)
+    try:
+        config = tmp_path / "worker-0.json"
+        os.mkfifo(config)   # opening it blocks the role right after setns: time to look
+        env = {**os.environ, **rolefork.BLAS_THREADS}
+        out = subprocess.run([sys.executable, "-c", SCRIPT, ns, str(config),
+                              str(tmp_path / "worker-0.log")],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        seen = json.loads(out.stdout)
+    finally:
+        netns.remove(ns)
+    assert seen["fds"] == [0, 1, 2]   # nothing of the runner's: no netlink, no pipes
+    assert seen["timed_out"]
+    assert seen["event"]["event"] == "error" and str(config) in seen["event"]["message"]
+    assert seen["code"] == seen["poll"] == 2   # exits.USAGE: its config is not JSON
+    assert str(config) in (tmp_path / "worker-0.log").read_text()
+
+
+def test_a_process_with_another_thread_is_not_single_threaded():
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not procs.single_threaded()
+    finally:
+        stop.set()
+        thread.join()
