@@ -59,16 +59,20 @@ def _thread_seconds(tid: int, tick: int) -> tuple[float, float] | None:
 
 
 def snapshot() -> dict[str, Any]:
-    """This process's CPU now: its total and each live thread's, by thread name."""
+    """This process's CPU now: its total and each live thread's, by thread name. Every
+    task of the process counts; a thread Python did not start (a BLAS pool's) is
+    "thread <tid>", and the initial one (tid = pid) is the main thread even in a role
+    forked from the runner, whose threading module may still hold the runner's ids."""
     tick = os.sysconf("SC_CLK_TCK")
     times = os.times()
+    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    names[os.getpid()] = "MainThread"
     threads: dict[str, tuple[float, float]] = {}
-    for thread in threading.enumerate():
-        if thread.native_id is None:
-            continue
-        got = _thread_seconds(thread.native_id, tick)
+    for entry in os.listdir("/proc/self/task"):
+        tid = int(entry)
+        got = _thread_seconds(tid, tick)
         if got is not None:
-            threads[f"{thread.name} ({thread.native_id})"] = got
+            threads[f"{names.get(tid, 'thread')} ({tid})"] = got
     return {"user_s": times.user, "system_s": times.system, "threads": threads}
 
 

@@ -98,3 +98,24 @@ def test_unknown_cores_give_no_verdict(tmp_path: Path) -> None:
     cpustats.write(tmp_path, "ps-0", {"user_s": 9.0, "system_s": 0.0, "kinds": {}})
     summary = cpustats.summarize(tmp_path, ["ps-0"], jct_s=1.0, cores=0)
     assert summary["busy"] is None and "cores" not in cpustats.describe(summary)
+
+
+def test_a_forked_childs_main_thread_is_its_main_thread() -> None:
+    """Roles may be forked from the runner (tailcut.runtime.rolefork): the child's
+    initial thread is its main one whatever ids threading kept from the parent."""
+    import os
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: spin, then report what it saw
+        try:
+            cpustats.mark()
+            _spin(0.2)
+            kinds = cpustats.since_mark()["kinds"]
+            os.write(write, json.dumps(kinds).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        kinds = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert sum(kinds["main (model, protocol)"].values()) >= 0.15, kinds
