@@ -130,9 +130,11 @@ def _parser(lean: bool = False) -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     # Before numpy loads: one BLAS thread, here and so in the roles, forks of this
     # process (tailcut.runtime.rolefork); a BLAS thread pool would rule forking out.
+    blas_first = "numpy" not in sys.modules
     os.environ.update({v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                         "MKL_NUM_THREADS")})
-    from tailcut.runtime import local
+    from tailcut.runtime import local, rolefork
+    rolefork.enable(numpy_loaded_after=blas_first)
     job = spec.load_file(args.job)
     out = args.results_dir or Path("results") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     result = local.run(job, out, progress=lambda line: print(line, flush=True))

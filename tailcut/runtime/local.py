@@ -195,7 +195,7 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
     replica write JSON events on stdout (piped); the others only log. Forks of this
     process when it can (rolefork: no imports to wait for), else new interpreters."""
     env = {**os.environ, **rolefork.BLAS_THREADS, "PYTHONUNBUFFERED": "1"}
-    fork = procs.single_threaded()
+    fork = rolefork.enabled() and procs.single_threaded()
     roles: dict[str, procs.Process] = {}
     for pod in topo.pods:
         if pod.role in topology.BACKGROUND_ROLES:

@@ -10,10 +10,13 @@ runner (PR_SET_PDEATHSIG), the pod's network namespace (setns), the role's stdou
 and stderr, no other inherited descriptor; then it runs tailcut.training.role's main
 and exits without returning to the runner's code.
 
-Only a single-threaded runner forks (procs.single_threaded): a lock another thread
-held would stay locked in the child, and a BLAS thread pool would be lost. A runner that imported
-numpy without `BLAS_THREADS` set (a test calling local.run, say) has such a pool, and
-its roles start as new interpreters, as before.
+Only a runner that limited BLAS to one thread before numpy loaded forks (``enable``,
+which `tailcut run` calls): a role forked from any other process would inherit its
+BLAS settings, and OpenBLAS's default pool of busy-waiting threads in five roles on
+two cores made a bounded-loss quickstart run 4x longer on 4x the CPU (a bench calling
+local.run). And only a single-threaded one (procs.single_threaded): a lock another
+thread held would stay locked in the child. Other runners' roles start as new
+interpreters, as before.
 """
 
 from __future__ import annotations
@@ -38,6 +41,20 @@ PR_SET_PDEATHSIG = 1
 # before numpy loads, in its own process, which its roles are forks of; set here too
 # for whatever a role starts.
 BLAS_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_enabled = False
+
+
+def enable(numpy_loaded_after: bool) -> None:
+    """Let this process fork its roles: ``numpy_loaded_after`` says that numpy was
+    imported only once BLAS_THREADS were set (the caller knows; importing this module
+    imports numpy)."""
+    global _enabled
+    _enabled = numpy_loaded_after and all(os.environ.get(k) == v
+                                          for k, v in BLAS_THREADS.items())
+
+
+def enabled() -> bool:
+    return _enabled
 
 
 class ForkedRole:

@@ -69,3 +69,18 @@ def test_a_process_with_another_thread_is_not_single_threaded():
     finally:
         stop.set()
         thread.join()
+
+
+def test_only_a_runner_that_limited_blas_before_numpy_forks_its_roles(monkeypatch):
+    """A role forked from a process whose numpy kept OpenBLAS's default thread pool
+    inherits it (five roles spinning on two cores: 4x the JCT in a bench)."""
+    for k, v in rolefork.BLAS_THREADS.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(rolefork, "_enabled", False)
+    rolefork.enable(numpy_loaded_after=False)   # e.g. a bench that imported numpy first
+    assert not rolefork.enabled()
+    rolefork.enable(numpy_loaded_after=True)    # `tailcut run`
+    assert rolefork.enabled()
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    rolefork.enable(numpy_loaded_after=True)
+    assert not rolefork.enabled()
