@@ -62,7 +62,7 @@ def report(results_dir: Path, workers: int, title: str = "") -> dict[str, Any]:
                 label="iteration")
         ax.plot(rank0["step"], rank0["allreduce_ms"], ".", ms=3, color="tab:blue",
                 label="all-reduce (Gloo)")
-        ax.set_yscale("log")
+        plots.log_scale(ax, "y")
         ax.set_xlabel("iteration")
         ax.set_ylabel("ms (rank 0)")
         ax.grid(alpha=0.3)

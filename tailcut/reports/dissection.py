@@ -115,7 +115,7 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
         if rs:
             x, y = thin.cdf(np.array([r["total_us"] for r in rs], dtype=float) / 1e3)
             ax.plot(x, y, label=f"{op} ({len(rs)})")
-    ax.set_xscale("log")
+    plots.log_scale(ax, "x")
     ax.set_xlabel("RPC latency (ms, log scale)")
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1)
@@ -181,7 +181,7 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
             ax.annotate(f"top {k}: {share:.0%}", (k, share), fontsize=8,
                         textcoords="offset points", xytext=(4, -10))
             ax.plot([k], [share], "o", color="tab:red")
-    ax.set_xscale("log")
+    plots.log_scale(ax, "x")
     ax.set_xlabel(f"top-k most-updated parameters (of {counts.size})")
     ax.set_ylabel("share of all parameter updates")
     ax.set_ylim(0, 1.05)

@@ -30,3 +30,18 @@ def test_an_epochs_file_without_rows_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "epochs.csv").write_text(EPOCHS.splitlines()[0] + "\n")
     with pytest.raises(ValueError, match="has no epochs to plot"):
         plots.plot_loss_vs_epoch(tmp_path / "epochs.csv", tmp_path / "loss.png")
+
+
+def test_log_axes_are_labelled_with_plain_numbers_not_mathtext():
+    """Mathtext labels ($10^{2}$) cost the report ~0.3 s of CPU to parse."""
+    import matplotlib.pyplot as plt
+    from tailcut.reports import plots
+    fig, ax = plt.subplots()
+    ax.plot([1.5, 80], [0, 1])
+    plots.log_scale(ax, "x")
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels(minor=False)
+              + ax.get_xticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
+    assert "10" in labels and "2" in labels and "50" in labels
+    assert not any("$" in label for label in labels)
