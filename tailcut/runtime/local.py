@@ -32,6 +32,7 @@ from tailcut.training import cpustats, exits, tcpstats
 LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
 LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its teardown
+DIAGNOSE_WAIT_S = 5  # how long a failure waits for its root cause to exit (see _diagnose)
 
 
 @dataclass(frozen=True)
@@ -300,16 +301,34 @@ def _await_leaders(job: TrainingJob, roles: dict[str, procs.Process],
 def _diagnose(roles: dict[str, procs.Process], results_dir: Path,
               ps_event: Optional[dict[str, Any]]) -> str:
     """Name the role that failed first. A role that exits with EXIT_PEER_GONE only saw
-    another one go away, so any other failure is the root cause."""
-    time.sleep(0.5)  # let the exit statuses of dying roles arrive
-    codes = {name: p.poll() for name, p in roles.items()}
-    failed = [(name, code) for name, code in codes.items() if code is not None and code != 0]
-    failed.sort(key=lambda item: item[1] == exits.PEER_GONE)
+    another one go away, so any other failure is the root cause: while only victims
+    have exited, wait up to DIAGNOSE_WAIT_S for the culprit (a failing role closes its
+    connections before it has written its logs and exited). A role that ended cleanly
+    while the job was not done is named too."""
+    waited_until = time.monotonic() + DIAGNOSE_WAIT_S
+    while True:
+        codes = {name: p.poll() for name, p in roles.items()}
+        failed = [(name, code) for name, code in codes.items()
+                  if code is not None and code != 0]
+        failed.sort(key=lambda item: item[1] == exits.PEER_GONE)
+        culprit = bool(failed) and failed[0][1] != exits.PEER_GONE
+        if culprit or time.monotonic() > waited_until:
+            break
+        time.sleep(0.1)
     if failed:
         name, code = failed[0]
         how = f" (killed by {signal.Signals(-code).name})" if code < 0 else ""
-        return (f"{name} exited with code {code}{how}:\n"
-                + _tail(results_dir / "logs" / f"{name}.log"))
+        said = f"{name} exited with code {code}{how}:\n" + \
+            _tail(results_dir / "logs" / f"{name}.log")
+        if code != exits.PEER_GONE:
+            return said
+        # Only victims: each one's last words, and who had ended cleanly, to find who left
+        others = [f"{other} exited with code {c}: " + _last_line(results_dir / "logs"
+                                                                  / f"{other}.log")
+                  for other, c in failed[1:]]
+        others += [f"{other} had already exited cleanly"
+                   for other, c in sorted(codes.items()) if c == 0]
+        return "\n".join([said, *others])
     if ps_event is not None:
         return f"{ps_event.get('role', 'ps')}-{ps_event.get('index', 0)}: " \
                f"{ps_event.get('message')}"
@@ -456,6 +475,11 @@ def _flows_summary(job: TrainingJob, results_dir: Path,
     _write_json(results_dir / "flows.json", summary)
     progress(flowreport.describe(summary))
     return summary
+
+
+def _last_line(path: Path) -> str:
+    lines = _tail(path).strip().splitlines()
+    return lines[-1].strip() if lines else "(no log)"
 
 
 def _tail(path: Path) -> str:

@@ -239,9 +239,12 @@ class Receiver:
         per = fmt.STRIDE   # slot numbers in one datagram, as many as values
         for lo in range(0, slots.size, per):
             chunk = slots[lo:lo + per].astype("<u4")
-            self.sock.sendto(packet(fmt.REPAIR, job=self.job, iteration=iteration, slot=0,
-                                    payload=chunk.tobytes(), count=chunk.size,
-                                    worker=self.worker % 256), self.ps)
+            try:
+                self.sock.sendto(packet(fmt.REPAIR, job=self.job, iteration=iteration,
+                                        slot=0, payload=chunk.tobytes(), count=chunk.size,
+                                        worker=self.worker % 256), self.ps)
+            except (BlockingIOError, InterruptedError):
+                return   # the socket's buffer is full: receive() asks again shortly
             self.stats.requests += 1
 
     def _drain(self, iteration: int, params: np.ndarray, got: np.ndarray) -> None:
