@@ -92,6 +92,12 @@ def _connections(results_dir: Path) -> dict[str, list[int]]:
 
 def report(results_dir: str | Path, title: str = "") -> list[Path]:
     """Write rpcs.csv, dissection.json and the four PNGs; return the paths written."""
+    return write_summary(results_dir, [part(results_dir, title) for part in PARTS])
+
+
+def rpc_figures(results_dir: str | Path, title: str = "") -> tuple[list[Path], dict[str, Any]]:
+    """rpcs.csv, the latency CDF and the breakdown: the paths written and their numbers
+    (one half of the report: PARTS can be drawn in two processes at once)."""
     results = Path(results_dir)
     rows = rpc.dissect(results)
     if not rows:
@@ -136,7 +142,17 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
     ax.legend(fontsize=8)
     ax.set_title(f"{prefix}latency breakdown")
     written.append(_save(fig, results / "rpc_breakdown.png"))
+    return written, summary
 
+
+def server_figures(results_dir: str | Path, title: str = ""
+                   ) -> tuple[list[Path], dict[str, Any]]:
+    """The concurrent connections and the hot parameters: the paths written and their
+    numbers (the report's other half)."""
+    results = Path(results_dir)
+    prefix = f"{title}: " if title else ""
+    written = []
+    summary: dict[str, Any] = {}
     conns = _connections(results)
     summary["concurrent_connections"] = {
         name: {"windows": len(a), "median": float(np.median(a)) if a else 0.0,
@@ -188,10 +204,19 @@ def report(results_dir: str | Path, title: str = "") -> list[Path]:
     ax.grid(alpha=0.3)
     ax.set_title(f"{prefix}hot parameters")
     written.append(_save(fig, results / "hot_parameters.png"))
+    return written, summary
 
-    (results / "dissection.json").write_text(json.dumps(summary, indent=2) + "\n")
-    written.append(results / "dissection.json")
-    return written
+
+PARTS = (rpc_figures, server_figures)
+
+
+def write_summary(results_dir: str | Path,
+                  parts: list[tuple[list[Path], dict[str, Any]]]) -> list[Path]:
+    """dissection.json from the PARTS' numbers; every path written, it last."""
+    path = Path(results_dir) / "dissection.json"
+    summary = {key: value for _, numbers in parts for key, value in numbers.items()}
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return [*(p for written, _ in parts for p in written), path]
 
 
 def _save(fig: Any, path: Path) -> Path:

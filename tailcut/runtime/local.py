@@ -139,11 +139,11 @@ def run(job: TrainingJob, results_dir: Path,
                 _renice(report_imports, 0)
                 report_imports.join()
             # Every role has written its files. The dissection's figures, the most of
-            # the report, draw in a forked child on the other core while this process
+            # the report, draw in two forked children while this process
             # tears the network down, sums the counters and flows and draws loss.png
             # (a process with threads left, e.g. the background load's, draws them
             # itself when it asks for the result).
-            figures = forked.call(_figures_report, job, results_dir)
+            figures = _start_figures(job, results_dir)
         phases.add("bpf_compile", bcc.compile_seconds() - compiled_before)
     report_started = time.monotonic()
     phases.add("teardown", report_started - teardown_started)
@@ -178,7 +178,7 @@ def run(job: TrainingJob, results_dir: Path,
         plots.plot_loss_vs_epoch(
             epochs_csv, results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
-    for line in figures.result():
+    for line in _figure_lines(job, results_dir, figures):
         progress(line)
     if result.epochs == 0:
         progress("no epoch completed (spec.training.iterations is below one epoch): "
@@ -385,26 +385,44 @@ def _renice(thread: threading.Thread, nice: int) -> None:
             pass
 
 
-def _figures_report(job: TrainingJob, results_dir: Path) -> list[str]:
-    """The dissection (or all-reduce) report; the lines it would print, returned."""
-    lines: list[str] = []
+def _start_figures(job: TrainingJob, results_dir: Path) -> list[forked.Call[Any]]:
+    """Start drawing the dissection's figures (or the all-reduce report) in forked
+    children: the dissection in two halves (its PARTS), so that they and this process's
+    own share of the report keep both cores busy."""
     if job.spec.training.sync_mode == "allreduce":
-        _allreduce_report(job, results_dir, lines.append)
-    else:
-        _dissection_report(job, results_dir, lines.append)
-    return lines
-
-
-def _dissection_report(job: TrainingJob, results_dir: Path,
-                       progress: Callable[[str], None]) -> None:
-    """rpcs.csv and the IMC'20 plots; a run whose logs cannot be cut still succeeds."""
+        return [forked.call(_allreduce_lines, job, results_dir)]
     from tailcut.reports import dissection  # here: matplotlib is slow to import
+    return [forked.call(_dissection_part, part, results_dir, job.name)
+            for part in dissection.PARTS]
+
+
+def _figure_lines(job: TrainingJob, results_dir: Path,
+                  started: list[forked.Call[Any]]) -> list[str]:
+    """Wait for the figures; the lines that say what was written (or why not)."""
+    if job.spec.training.sync_mode == "allreduce":
+        return started[0].result()   # type: ignore[no-any-return]
+    from tailcut.reports import dissection
+    parts = [call.result() for call in started]
+    refused = [part for part in parts if isinstance(part, str)]
+    if refused:   # a run whose logs cannot be cut still succeeds
+        return [f"no dissection report: {refused[0]}"]
+    written = dissection.write_summary(results_dir, parts)
+    return ["dissection: " + ", ".join(p.name for p in written)]
+
+
+def _dissection_part(part: Callable[..., Any], results_dir: Path,
+                     title: str) -> Any:
+    """One of dissection.PARTS: (paths, numbers), or why it could not be drawn."""
     try:
-        written = dissection.report(results_dir, title=job.name)
+        return part(results_dir, title=title)
     except (OSError, ValueError) as err:
-        progress(f"no dissection report: {err}")
-        return
-    progress("dissection: " + ", ".join(p.name for p in written))
+        return str(err)
+
+
+def _allreduce_lines(job: TrainingJob, results_dir: Path) -> list[str]:
+    lines: list[str] = []
+    _allreduce_report(job, results_dir, lines.append)
+    return lines
 
 
 def _allreduce_report(job: TrainingJob, results_dir: Path,
