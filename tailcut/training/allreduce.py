@@ -27,10 +27,7 @@ forward and backward pass, ``iteration_ms`` the whole step including the update.
 from __future__ import annotations
 
 import datetime
-import fcntl
 import os
-import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -42,10 +39,10 @@ from tailcut import errors
 from tailcut.ml import data, models, torchmodel
 from tailcut.training import exits, ps, records, worker
 from tailcut.training.config import RoleConfig
+from tailcut.transports import interfaces
 
 Emit = Callable[[dict[str, Any]], None]
 FIELDS = ("step", "compute_ms", "allreduce_ms", "iteration_ms", "buckets")
-_SIOCGIFADDR = 0x8915
 TEARDOWN_S = 10.0   # the longest destroy_process_group may take before the role just ends
 
 
@@ -56,19 +53,10 @@ def filename(index: int) -> str:
 def interface_of(peer: str) -> tuple[str, str]:
     """(interface, address) this namespace reaches ``peer`` from: Gloo must bind the
     job's interface, not whatever the host name resolves to."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((peer, 9))   # a route lookup; a UDP connect sends nothing
-        address = probe.getsockname()[0]
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR,
-                                  struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue   # no IPv4 address
-            if socket.inet_ntoa(raw[20:24]) == address:
-                return name, address
-    raise errors.RunError(f"no interface holds {address}, the address toward {peer}")
+    name, address = interfaces.toward(peer)
+    if name is None:
+        raise errors.RunError(f"no interface holds {address}, the address toward {peer}")
+    return name, address
 
 
 class _Timer:

@@ -51,14 +51,12 @@ pod's veth, which goes away with the pod's namespace.
 from __future__ import annotations
 
 import collections
-import fcntl
 import logging
 import math
 import os
 import queue
 import select
 import socket
-import struct
 import sys
 import threading
 import time
@@ -68,8 +66,8 @@ from typing import Any
 
 import numpy as np
 
-from tailcut.transports import (base, batch, congestion, control, cutlayout, receiver,
-                                sender, wire)
+from tailcut.transports import (base, batch, congestion, control, cutlayout, interfaces,
+                                receiver, sender, wire)
 from tailcut.transports.base import Kind, Message
 from tailcut.transports.control import Frame, FrameType
 
@@ -909,23 +907,12 @@ def _in_order(values: np.ndarray) -> list[int]:
     return [int(values[i]) for i in sorted(first.tolist())]
 
 
-SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's (primary) IPv4 address
-
-
 def _ifname_of(ip: str) -> str:
-    """The interface in this network namespace that holds address ``ip``: one ioctl per
-    interface (a pod has two or three), no netlink library to import."""
-    packed = socket.inet_aton(ip)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            try:
-                ifreq = fcntl.ioctl(probe.fileno(), SIOCGIFADDR,
-                                    struct.pack("16s16x", name.encode()[:15]))
-            except OSError:
-                continue  # no IPv4 address, or the interface just went away
-            if ifreq[20:24] == packed:  # struct ifreq: name[16], sockaddr_in (addr at +4)
-                return name
-    raise base.TransportError(f"no interface holds {ip} in this network namespace")
+    """The interface in this network namespace that holds address ``ip``."""
+    name = interfaces.holding(ip)
+    if name is None:
+        raise base.TransportError(f"no interface holds {ip} in this network namespace")
+    return name
 
 
 def _link_rate_bit(ip: str) -> float | None:
