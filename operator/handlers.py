@@ -301,8 +301,11 @@ def _phase_event(tj: dict[str, Any], status_now: dict[str, Any]) -> None:
     if "jctSeconds" in status_now:
         message += (f"; JCT {status_now['jctSeconds']} s, accuracy "
                     f"{status_now.get('accuracy')}")
-    if phase == "Failed":
-        kopf.warn(tj, reason="PodFailed", message=message)  # type: ignore[arg-type]
+    if phase == "Failed":   # the Failed condition's reason: PodFailed, NodeUnfit
+        reason = next((c.get("reason") for c in status_now.get("conditions") or []
+                       if c.get("type") == "Failed" and c.get("status") == "True"),
+                      None) or "PodFailed"
+        kopf.warn(tj, reason=reason, message=message)  # type: ignore[arg-type]
     else:
         kopf.info(tj, reason=phase, message=message)  # type: ignore[arg-type]
 

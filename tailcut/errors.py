@@ -6,6 +6,7 @@
     ├── NetError             building or tearing down the emulated network failed
     │   └── AlreadyExists    a job with this name still has namespaces on this host
     ├── DatapathError        a BPF program failed to compile, load or attach
+    │   └── NoKernelHeaders  BCC would find no headers of the running kernel
     ├── RunError             a training run failed (a role exited, a timeout)
     │   └── PSGone           (training.worker) the parameter server went away
     ├── ConfigError          (training.config) a role's config file is invalid
@@ -42,6 +43,10 @@ class AlreadyExists(NetError):
 
 class DatapathError(TailcutError):
     """A BPF program failed to compile, load or attach."""
+
+
+class NoKernelHeaders(DatapathError):
+    """A program must be compiled and the running kernel's headers are not there."""
 
 
 class RunError(TailcutError):

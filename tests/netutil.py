@@ -133,9 +133,10 @@ def udp_burst_received(src_ns: str, dst_ns: str, dst_ip: str, count: int,
 
 
 @contextlib.contextmanager
-def linked_namespaces(names: tuple[str, str], ips: tuple[str, str]):
-    """Two namespaces joined by a veth (lan0 in each, ips/24): two nodes and their
-    LAN. Both are removed afterwards."""
+def linked_namespaces(names: tuple[str, str], ips: tuple[str, str], mtu: int = 1550):
+    """Two namespaces joined by a veth (lan0 in each, ips/24, of `mtu`: room for a
+    VXLAN around 1500 bytes, as the cluster's LAN): two nodes and their LAN. Both are
+    removed afterwards."""
     for name in names:
         netns.create(name)
     try:
@@ -146,7 +147,7 @@ def linked_namespaces(names: tuple[str, str], ips: tuple[str, str]):
             with netns.ipr(name) as ipr:
                 index = ipr.link_lookup(ifname="lan0")[0]
                 ipr.addr("add", index=index, address=ip, prefixlen=24)
-                ipr.link("set", index=index, state="up")
+                ipr.link("set", index=index, mtu=mtu, state="up")
         yield names
     finally:
         for name in names:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tailcut.errors import DatapathError
+from tailcut.errors import DatapathError, NoKernelHeaders
 
 
 def _ebpf_dir() -> Path:
@@ -112,6 +112,36 @@ def _captured_stderr() -> Iterator[list[str]]:
             out.append(tmp.read().decode(errors="replace").strip())
 
 
+MODULES_DIR = Path("/lib/modules")
+KHEADERS = Path("/sys/kernel/kheaders.tar.xz")
+
+
+def headers_problem(release: str = "", modules: Path = MODULES_DIR,
+                    kheaders: Path = KHEADERS) -> str | None:
+    """Why BCC would find no headers of the running kernel (None: it would). BCC
+    takes them from /lib/modules/<release>/build, else from the kernel itself
+    (CONFIG_IKHEADERS: /sys/kernel/kheaders.tar.xz, or the kheaders module it loads).
+    Asked before compiling: BCC's own words for this come after a screen of clang
+    errors about missing files."""
+    release = release or os.uname().release
+    build = modules / release / "build"
+    if build.is_dir() or kheaders.exists():
+        return None
+    try:
+        if "kheaders.ko" in (modules / release / "modules.dep").read_text():
+            return None
+    except OSError:
+        pass
+    where = (f"{build} points to {os.readlink(build)}, which is not here"
+             if build.is_symlink() else f"{build} is not here")
+    return (f"the headers of the running kernel {release} are missing: {where}. "
+            "Install them (Debian: linux-headers-$(uname -r)). In a Kubernetes pod they "
+            "are the node's /usr/src and /lib/modules, mounted read-only; a kind node has "
+            "the host's /usr/src only if its config mounts it (extraMounts "
+            "{hostPath: /usr/src, containerPath: /usr/src, readOnly: true} on every node, "
+            "as scripts/kind-up.sh writes; docs/kubernetes.md, Installing on kind)")
+
+
 def load(stem: str, functions: Mapping[str, ProgType],
          cflags: Sequence[str] = ()) -> Program:
     """Compile ebpf/<stem>.bpf.c (its directory on the include path) and load each
@@ -120,6 +150,9 @@ def load(stem: str, functions: Mapping[str, ProgType],
     if not path.is_file():
         raise DatapathError(f"BPF source {path} is missing: ebpf/ is package data of "
                             "tailcut (reinstall tailcut)")
+    missing = headers_problem()
+    if missing:
+        raise NoKernelHeaders(f"cannot compile {path.name}: {missing}")
     try:
         from bcc import BPF  # imported here so that importing tailcut never needs BCC
     except ImportError as err:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from tailcut import features, innetwork
-from tailcut.errors import TailcutError
+from tailcut.errors import NoKernelHeaders, TailcutError
 from tailcut.k8s import admission, crd, metrics, placement, resources
 from tailcut.net import build, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
@@ -66,6 +66,15 @@ log = logging.getLogger("tailcut.agent")
 
 class AgentError(TailcutError):
     """A pod could not be wired; the message names the pod and the reason."""
+
+
+class NodeUnfit(AgentError):
+    """This node cannot carry the job as specified (its network's MTU); retrying will
+    not help, so the job fails at once (resources.ANNOTATION_NODE_UNFIT)."""
+
+
+# What no retry mends: the operator fails the job at once, with the agent's words.
+UNFIT = (NodeUnfit, NoKernelHeaders)
 
 
 def netns_name(pod_uid: str) -> str:
@@ -185,6 +194,19 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
         raise AgentError(f"{namespace}/{job.name}: its VXLAN's VNI {vni} (a hash of its "
                          f"name) is also {(vnis_taken or {})[vni]}'s on this node; rename "
                          "one of the jobs")
+    spines = _spines(topo, where)
+    if len(spines) > 1:   # checked before anything is built
+        short = overlay.too_small([s for n, s in spines.items() if n != node], topo.mtu)
+        if short is not None:
+            raise NodeUnfit(
+                f"{namespace}/{job.name}: spec.network.mtu is {topo.mtu} and its racks on "
+                f"other nodes are joined by VXLAN, {overlay.VXLAN_OVERHEAD_BYTES} bytes more "
+                f"per packet, but node {node} reaches {short.peer_ip} through "
+                f"{short.ifname} of MTU {short.link_mtu}, short of the "
+                f"{topo.mtu + overlay.VXLAN_OVERHEAD_BYTES} needed: set spec.network.mtu "
+                f"to {short.most()} or less, or give the nodes' network an MTU of "
+                f"{topo.mtu + overlay.VXLAN_OVERHEAD_BYTES} (kind: its Docker network, as "
+                "scripts/kind-up.sh makes it)")
     stale = [n for n in [topo.spine_netns] + [r.netns for r in topo.racks]
              if netns.exists(n)]
     for name in stale:   # left by a first pod that failed to wire half-way: rebuild
@@ -192,7 +214,6 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
     network = build.build_fabric(topo, here, has_netem)
     fabric = Fabric(namespace=namespace, job=job, node=node, network=network)
     try:
-        spines = _spines(topo, where)
         if len(spines) > 1:
             me = spines.pop(node)
             # The peers are the nodes of the job's placement, and only they: the
@@ -364,6 +385,7 @@ WATCH_S = 300   # the API server ends each watch after this long; the agent re-l
 ANNOTATION_NETWORK = resources.ANNOTATION_NETWORK
 ANNOTATION_QUEUE_DROPS = resources.ANNOTATION_QUEUE_DROPS
 ANNOTATION_WIRING_ERROR = resources.ANNOTATION_WIRING_ERROR
+ANNOTATION_NODE_UNFIT = resources.ANNOTATION_NODE_UNFIT
 WIRING_ERROR_MAX_CHARS = 1024
 
 
@@ -411,7 +433,8 @@ class Agent:
             said = f"node {self.node}: {type(err).__name__}: {err}"[:WIRING_ERROR_MAX_CHARS]
             if self.failures.get(uid) != said:   # each new failure once (the patch is
                 self.failures[uid] = said        # itself an event that retries wiring)
-                self._record(pod, {ANNOTATION_WIRING_ERROR: said})
+                self._record(pod, {ANNOTATION_WIRING_ERROR: said, **(
+                    {ANNOTATION_NODE_UNFIT: said} if isinstance(err, UNFIT) else {})})
             raise
         wired.pod_name = pod.metadata.name
         metrics.pods_shaped_total.inc()

@@ -1,6 +1,7 @@
 """The Kubernetes commands of `tailcut`: a local cluster, its images, a job's results.
 
-    tailcut cluster up [--nodes N] | down [--purge-images] | status   a real cluster here
+    tailcut cluster up [--nodes N] [--kind-like K] | down [--purge-images] | status
+                                              a real cluster here
     tailcut images build [--load] [--torch]   the three images (--torch: and the
                                               worker with PyTorch), from their Dockerfiles
     tailcut collect JOB [-n NS]               a finished job's results from its pods' logs
@@ -29,6 +30,10 @@ def add_parsers(sub: Any) -> None:
     cluster.add_argument("--first-node", type=int, default=0,
                          help="with up: the first node's number (tcnode-<n>, its "
                          "addresses): clusters numbered apart run side by side (default 0)")
+    cluster.add_argument("--kind-like", type=int, default=0, metavar="K",
+                         help="with up: the last K nodes look like kind's as its defaults "
+                         "make them: LAN MTU 1500 and an empty /usr/src (no kernel "
+                         "headers), to see what a kind user meets (default 0)")
     cluster.add_argument("--no-images", action="store_true",
                          help="with up: do not build and load tailcut's images")
     cluster.add_argument("--torch", action="store_true",
@@ -77,7 +82,7 @@ def _cluster(args: argparse.Namespace) -> int:
     # Built (or found cached) first, so each node imports them while the rest comes up.
     archives = [] if args.no_images else list(images.build_all(torch=args.torch).values())
     up = node_cluster.Cluster.up(args.workdir, nodes=args.nodes, images=archives,
-                                 index=args.first_node)
+                                 index=args.first_node, kind_like=args.kind_like)
     print(f"kubeconfig: {up.kubeconfig}\n\nexport KUBECONFIG={up.kubeconfig}")
     return 0
 

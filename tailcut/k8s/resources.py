@@ -34,6 +34,9 @@ LABEL_RACK = "tailcut.dev/rack"
 ANNOTATION_NETWORK = "tailcut.dev/network"   # the agent's: what the pod's links got
 ANNOTATION_QUEUE_DROPS = "tailcut.dev/queue-drops"   # the agent's, as it releases the pod
 ANNOTATION_WIRING_ERROR = "tailcut.dev/wiring-error"   # the agent's: why it could not wire
+# The agent's, beside the wiring error when no retry can mend it (the node's network
+# MTU is short of the job's + VXLAN, no kernel headers): the job fails at once.
+ANNOTATION_NODE_UNFIT = "tailcut.dev/node-unfit"
 # A namespace opts in to bounded-loss pods (root with BPF, NET_ADMIN, PERFMON) with this
 # label; the operator fails a bounded-loss job anywhere else, naming it.
 LABEL_NAMESPACE_XDP = "tailcut.dev/bounded-loss"
@@ -217,6 +220,7 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
     expected = set(job.spec.pod_names())
     may_be_lost = {"ps-0"} if job.spec.replicas.ps_replica else set()
     seen: dict[str, str] = {}
+    unfit_pods: list[str] = []
     for pod in pod_list:
         meta = pod.get("metadata", {})
         replica = meta.get("labels", {}).get(LABEL_REPLICA)
@@ -233,6 +237,14 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
                 failed.append(f"{meta.get('name')}: {_why_failed(pod)}")
         else:
             counts[key]["active"] += 1
+        unfit = ((meta.get("annotations") or {}).get(ANNOTATION_NODE_UNFIT)
+                 if phase not in ("Succeeded", "Failed") else None)
+        if unfit:   # its node's agent will never wire it: fail now, not at its timeout
+            counts[key]["active"] -= 1
+            counts[key]["failed"] += 1
+            unfit_pods.append(f"{meta.get('name')}: {unfit}")
+    if unfit_pods:
+        return "Failed", counts, "NodeUnfit", "; ".join(sorted(unfit_pods))
     if failed:
         return "Failed", counts, "PodFailed", "; ".join(sorted(failed))
     lost = sorted(r for r in may_be_lost if seen.get(r, "Failed") == "Failed")

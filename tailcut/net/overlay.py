@@ -15,7 +15,8 @@ of its spine's number, and the forwarding database and neighbour table get perma
 entries for the other spines (no flooding, no ARP over the overlay). vx0's MTU is the
 job's (spec.network.mtu, the pods' too), and VXLAN adds 50 bytes of outer headers: the
 node LAN needs an MTU of at least the job's + 50 (1550 for the default 1500, 9050 for
-jumbo frames), or the outer packets are fragmented.
+jumbo frames), or the outer packets are fragmented (or, on a bridge or veth, dropped).
+`too_small` finds a node link that is short of it, before anything is built.
 
 What goes out goes only to the peers (the static entries; no default destination).
 What comes in is another matter: the kernel hands a VXLAN packet to the device of its
@@ -108,6 +109,39 @@ def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine],
     return (f"vxlan {vni_id} from {me.underlay_ip} to "
             + ", ".join(f"{p.underlay_ip} ({', '.join(p.subnets)})" for p in peers)
             + f"; accepted only from {', '.join(p.underlay_ip for p in peers)}")
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """A peer reached through a link too small for the job's packets in VXLAN."""
+
+    peer_ip: str
+    ifname: str
+    link_mtu: int
+
+    def most(self) -> int:
+        """The largest job MTU this link carries whole."""
+        return self.link_mtu - VXLAN_OVERHEAD_BYTES
+
+
+def too_small(peers: list[Spine], mtu: int) -> Optional[Shortfall]:
+    """The first peer that this (the node's) namespace reaches through a link of MTU
+    below `mtu` + 50, or None. A peer with no route is left to the VXLAN to fail on."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with IPRoute() as ipr:
+        for peer in peers:
+            try:
+                route = ipr.route("get", dst=peer.underlay_ip)[0]
+                link = ipr.get_links(route.get_attr("RTA_OIF"))[0]
+            except (NetlinkError, IndexError):
+                continue
+            link_mtu = int(link.get_attr("IFLA_MTU"))
+            if link_mtu < mtu + VXLAN_OVERHEAD_BYTES:
+                return Shortfall(peer.underlay_ip, str(link.get_attr("IFLA_IFNAME")),
+                                 link_mtu)
+    return None
 
 
 def guard(vni_id: int, peers: list[Spine]) -> None:

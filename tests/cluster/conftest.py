@@ -4,7 +4,10 @@ kube-proxy and CoreDNS; the second node its own network namespace with its own
 containerd, kubelet and kube-proxy), brought up once per session and taken down at its
 end, with tailcut's images built from their Dockerfiles and the chart installed with
 helm. A job's racks are spread over both nodes (tailcut.k8s.placement), so every
-multi-rack example runs across nodes, its spines joined by VXLAN."""
+multi-rack example runs across nodes, its spines joined by VXLAN. A third node,
+tcnode-2, looks like a kind node as kind's defaults make it (LAN MTU 1500, no kernel
+headers: tailcut.k8s.node.layout); it is cordoned, so jobs are placed on the other two
+(the agent's DaemonSet runs there all the same), except in test_kind_node.py."""
 
 import itertools
 import os
@@ -20,7 +23,9 @@ from tailcut.k8s.node.cluster import Cluster
 from tests.cluster import chart
 
 _counter = itertools.count()
-NODES = 2   # tcnode-0 and tcnode-1; other tests' clusters use node numbers from 3
+NODES = 3   # tcnode-0 to -2; other tests' clusters use node numbers from 3
+KIND_LIKE = 1   # the last: tcnode-2
+KIND_NODE = "tcnode-2"
 CHART = Path(__file__).resolve().parents[2] / "helm" / "tailcut"
 
 
@@ -35,8 +40,9 @@ def cluster(tmp_path_factory, k8s_tools):
     if os.geteuid() != 0:
         pytest.skip("the cluster tests need root (namespaces, containerd, the kubelet)")
     workdir = tmp_path_factory.mktemp("cluster")
-    up = Cluster.up(workdir, progress=lambda line: None, nodes=NODES)
+    up = Cluster.up(workdir, progress=lambda line: None, nodes=NODES, kind_like=KIND_LIKE)
     try:
+        up.kubectl("cordon", KIND_NODE)
         yield up
     finally:
         Cluster.down(workdir, progress=lambda line: None)
@@ -47,8 +53,11 @@ def release(cluster):
     """tailcut's images, the worker with PyTorch too (cached until their sources
     change), loaded into the nodes, as `kind load docker-image` would, and the chart
     installed with helm, naming the torch image."""
-    cluster.load_images(list(images.build_all(progress=lambda line: None,
-                                              torch=True).values()))
+    archives = images.build_all(progress=lambda line: None, torch=True)
+    torch = archives.pop("worker-torch")
+    cluster.load_images(list(archives.values()))
+    # (no torch job goes to the kind-like node: 650 MiB it need not import)
+    cluster.load_images([torch], [n for n in cluster.nodes if not n.kind_like])
     # As docs/kubernetes.md says: the namespace first, labelled for the agent's Pod
     # Security level (helm cannot label the namespace it installs into).
     cluster.kubectl("create", "namespace", chart.RELEASE_NS)

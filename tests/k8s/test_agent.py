@@ -273,6 +273,48 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
         assert overlay.TABLE not in listed, "the guard went with the job"
 
 
+@pytest.mark.netns
+def test_a_node_whose_link_is_short_of_the_jobs_mtu_plus_vxlan_refuses_before_building(
+        pods):
+    """A kind node's 1500 carries no 1500-byte job in VXLAN (1550): the agent refuses
+    at once, naming spec.network.mtu, the link and the fix, builds nothing, and marks
+    the pod for the operator to fail the job (no retry mends it)."""
+    with netutil.linked_namespaces(("tck8s-test.node-a", "tck8s-test.node-b"),
+                                   ("192.168.78.1", "192.168.78.2"), mtu=1500) as nodes:
+        two_racks = job("k8-mtu", replicas={"workers": 1},
+                        network={"racks": [{"name": "a"}, {"name": "b"}],
+                                 "placement": {"ps-0": "a", "worker-0": "b"}})
+        where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
+                 "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
+        with netns.entered(nodes[0]):
+            with pytest.raises(agent.NodeUnfit) as err:
+                agent.build_fabric(K8S_NS, two_racks, False, "node-a", where)
+            assert fabric_namespaces("k8-mtu", "node-a") == []
+            assert str(err.value).endswith(
+                "spec.network.mtu is 1500 and its racks on other nodes are joined by VXLAN, "
+                "50 bytes more per packet, but node node-a reaches 192.168.78.2 through lan0 "
+                "of MTU 1500, short of the 1550 needed: set spec.network.mtu to 1450 or less, "
+                "or give the nodes' network an MTU of 1550 (kind: its Docker network, as "
+                "scripts/kind-up.sh makes it)")
+            # At 1450 the same link carries it.
+            at_1450 = job("k8-mtu", replicas={"workers": 1},
+                          network={"racks": [{"name": "a"}, {"name": "b"}],
+                                   "placement": {"ps-0": "a", "worker-0": "b"}, "mtu": 1450})
+            fabric = agent.build_fabric(K8S_NS, at_1450, False, "node-a", where)
+            agent.remove_fabric(fabric)
+        # Through the agent: the pod carries the refusal for the operator.
+        node_agent = make_agent(two_racks, "node-a", where)
+        ps = pods("ps-0")
+        with netns.entered(nodes[0]):
+            with pytest.raises(agent.NodeUnfit):
+                node_agent.handle("ADDED", pod_event(ps, "Running", "k8-mtu"))
+            node_agent.release_all()
+        recorded = node_agent.core.annotations["k8-mtu-ps-0"]
+        assert recorded[resources.ANNOTATION_NODE_UNFIT] == recorded[
+            resources.ANNOTATION_WIRING_ERROR]
+        assert "set spec.network.mtu to 1450" in recorded[resources.ANNOTATION_NODE_UNFIT]
+
+
 def test_two_jobs_whose_vnis_collide_do_not_share_a_node():
     """The second would replace the first's guard; refused before anything is built."""
     two_racks = job("k8-vni", network={"racks": [{"name": "a"}, {"name": "b"}]})

@@ -73,6 +73,22 @@ def test_a_failed_pod_fails_the_job_and_is_named_with_its_exit_code():
     assert counts["Worker"]["failed"] == 1
 
 
+def test_a_pod_its_node_cannot_carry_fails_the_job_at_once_with_the_agents_words():
+    """Its agent will never wire it (tailcut.k8s.agent.NodeUnfit): not Pending until
+    the pod gives up waiting for tc0."""
+    unfit = pod("worker-1", "Running")
+    unfit["metadata"]["annotations"] = {
+        resources.ANNOTATION_NODE_UNFIT: "node n: NodeUnfit: spec.network.mtu is 1500 ..."}
+    phase, counts, reason, message = resources.status_from_pods(
+        job(), [pod("ps-0", "Running"), pod("worker-0", "Running"), unfit])
+    assert (phase, reason) == ("Failed", "NodeUnfit")
+    assert message == "k8-demo-worker-1: node n: NodeUnfit: spec.network.mtu is 1500 ..."
+    assert counts["Worker"] == {"active": 1, "succeeded": 0, "failed": 1}
+    # Once the pod has ended, its own exit speaks for it.
+    unfit["status"] = {"phase": "Failed"}
+    assert resources.status_from_pods(job(), [unfit])[2] == "PodFailed"
+
+
 def test_pods_of_one_rack_prefer_one_node_and_racks_prefer_different_nodes():
     ps, w0, w1 = resources.pods(job(), OWNER, "img:1")
     same = ps["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]

@@ -119,15 +119,20 @@ class Cluster:
 
     @classmethod
     def up(cls, workdir: Path = DEFAULT_WORKDIR, progress: Progress = print,
-           index: int = 0, nodes: int = 1, images: Sequence[Path] = ()) -> "Cluster":
+           index: int = 0, nodes: int = 1, images: Sequence[Path] = (),
+           kind_like: int = 0) -> "Cluster":
         """Start a cluster of `nodes` nodes numbered from `index` (their names and
         addresses, tailcut.k8s.node.layout): clusters whose node numbers differ can
-        run side by side. `images` (archives) are imported into each node as soon as
+        run side by side. The last `kind_like` of them look like kind's nodes as its
+        defaults make them (Node.kind_like: LAN MTU 1500, no kernel headers). `images` (archives) are imported into each node as soon as
         its containerd runs, while the rest of the cluster comes up. Every step is
         told to `progress` with the seconds since the start, and each wait with how
         long it took."""
         if nodes < 1:
             raise ClusterError(f"nodes={nodes}: a cluster has at least one node")
+        if not 0 <= kind_like < nodes:
+            raise ClusterError(f"kind_like={kind_like}: from 0 to nodes - 1 ({nodes - 1}); "
+                               "the first node, the control plane's, is never kind-like")
         existing = cls.load(workdir)
         if existing is not None:
             if all(alive(pid) for pid in existing.pids.values()):
@@ -141,7 +146,8 @@ class Cluster:
             raise ClusterError(problem)
         started = time.monotonic()
         cluster = cls(workdir=workdir, node=node, token=secrets.token_hex(16), pids={},
-                      workers=[Node(index + k, workdir) for k in range(1, nodes)],
+                      workers=[Node(index + k, workdir, kind_like=k >= nodes - kind_like)
+                               for k in range(1, nodes)],
                       say=_timed(progress, started))
         taken = [n.name for n in cluster.nodes if netns.exists(n.name)]
         if taken:   # another cluster's (its work dir elsewhere): never touch it
@@ -170,16 +176,18 @@ class Cluster:
             state = json.loads((workdir / "state.json").read_text())
         except (OSError, ValueError):
             return None
-        first = int(state["node"])
+        first, count = int(state["node"]), int(state.get("nodes", 1))
+        kind_like = int(state.get("kindLike", 0))
         return cls(workdir=workdir, node=Node(first, workdir), token=state["token"],
                    pids={k: int(v) for k, v in state["pids"].items()},
-                   workers=[Node(first + k, workdir)
-                            for k in range(1, int(state.get("nodes", 1)))])
+                   workers=[Node(first + k, workdir, kind_like=k >= count - kind_like)
+                            for k in range(1, count)])
 
     def _save(self) -> None:
         (self.workdir / "state.json").write_text(json.dumps(
             {"node": self.node.index, "nodes": len(self.nodes), "token": self.token,
-             "pids": self.pids}, indent=1))
+             "kindLike": sum(n.kind_like for n in self.nodes), "pids": self.pids},
+            indent=1))
 
     def _start(self, images: list[Path], loader: ThreadPoolExecutor) -> None:
         """The order follows what waits on what: etcd, the API server and every node's
@@ -218,15 +226,17 @@ class Cluster:
             say(f"LAN {', '.join(f'{n.name} {n.lan_ip}' for n in self.nodes)}")
             host.create_lan(self.nodes)
 
-        def start(name: str, argv: list[str], on: Node = node) -> None:
+        def start(name: str, argv: list[str], on: Node = node,
+                  mount_ns: Optional[Path] = None) -> None:
             key = name if on == node else f"{name}@{on.index}"
             say(f"starting {name}" + ("" if on == node else f" on {on.name}"))
-            self.pids[key] = spawn(on.netns_path, argv, on.dir / "logs" / f"{name}.log")
+            self.pids[key] = spawn(on.netns_path, argv, on.dir / "logs" / f"{name}.log",
+                                   mount_ns)
             self._save()
 
         def start_containerd(on: Node) -> None:
-            start("containerd", [binaries["containerd"], "--config",
-                                 str(on.dir / "containerd.toml")], on)
+            argv = [binaries["containerd"], "--config", str(on.dir / "containerd.toml")]
+            start("containerd", _kind_like_mounts(argv) if on.kind_like else argv, on)
 
         start("etcd", [
             binaries["etcd"], "--data-dir", str(node.dir / "etcd"),
@@ -283,11 +293,16 @@ class Cluster:
             binaries["kube-scheduler"], "--kubeconfig", str(self.kubeconfig),
             "--leader-elect=false", "--bind-address", node.ip])
         for each in self.nodes:
+            # A kind-like node's kubelet sees the files its containerd sees (hostPath
+            # volumes, the volumes it mounts for runc to bind), as in a kind node.
+            containerd_mounts = (Path(f"/proc/{self.pids[_key('containerd', each, node)]}"
+                                      "/ns/mnt") if each.kind_like else None)
             start("kubelet", [
                 binaries["kubelet"], "--config", str(each.dir / "kubelet.yaml"),
                 "--kubeconfig", str(self.kubeconfig), "--node-ip", each.ip,
                 "--hostname-override", each.name, "--root-dir", str(each.kubelet_dir),
-                "--cert-dir", str(each.kubelet_dir / "pki"), "--v", "1"], each)
+                "--cert-dir", str(each.kubelet_dir / "pki"), "--v", "1"], each,
+                containerd_mounts)
             start("kube-proxy", [binaries["kube-proxy"], "--config",
                                  str(each.dir / "kube-proxy.yaml")], each)
         start("coredns", [binaries["coredns"], "-conf", str(node.dir / "Corefile")])
@@ -442,6 +457,16 @@ class Cluster:
                 return   # no container runs; the sandboxes' leftovers go with the node
             time.sleep(1)
         progress("some containers outlived the pods' deletion; they are stopped by force")
+
+
+def _kind_like_mounts(argv: list[str]) -> list[str]:
+    """`argv` in a mount namespace of its own whose /usr/src is empty, as in a kind
+    node that does not mount the host's: /lib/modules/<release>/build (the host's,
+    which kind mounts) then points nowhere, and BCC finds no kernel headers. Mounts
+    from outside still arrive (slave); the node's own stay in it and go with it."""
+    return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c",
+            'mount -t tmpfs -o ro,mode=0755 tailcut-kind-like /usr/src && exec "$@"',
+            "sh", *argv]
 
 
 def _key(name: str, node: Node, first: Node) -> str:

@@ -50,15 +50,11 @@ def create_node_network(node: Node) -> None:
         ipr.route("add", dst="0.0.0.0/0", gateway=node.host_ip)
 
 
-# Room for a VXLAN header (50 bytes) around a 1500-byte packet: a job's spines on
-# different nodes talk VXLAN over this LAN without fragmenting (tailcut.net.overlay).
-LAN_MTU = 1550
-
-
 def create_lan(nodes: list[Node]) -> str:
     """Join `nodes` by a bridge in a namespace of their own (the LAN), each by a veth
     (lan0 in the node), with routes in every node to the others' addresses and pod
-    ranges through it. Returns the LAN namespace's name."""
+    ranges through it. Each node's link has its MTU (Node.lan_mtu), at both ends.
+    Returns the LAN namespace's name."""
     lan = lan_netns(nodes[0].index)
     netns.create(lan)
     with netns.ipr(lan) as ipr:
@@ -69,12 +65,12 @@ def create_lan(nodes: list[Node]) -> str:
             ipr.link("add", ifname=node.lan_port, kind="veth",
                      peer={"ifname": LAN_IF, "net_ns_fd": netns.path(node.name)})
             ipr.link("set", index=ipr.link_lookup(ifname=node.lan_port)[0], master=bridge,
-                     mtu=LAN_MTU, state="up")
+                     mtu=node.lan_mtu, state="up")
     for node in nodes:
         with netns.ipr(node.name) as ipr:
             index = ipr.link_lookup(ifname=LAN_IF)[0]
             ipr.addr("add", index=index, address=node.lan_ip, prefixlen=24)
-            ipr.link("set", index=index, mtu=LAN_MTU, state="up")
+            ipr.link("set", index=index, mtu=node.lan_mtu, state="up")
             for other in nodes:
                 if other != node:
                     ipr.route("add", dst=f"{other.ip}/32", gateway=other.lan_ip)

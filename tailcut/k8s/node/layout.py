@@ -16,9 +16,15 @@ kube-proxy and the CNI add lives in that namespace and goes with it. For node i:
                                          own namespace tcnode-lan-<first node>; routes
                                          through it reach the other nodes' addresses
                                          and pod ranges, as a real LAN would)
+                                        MTU 1550: room for VXLAN around 1500 bytes
     cgroups     /sys/fs/cgroup/<controller>/tcnode-i  (the kubelet's cgroupRoot)
     files       <workdir>/node-i/       (containerd's root and state, kubelet, CNI, logs)
     sockets     /run/tailcut/tcnode-i/  (containerd's)
+
+A node may look like one of kind's as its defaults make it (`kind_like`): a LAN MTU
+of 1500 (kind's Docker network) and an empty /usr/src (kind's node image, without
+the host's mounted: /lib/modules/<release>/build then points nowhere). What tailcut
+does there is docs/kubernetes.md's "Installing on kind" and tests/cluster/test_kind_node.py.
 """
 
 from dataclasses import dataclass
@@ -35,6 +41,10 @@ KUBELET_LONGEST_SOCKET = "/pod-resources/4294967295"  # under the kubelet's root
 
 LAN_IF = "lan0"
 LAN_BRIDGE = "lan"
+# Room for a VXLAN header (50 bytes) around a 1500-byte packet: a job's spines on
+# different nodes talk VXLAN over this LAN without fragmenting (tailcut.net.overlay).
+LAN_MTU = 1550
+KIND_LAN_MTU = 1500   # kind's Docker network, unless made otherwise
 
 
 def lan_netns(first_index: int) -> str:
@@ -46,6 +56,11 @@ def lan_netns(first_index: int) -> str:
 class Node:
     index: int
     workdir: Path   # the cluster's work dir; this node's files are in workdir/node-<i>
+    kind_like: bool = False   # LAN MTU 1500 and an empty /usr/src, as kind's defaults
+
+    @property
+    def lan_mtu(self) -> int:
+        return KIND_LAN_MTU if self.kind_like else LAN_MTU
 
     @property
     def name(self) -> str:

@@ -1,8 +1,9 @@
 """Start a cluster daemon inside a node's network namespace, and stop it by its PID.
 
-Only the network namespace is switched (`nsenter --net`), never the mount namespace:
-`ip netns exec` would remount /sys and hide the cgroup hierarchy the kubelet and runc
-need. The daemons outlive the command that started them (their own session), so
+Only the network namespace is switched (`nsenter --net`), not the mount namespace
+(`ip netns exec` would remount /sys and hide the cgroup hierarchy the kubelet and runc
+need), except on a node that looks like kind's: its containerd and kubelet share a
+mount namespace of their own (cluster.py). The daemons outlive the command that started them (their own session), so
 `tailcut cluster up` can return; their PIDs are kept in the cluster's state file.
 """
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Optional
 
 from tailcut.errors import TailcutError
 
@@ -27,11 +29,13 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join("    " + line for line in text)
 
 
-def spawn(netns: Path, argv: list[str], log: Path) -> int:
-    """Start `argv` in network namespace `netns`, output to `log`; its PID."""
+def spawn(netns: Path, argv: list[str], log: Path, mount_ns: Optional[Path] = None) -> int:
+    """Start `argv` in network namespace `netns` (and mount namespace `mount_ns`, if
+    given), output to `log`; its PID."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    enter = [f"--net={netns}"] + ([f"--mount={mount_ns}"] if mount_ns else [])
     with open(log, "ab") as out:
-        proc = subprocess.Popen(["nsenter", f"--net={netns}", "--", *argv], stdout=out,
+        proc = subprocess.Popen(["nsenter", *enter, "--", *argv], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     return proc.pid
