@@ -7,11 +7,12 @@
 # What kind's defaults lack, and what this does about it:
 # - kind's Docker network has MTU 1500; a job's racks on two nodes are joined by VXLAN,
 #   which adds 50 bytes to the job's MTU (1500 by default): the network is made with
-#   MTU 1550 first (kind uses an existing network called "kind"), or outer packets
-#   fragment. Set KIND_MTU to change it (a job with spec.network.mtu M needs M + 50).
+#   MTU 1550 first (kind uses an existing network called "kind"), or a job across
+#   nodes fails at once (NodeUnfit, naming spec.network.mtu). Set KIND_MTU to change it (a job with spec.network.mtu M needs M + 50).
 # - kind's nodes do not mount the host's /usr/src, where /lib/modules/<version>/build
 #   points: without it BCC finds no kernel headers (the agent's eBPF dropper, a
-#   bounded-loss pod's XDP counter). Both are mounted read-only into every node.
+#   bounded-loss pod's XDP counter), and a bounded-loss job fails at once saying so.
+#   Both are mounted read-only into every node.
 # - background load needs native sidecars: Kubernetes >= 1.29 (checked after creation).
 # - the agent needs Pod Security's privileged level in its namespace: the namespace is
 #   created and labelled before `helm install` (helm cannot label its own namespace).
@@ -39,7 +40,7 @@ if ! docker network inspect kind >/dev/null 2>&1; then
 else
   have=$(docker network inspect kind -f '{{index .Options "com.docker.network.driver.mtu"}}')
   [ "${have:-1500}" -ge "$mtu" ] || echo "warning: Docker network 'kind' has MTU ${have:-1500}" \
-    "< $mtu: cross-node jobs will fragment (delete it with no cluster on it, and rerun)" >&2
+    "< $mtu: cross-node jobs will fail (NodeUnfit; delete it with no cluster on it, and rerun)" >&2
 fi
 kind create cluster --name "$cluster" --config "$config"
 minor=$(kubectl version -o json | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["serverVersion"]["minor"].rstrip("+")))')

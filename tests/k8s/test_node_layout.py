@@ -49,3 +49,25 @@ def test_the_kubelet_runs_its_pods_under_the_nodes_own_cgroup(tmp_path):
     assert config["cgroupRoot"] == "/tcnode-2"
     assert config["clusterDNS"] == ["10.240.2.2"]
     assert config["failSwapOn"] is False and config["cgroupDriver"] == "cgroupfs"
+
+
+def test_a_kind_like_node_has_kinds_mtu_and_keeps_its_pods_namespaces_to_itself(tmp_path):
+    """Its containerd runs in a mount namespace of its own (an empty /usr/src), so the
+    pods' network namespaces are mounted under its state, not /var/run/netns."""
+    plain, kind = Node(1, tmp_path), Node(2, tmp_path, kind_like=True)
+    assert (plain.lan_mtu, kind.lan_mtu) == (1550, 1500)
+    cri = [tomllib.loads(configs.containerd_toml(n, tmp_path / "store"))["plugins"][
+        "io.containerd.grpc.v1.cri"] for n in (plain, kind)]
+    assert "netns_mounts_under_state_dir" not in cri[0]
+    assert cri[1]["netns_mounts_under_state_dir"] is True
+
+
+def test_a_cluster_read_back_from_its_state_knows_its_kind_like_nodes(tmp_path):
+    """`tailcut cluster down` (another process) builds the nodes from state.json."""
+    from tailcut.k8s.node.cluster import Cluster
+    up = Cluster(workdir=tmp_path, node=Node(0, tmp_path), token="t", pids={},
+                 workers=[Node(1, tmp_path), Node(2, tmp_path, kind_like=True)])
+    up._save()
+    again = Cluster.load(tmp_path)
+    assert again is not None and again.nodes == up.nodes
+    assert [n.kind_like for n in again.nodes] == [False, False, True]

@@ -13,6 +13,12 @@ from tailcut.k8s.node.layout import CLUSTER_DOMAIN, POD_SUPERNET, Node
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
+# A kind-like node's containerd runs in a mount namespace of its own (cluster.py): the
+# pods' network namespaces, bind mounts, go under its state dir, not /var/run/netns,
+# whose names would point at nothing outside it.
+_KIND_LIKE_NETNS = "  netns_mounts_under_state_dir = true\n"
+
+
 def containerd_toml(node: Node, root: Path) -> str:
     """`root`: containerd's images, content and snapshots, kept across clusters so a
     warm `up` imports nothing (tailcut.k8s.node.imagestore); its state (sockets,
@@ -33,7 +39,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   # Root here lacks CAP_SYS_RESOURCE: the sandbox's oom_score_adj of -998 would be
   # refused ("can't get final child's PID from pipe: EOF").
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+{_KIND_LIKE_NETNS if node.kind_like else ""}  [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
