@@ -124,10 +124,11 @@ class Cluster:
         """Start a cluster of `nodes` nodes numbered from `index` (their names and
         addresses, tailcut.k8s.node.layout): clusters whose node numbers differ can
         run side by side. The last `kind_like` of them look like kind's nodes as its
-        defaults make them (Node.kind_like: LAN MTU 1500, no kernel headers). `images` (archives) are imported into each node as soon as
-        its containerd runs, while the rest of the cluster comes up. Every step is
-        told to `progress` with the seconds since the start, and each wait with how
-        long it took."""
+        defaults make them (Node.kind_like: LAN MTU 1500, no kernel headers).
+        `images` (archives) are imported into each node as soon as its containerd
+        runs, while the rest of the cluster comes up. Every step is told to
+        `progress` with the seconds since the start, and each wait with how long it
+        took."""
         if nodes < 1:
             raise ClusterError(f"nodes={nodes}: a cluster has at least one node")
         if not 0 <= kind_like < nodes:
@@ -462,8 +463,8 @@ class Cluster:
 def _kind_like_mounts(argv: list[str]) -> list[str]:
     """`argv` in a mount namespace of its own whose /usr/src is empty, as in a kind
     node that does not mount the host's: /lib/modules/<release>/build (the host's,
-    which kind mounts) then points nowhere, and BCC finds no kernel headers. Mounts
-    from outside still arrive (slave); the node's own stay in it and go with it."""
+    which kind mounts) then points nowhere, and BCC finds no kernel headers. The
+    mounts of the node's pods stay in it and go with it."""
     return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c",
             'mount -t tmpfs -o ro,mode=0755 tailcut-kind-like /usr/src && exec "$@"',
             "sh", *argv]
