@@ -85,6 +85,14 @@ def load(node: Node, archives: list[Path], progress: Progress) -> None:
             missing = [size for _, digest, size in image.layers if digest not in have]
             sent = (f"{len(missing)} of {len(image.layers)} layers, "
                     f"{sum(missing) / 2**20:.0f} MiB")
+            if out.returncode != 0:
+                # A layer's blob can outlive its unpacked snapshot (an earlier build,
+                # pruned, whose snapshots the collector took first): "parent snapshot
+                # ... does not exist". The whole archive unpacks every layer again.
+                progress(f"{node.name}: importing {archive.name} without the layers it "
+                         f"holds failed ({out.stderr.strip()[-200:]}); importing it whole")
+                out = ctr(node, "images", "import", str(archive))
+                sent = "whole, after a partial import failed"
         if out.returncode != 0:
             raise ClusterError(f"containerd of {node.name}: importing {archive}: "
                                f"{out.stderr.strip()}")
