@@ -1,6 +1,6 @@
-"""The tests marked `cluster` run on a real two-node Kubernetes cluster
-(tailcut.k8s.node.cluster: etcd, the control plane, containerd + runc, the kubelet,
-kube-proxy and CoreDNS; the second node its own network namespace with its own
+"""The tests marked `cluster` run on a real Kubernetes cluster of two nodes and a kind-like
+third (tailcut.k8s.node.cluster: etcd, the control plane, containerd + runc, the
+kubelet, kube-proxy and CoreDNS; the second node its own network namespace with its own
 containerd, kubelet and kube-proxy), brought up once per session and taken down at its
 end, with tailcut's images built from their Dockerfiles and the chart installed with
 helm. A job's racks are spread over both nodes (tailcut.k8s.placement), so every
