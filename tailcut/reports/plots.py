@@ -24,13 +24,10 @@ def log_scale(ax: Any, which: str) -> None:
     """A log scale on axes ``ax``'s ``which`` axis ("x" or "y"), labelled with plain
     numbers ("0.1", "10", "1000"): matplotlib's default labels are mathtext ($10^{2}$),
     whose parser cost about 0.3 s of the report's CPU the first time it ran."""
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter
     getattr(ax, f"set_{which}scale")("log")
     axis = getattr(ax, f"{which}axis")
     axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
-    # Minor ticks at the 2s and 5s only, the ones labelled: each tick is a few ms of
-    # matplotlib's time, and eight a decade were a third of a log figure's.
-    axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
     axis.set_minor_formatter(FuncFormatter(_two_and_five))
 
 

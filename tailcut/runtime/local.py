@@ -303,8 +303,8 @@ def _diagnose(roles: dict[str, procs.Process], results_dir: Path,
     """Name the role that failed first. A role that exits with EXIT_PEER_GONE only saw
     another one go away, so any other failure is the root cause: while only victims
     have exited, wait up to DIAGNOSE_WAIT_S for the culprit (a failing role closes its
-    connections before it has written its logs and exited). A role that ended cleanly
-    while the job was not done is named too."""
+    connections before it has written its logs and exited). If none comes, every
+    victim's last log line is given, and the roles that had already ended cleanly."""
     waited_until = time.monotonic() + DIAGNOSE_WAIT_S
     while True:
         codes = {name: p.poll() for name, p in roles.items()}
