@@ -203,8 +203,11 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
     """A pod of a job changed: recompute that job's status from all of its pods."""
     if BACKEND != "kubernetes":
         return
-    namespace = body["metadata"]["namespace"]
-    name = body["metadata"]["labels"][resources.LABEL_JOB]
+    _refresh_from_pods(body["metadata"]["namespace"],
+                       body["metadata"]["labels"][resources.LABEL_JOB], logger)
+
+
+def _refresh_from_pods(namespace: str, name: str, logger: Logger) -> None:
     api = kubernetes.client.CustomObjectsApi()
     try:
         tj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
@@ -255,13 +258,19 @@ def pod_event(body: kopf.Body, logger: Logger, **_: Any) -> None:
 
 @kopf.timer(crd.GROUP, crd.VERSION, crd.PLURAL, interval=PROGRESS_EVERY_S,
             initial_delay=PROGRESS_EVERY_S)
-def follow_progress(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+def follow_progress(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any) -> None:
     """Kubernetes backend, while the job runs: the epoch the PS reached, from the end of
-    its log (the pods have no API access to report it themselves)."""
+    its log (the pods have no API access to report it themselves). A job whose failed
+    pods wait for their cause (resources.PEER_GONE_GRACE_S) is looked at again: no pod
+    event may come once the wait is over."""
     old = dict(body.get("status") or {})
     if BACKEND != "kubernetes" or old.get("phase") != "Running":
         return
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    if any(c.get("type") == "Running" and c.get("reason") == resources.REASON_AWAITING_CAUSE
+           for c in old.get("conditions") or []):
+        _refresh_from_pods(namespace, name, logger)
+        return
     try:
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])})

@@ -636,6 +636,8 @@ def main() -> int:
                     last_seen[0] = time.monotonic()
                     try:
                         agent.handle(event_type, pod)
+                    except admission.Refused as err:   # it names the pod itself
+                        log.warning(str(err))
                     except TailcutError as err:
                         log.error(f"{pod.metadata.namespace}/{pod.metadata.name}: {err}")
                     except Exception:   # noqa: BLE001 - one pod must not end the agent

@@ -19,6 +19,7 @@ own config map, pods and sidecars (tailcut.k8s.background).
 """
 
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Optional
 
 import yaml
@@ -26,6 +27,7 @@ import yaml
 from tailcut import plan
 from tailcut.k8s import crd, placement, policy
 from tailcut.spec.model import TrainingJob
+from tailcut.training import exits
 
 LABEL_JOB = "tailcut.dev/job"
 LABEL_ROLE = "tailcut.dev/role"         # ps | worker | aggregator | replica | bg-*
@@ -50,6 +52,11 @@ POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 SPEC_KEY = "spec.yaml"
 SPEC_MOUNT = "/etc/tailcut"
 PS_PORT = plan.PS_PORT
+# How long a pod that failed only because a peer went away waits for that peer's own
+# failure before the job fails naming it alone; while it waits, the job's Running
+# condition has this reason (the operator's timer looks again once it is past).
+PEER_GONE_GRACE_S = 10.0
+REASON_AWAITING_CAUSE = "AwaitingCause"
 ROLE_NAMES = {"ps": "PS", "worker": "Worker"}   # replicaStatuses keys, as Kubeflow's
 
 
@@ -207,16 +214,21 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
     return out
 
 
-def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
+def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]],
+                     now: Optional[datetime] = None
                      ) -> tuple[str, dict[str, dict[str, int]], str, str]:
     """(phase, replicaStatuses, reason, message) from the job's pods as the API server
-    returns them. Any failed pod fails the job and is named in the message; the job
+    returns them, at `now` (UTC; default: the clock). Any failed pod fails the job and
+    is named in the message, though one that failed only because a peer went away
+    waits up to PEER_GONE_GRACE_S for that peer to be named first; the job
     succeeds when every worker has succeeded; it runs once every pod runs. With a PS
     replica, ps-0 may be lost (failed or deleted): replica-0 takes over, as under
     `tailcut run`, and the job goes on without it."""
+    now = now or datetime.now(timezone.utc)
     counts = {role_key(role_of(r)): {"active": 0, "succeeded": 0, "failed": 0}
               for r in job.spec.pod_names()}
     failed: list[str] = []
+    victims: list[tuple[str, datetime]] = []   # (said, when it ended)
     expected = set(job.spec.pod_names())
     may_be_lost = {"ps-0"} if job.spec.replicas.ps_replica else set()
     seen: dict[str, str] = {}
@@ -234,7 +246,12 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
         elif phase == "Failed":
             counts[key]["failed"] += 1
             if replica not in may_be_lost:
-                failed.append(f"{meta.get('name')}: {_why_failed(pod)}")
+                said = f"{meta.get('name')}: {_why_failed(pod)}"
+                ended = _peer_gone_at(pod)
+                if ended is None:
+                    failed.append(said)
+                else:
+                    victims.append((said, ended))
         else:
             counts[key]["active"] += 1
         unfit = ((meta.get("annotations") or {}).get(ANNOTATION_NODE_UNFIT)
@@ -245,8 +262,18 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]
             unfit_pods.append(f"{meta.get('name')}: {unfit}")
     if unfit_pods:
         return "Failed", counts, "NodeUnfit", "; ".join(sorted(unfit_pods))
-    if failed:
-        return "Failed", counts, "PodFailed", "; ".join(sorted(failed))
+    if victims and not failed and any(p not in ("Succeeded", "Failed") for p in seen.values()):
+        # Each failed pod only saw a peer go away (tailcut.training.exits.PEER_GONE):
+        # the pod that failed first is usually a moment behind. Wait for it, so the
+        # job's message names the cause, not only its victims.
+        newest = max(ended for _, ended in victims)
+        if now - newest < timedelta(seconds=PEER_GONE_GRACE_S):
+            return ("Running", counts, REASON_AWAITING_CAUSE,
+                    f"{'; '.join(sorted(s for s, _ in victims))}; waiting up to "
+                    f"{PEER_GONE_GRACE_S:.0f} s for the pod whose failure it saw")
+    if failed or victims:   # the cause first, then what it took down with it
+        return "Failed", counts, "PodFailed", "; ".join(
+            sorted(failed) + sorted(s for s, _ in victims))
     lost = sorted(r for r in may_be_lost if seen.get(r, "Failed") == "Failed")
     if lost and seen.get("replica-0") == "Failed":
         return "Failed", counts, "PodFailed", "ps-0 and its replica replica-0 both failed"
@@ -336,6 +363,20 @@ def _rack_affinity(job: TrainingJob, rack: str) -> dict[str, Any]:
                 "matchExpressions": [same_job, {"key": LABEL_RACK, "operator": "NotIn",
                                                 "values": [rack]}]}}}]},
     }
+
+
+def _peer_gone_at(pod: dict[str, Any]) -> Optional[datetime]:
+    """When a failed pod's container ended, if it ended only because a peer went away
+    (exit code tailcut.training.exits.PEER_GONE); None for any other failure. A time
+    the API server did not give is taken as long ago (the pod waits for no one)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("exitCode") == exits.PEER_GONE:
+            try:
+                return datetime.fromisoformat(str(term["finishedAt"]).replace("Z", "+00:00"))
+            except (KeyError, ValueError):
+                return datetime.min.replace(tzinfo=timezone.utc)
+    return None
 
 
 def _why_failed(pod: dict[str, Any]) -> str:

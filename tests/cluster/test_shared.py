@@ -4,11 +4,15 @@ namespace opted in, and a chart upgrade that leaves running agents alone."""
 
 import json
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tailcut.k8s import agent, images, resources
+from tailcut.net import netns, overlay
 from tests.cluster import chart
 from tests.cluster.conftest import CHART
 from tests.waiting import until
@@ -135,3 +139,141 @@ def test_an_agent_that_cannot_wire_a_pod_says_so_in_the_jobs_status_and_an_event
     finally:
         chart.helm(cluster, "upgrade", chart.RELEASE, str(CHART), "--namespace",
                    chart.RELEASE_NS, "--reset-values", "--wait", "--timeout", "3m")
+
+
+# --- what an ordinary user of the cluster can make with tailcut's labels ---
+
+USER = "researcher"
+
+
+def as_user(cluster, namespace: str, *args: str, **kw):
+    """kubectl as a service account bound to Kubernetes' `edit` role in `namespace`:
+    pods and config maps, not TrainingJobs' status nor anything cluster-wide."""
+    return cluster.kubectl("--as", f"system:serviceaccount:{namespace}:{USER}",
+                           "-n", namespace, *args, **kw)
+
+
+def make_user(cluster, namespace: str) -> None:
+    cluster.kubectl("-n", namespace, "create", "serviceaccount", USER)
+    cluster.kubectl("-n", namespace, "create", "rolebinding", USER, "--clusterrole=edit",
+                    f"--serviceaccount={namespace}:{USER}")
+    assert as_user(cluster, namespace, "auth", "can-i", "create", "pods").stdout.strip() \
+        == "yes"
+
+
+def user_pod(name: str, labels: dict, script: str, **meta) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels, **meta},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "c", "image": images.ref("worker"), "imagePullPolicy": "Never",
+                "command": ["python", "-c", script]}]}}
+
+
+def vxlan_ids() -> set[int]:
+    """The VXLAN network identifiers of every device in every named network
+    namespace of the host (the nodes', the agents' spines') and the host's own."""
+    found: set[int] = set()
+    for where in [None, *netns.list_names()]:
+        argv = ["ip", "-d", "-j", "link", "show", "type", "vxlan"]
+        if where:
+            argv = ["ip", "-n", where, *argv[1:]]
+        out = subprocess.run(argv, capture_output=True, text=True).stdout
+        for link in json.loads(out or "[]"):
+            found.add(int(link.get("linkinfo", {}).get("info_data", {}).get("id", -1)))
+    return found
+
+
+def agent_log(cluster, node: str) -> str:
+    pods = chart.get(cluster, chart.RELEASE_NS, "pods", "-l",
+                     "app.kubernetes.io/component=agent", "--field-selector",
+                     f"spec.nodeName={node}")["items"]
+    return cluster.kubectl("-n", chart.RELEASE_NS, "logs",
+                           pods[0]["metadata"]["name"]).stdout
+
+
+def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_nothing_built(
+        cluster, release, namespace):
+    """What issue 21 found: a ConfigMap holding a quickstart spec and a sleeping pod
+    with the job label and the annotation the agent once read the spec from, in a
+    namespace with no TrainingJob, got a spine, racks and a wired tc0 within 20 s.
+    Now the agent of the pod's node refuses it (its log names the pod and why), and
+    no node has a namespace, a BPF program or a VXLAN more than before."""
+    make_user(cluster, namespace)
+    before_netns = set(netns.list_names(agent.PREFIX))
+    before_bpf = tailcut_bpf_programs()
+    spec_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "forged-spec"},
+                "data": {resources.SPEC_KEY: quickstart("forged"),
+                         "placement.json": json.dumps({"rack-0": {"ip": "203.0.113.9"}})}}
+    labels = {resources.LABEL_JOB: "forged", resources.LABEL_REPLICA: "ps-0",
+              resources.LABEL_ROLE: "ps", resources.LABEL_RACK: "rack-0"}
+    pod = user_pod("forged-ps-0", labels, "import time; time.sleep(300)",
+                   annotations={"tailcut.dev/spec-configmap": "forged-spec"})
+    as_user(cluster, namespace, "apply", "-f", "-", input=yaml.safe_dump_all([spec_map, pod]))
+    node = chart.wait_pod_running(cluster, namespace, "forged-ps-0")["spec"]["nodeName"]
+    refusal = f"{namespace}/forged-ps-0: "
+    assert until(lambda: refusal in agent_log(cluster, node), within_s=30, every_s=1), \
+        agent_log(cluster, node)[-3000:]
+    said = next(line for line in agent_log(cluster, node).splitlines() if refusal in line)
+    assert "no controller" in said, said
+    time.sleep(5)   # what the agent built in 20 s then, it would have built by now
+    assert set(netns.list_names(agent.PREFIX)) - before_netns == set()
+    assert tailcut_bpf_programs() - before_bpf == set()
+    assert overlay.vni(f"{namespace}/forged") not in vxlan_ids()
+    annotations = chart.get(cluster, namespace, "pod", "forged-ps-0")["metadata"].get(
+        "annotations") or {}
+    agents = {k for k in annotations if k.startswith("tailcut.dev/")}
+    assert agents == {"tailcut.dev/spec-configmap"}, "the agent wrote nothing on the pod"
+
+
+def tailcut_bpf_programs() -> set[str]:
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True,
+                         text=True, check=True).stdout
+    return {f"{p['id']} {p.get('name')}" for p in json.loads(out or "[]")
+            if str(p.get("name", "")).startswith("tailcut")}
+
+
+def test_what_an_ordinary_user_makes_neither_changes_a_jobs_status_nor_is_adopted(
+        cluster, release, namespace):
+    """Job "real" runs while the user's pods with its labels end: one labelled ps-0
+    fails, one claiming the job through an ownerReference reports a PS's "done" figures.
+    The job succeeds with its own figures, naming neither. A `squat-spec` ConfigMap
+    the user made before job "squat" existed is refused, not adopted: the job fails
+    naming it, the ConfigMap is left as it was and no pod is made."""
+    make_user(cluster, namespace)
+    squatted = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "squat-spec"},
+                "data": {resources.SPEC_KEY: "the user's own"}}
+    as_user(cluster, namespace, "apply", "-f", "-", input=yaml.safe_dump(squatted))
+    cluster.kubectl("-n", namespace, "apply", "-f", "-",
+                    input=quickstart("real") + "---\n" + quickstart("squat"))
+    tj = chart.get(cluster, namespace, "trainingjob", "real")
+    labels = {resources.LABEL_JOB: "real", resources.LABEL_REPLICA: "ps-0",
+              resources.LABEL_ROLE: "ps", resources.LABEL_RACK: "rack-0"}
+    done = json.dumps({"event": "done", "jct_s": 0.5, "final_accuracy": 0.5,
+                       "final_loss": 9.0, "converged": True, "epochs": 1})
+    claim = {"apiVersion": tj["apiVersion"], "kind": tj["kind"], "name": "real",
+             "uid": tj["metadata"]["uid"], "controller": True}
+    ending = "import sys, time; time.sleep(2); open('/dev/termination-log', 'w').write({!r}); " \
+             "sys.exit({})"
+    as_user(cluster, namespace, "apply", "-f", "-", input=yaml.safe_dump_all([
+        user_pod("real-evil", labels, ending.format("fail the job", 1)),
+        user_pod("real-forged", labels, ending.format(done, 0), ownerReferences=[claim])]))
+
+    status = chart.wait_phase(cluster, namespace, "real", "Succeeded")
+    fakes = {n: chart.get(cluster, namespace, "pod", n)["status"]
+             for n in ("real-evil", "real-forged")}
+    assert [s["phase"] for s in fakes.values()] == ["Failed", "Succeeded"], fakes
+    ended = max(s["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+                for s in fakes.values())
+    assert ended <= status["completionTime"], "the user's pods ended while the job ran"
+    assert status["accuracy"] >= 0.93 and status["jctSeconds"] != 0.5, status
+    assert status["replicaStatuses"]["PS"]["failed"] == 0, status["replicaStatuses"]
+    assert "evil" not in status["message"] and "forged" not in status["message"]
+
+    squat = chart.wait_phase(cluster, namespace, "squat", "Failed", within_s=60)
+    failed = {c["type"]: c for c in squat["conditions"]}["Failed"]
+    assert failed["reason"] == "ObjectNotOwned", failed
+    assert f"ConfigMap {namespace}/squat-spec already exists" in failed["message"], failed
+    cm = chart.get(cluster, namespace, "configmap", "squat-spec")
+    assert cm["data"] == squatted["data"] and "ownerReferences" not in cm["metadata"]
+    assert not chart.get(cluster, namespace, "pods", "-l",
+                         f"{resources.LABEL_JOB}=squat")["items"]

@@ -178,13 +178,16 @@ def test_a_valid_job_gets_pods_service_and_config_map_owned_by_it(control_plane,
         assert container["resources"]["requests"] == resources.DEFAULT_RESOURCES["requests"]
 
 
-def _set_pod_phase(cp, namespace, name, phase, exit_code=None):
+def _set_pod_phase(cp, namespace, name, phase, exit_code=None,
+                   message="gradient shape mismatch", finished_at=None):
     status = {"phase": phase}
     if exit_code is not None:
+        terminated = {"exitCode": exit_code, "reason": "Error", "message": message}
+        if finished_at:
+            terminated["finishedAt"] = finished_at
         status["containerStatuses"] = [{
             "name": "worker", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
-            "state": {"terminated": {"exitCode": exit_code, "reason": "Error",
-                                     "message": "gradient shape mismatch"}}}]
+            "state": {"terminated": terminated}}]
     cp.kubectl("-n", namespace, "patch", "pod", name, "--subresource=status",
                "--type=merge", "-p", json.dumps({"status": status}))
 
@@ -539,3 +542,45 @@ def test_every_example_is_accepted_by_the_api_server(control_plane, namespace, e
     result = control_plane.kubectl("-n", namespace, "apply", "--dry-run=server", "-f",
                                    str(example), check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_pod_that_saw_a_peer_go_away_waits_for_the_cause_then_fails_the_job_naming_it_first(
+        control_plane, namespace, operator):
+    """ps-0 exits with PEER_GONE (3) a moment before the worker that caused it (met in
+    CI: the job failed naming only ps-0). Job "cause": its worker fails a moment later, and
+    the Failed condition names the worker before ps-0. Job "alone": no other pod
+    fails; the operator's timer fails it naming ps-0 once the grace is past."""
+    jobs = ("k8-cause", "k8-alone")
+    for name in jobs:
+        control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                              input=job_yaml(name, {"replicas": {"workers": 2}}))
+    for name in jobs:
+        _wait_job(control_plane, namespace, name, "Pending", operator)
+        for replica in ("ps-0", "worker-0", "worker-1"):
+            _set_pod_phase(control_plane, namespace, f"{name}-{replica}", "Running")
+        _wait_job(control_plane, namespace, name, "Running", operator)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for name in jobs:
+        _set_pod_phase(control_plane, namespace, f"{name}-ps-0", "Failed", exit_code=3,
+                       message="10.2.0.3:34300 closed the connection", finished_at=now)
+
+    def both_awaiting():
+        found = [operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                        "trainingjob", n) for n in jobs]
+        return found if all(
+            {c["type"]: c for c in tj["status"]["conditions"]}["Running"]["reason"]
+            == resources.REASON_AWAITING_CAUSE for tj in found) else None
+    waiting = operator_proc.wait_for(both_awaiting, 30, "both jobs awaiting", operator)
+    assert all(tj["status"]["phase"] == "Running" for tj in waiting), waiting
+    _set_pod_phase(control_plane, namespace, "k8-cause-worker-1", "Failed", exit_code=1,
+                   message="NoKernelHeaders: BCC found no headers under /usr/src")
+    tj = _wait_job(control_plane, namespace, "k8-cause", "Failed", operator)
+    message = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]["message"]
+    assert message.index("k8-cause-worker-1") < message.index("k8-cause-ps-0"), message
+    assert "NoKernelHeaders" in message
+    started = time.monotonic()
+    tj = _wait_job(control_plane, namespace, "k8-alone", "Failed", operator)
+    message = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]["message"]
+    assert "k8-alone-ps-0" in message and "closed the connection" in message, message
+    assert "waiting" not in message, message
+    assert time.monotonic() - started < resources.PEER_GONE_GRACE_S + 10

@@ -1,6 +1,7 @@
 """Manifests the operator creates for a job, and the status it reads back from pods."""
 
 import json
+from datetime import datetime, timedelta, timezone
 
 from tailcut import spec
 from tailcut.k8s import resources
@@ -67,10 +68,51 @@ def test_job_runs_when_all_pods_run_and_succeeds_when_workers_succeed():
 def test_a_failed_pod_fails_the_job_and_is_named_with_its_exit_code():
     phase, counts, reason, message = resources.status_from_pods(
         job(), [pod("ps-0", "Running"), pod("worker-0", "Running"),
-                pod("worker-1", "Failed", exit_code=3)])
+                pod("worker-1", "Failed", exit_code=1)])
     assert (phase, reason) == ("Failed", "PodFailed")
-    assert "k8-demo-worker-1: container worker exited with code 3 (boom)" in message
+    assert "k8-demo-worker-1: container worker exited with code 1 (boom)" in message
     assert counts["Worker"]["failed"] == 1
+
+
+def ended_at(p, when):
+    p["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = when
+    return p
+
+
+def test_a_pod_that_saw_a_peer_go_away_waits_for_the_peer_to_be_named_first():
+    """ps-0 exits with PEER_GONE (3) a moment before the worker whose failure it saw
+    (met in CI: the job failed naming only ps-0). The job waits up to
+    PEER_GONE_GRACE_S for the cause, then names it before its victim; with no cause
+    by then, it fails naming the victim."""
+    t0 = datetime(2026, 11, 26, 12, 0, 0, tzinfo=timezone.utc)
+    victim = ended_at(pod("ps-0", "Failed", exit_code=3), "2026-11-26T12:00:00Z")
+    alive = [pod("worker-0", "Running"), pod("worker-1", "Running")]
+    phase, counts, reason, message = resources.status_from_pods(
+        job(), [victim, *alive], now=t0 + timedelta(seconds=2))
+    assert (phase, reason) == ("Running", resources.REASON_AWAITING_CAUSE), message
+    assert message.startswith("k8-demo-ps-0: container worker exited with code 3")
+    assert counts["PS"]["failed"] == 1
+    cause = pod("worker-1", "Failed", exit_code=1)
+    phase, _, reason, message = resources.status_from_pods(
+        job(), [victim, alive[0], cause], now=t0 + timedelta(seconds=3))
+    assert (phase, reason) == ("Failed", "PodFailed")
+    assert message.index("k8-demo-worker-1") < message.index("k8-demo-ps-0"), message
+    late = t0 + timedelta(seconds=resources.PEER_GONE_GRACE_S + 1)
+    phase, _, reason, message = resources.status_from_pods(job(), [victim, *alive], now=late)
+    assert (phase, reason) == ("Failed", "PodFailed")
+    assert "k8-demo-ps-0: container worker exited with code 3" in message
+
+
+def test_victims_fail_the_job_at_once_when_no_pod_is_left_to_be_the_cause():
+    victims = [ended_at(pod(r, "Failed", exit_code=3), "2026-11-26T12:00:00Z")
+               for r in ("ps-0", "worker-0")]
+    now = datetime(2026, 11, 26, 12, 0, 1, tzinfo=timezone.utc)
+    assert resources.status_from_pods(job(1), victims, now=now)[:3:2] == (
+        "Failed", "PodFailed")
+    # An exit without a time the API server gave waits for no one either.
+    bare = pod("worker-1", "Failed", exit_code=3)
+    assert resources.status_from_pods(
+        job(), [pod("ps-0", "Running"), pod("worker-0", "Running"), bare])[0] == "Failed"
 
 
 def test_a_pod_its_node_cannot_carry_fails_the_job_at_once_with_the_agents_words():
