@@ -1,6 +1,8 @@
 """tailcut on a shared cluster, as a platform engineer would install it: Pod Security
 levels enforced per namespace, a quota on requests, bounded-loss pods only where a
-namespace opted in, and a chart upgrade that leaves running agents alone."""
+namespace opted in, a chart upgrade that leaves running agents alone, the service
+accounts' privileges as docs/kubernetes.md tables them, and nothing built or changed
+for what an ordinary user makes with tailcut's labels and names."""
 
 import json
 import shutil
@@ -15,6 +17,7 @@ from tailcut.k8s import agent, images, resources
 from tailcut.net import netns, overlay
 from tests.cluster import chart
 from tests.cluster.conftest import CHART
+from tests.k8s import test_privileges as privileges
 from tests.waiting import until
 
 pytestmark = [pytest.mark.cluster]
@@ -277,3 +280,21 @@ def test_what_an_ordinary_user_makes_neither_changes_a_jobs_status_nor_is_adopte
     assert cm["data"] == squatted["data"] and "ownerReferences" not in cm["metadata"]
     assert not chart.get(cluster, namespace, "pods", "-l",
                          f"{resources.LABEL_JOB}=squat")["items"]
+
+
+def test_each_service_account_may_do_on_the_cluster_exactly_what_the_docs_table_says(
+        cluster, release):
+    """The chart as helm installed it on the cluster, asked with `kubectl auth can-i`
+    (tests/k8s/test_privileges.py asks the same of a bare API server, and checks the
+    table against what the ClusterRoles grant)."""
+    wrong = []
+    for account, may, verb, resource, _ in privileges.table():
+        name, _, sub = resource.partition("/")
+        args = ["auth", "can-i", verb, name, "--all-namespaces",
+                f"--as=system:serviceaccount:{release}:{account}",
+                *([f"--subresource={sub}"] if sub else [])]
+        answer = cluster.kubectl(*args, check=False).stdout.strip()
+        if answer != ("yes" if may else "no"):
+            wrong.append(f"{account} {verb} {resource}: the table says "
+                         f"{'yes' if may else 'no'}, the cluster {answer!r}")
+    assert len(privileges.table()) > 10 and not wrong, "\n".join(wrong)
