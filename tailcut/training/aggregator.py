@@ -20,7 +20,7 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import models
-from tailcut.training import inbox, peers, ps, records
+from tailcut.training import inbox, peers, ps, records, syncmodes
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -136,7 +136,7 @@ class _Aggregator:
                     f"{self.name}: expected PUSH for round {k} from its workers, got "
                     f"{msg.kind.name}({msg.iteration}) from {who}"
                 )
-            ps.accumulate(total, np.zeros(self.num_params, np.float32), msg, self.num_params, 1)
+            syncmodes.accumulate(total, np.zeros(self.num_params, np.float32), msg, self.num_params, 1)
             delivered |= True if msg.mask is None else msg.mask
             got.add(who)
             replied = time.time_ns()

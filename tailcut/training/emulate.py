@@ -10,7 +10,7 @@ do over a lossy bounded-loss transport, so a loss-rate sweep takes seconds per r
   (``data.shard`` and ``worker.minibatches``, seeded as the real worker seeds them);
 - push: each worker's gradient reaches the PS with each range lost with
   probability p; the PS combines what arrived by its aggregation rule
-  (``ps.average`` and ``aggregation.combine``, the functions the real PS calls; by
+  (``syncmodes.average`` and ``aggregation.combine``, the functions the real PS calls; by
   default each coordinate's mean over the workers that delivered it, a coordinate
   nobody delivered unchanged), then takes the SGD step.
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from tailcut.ml import data, models
 from tailcut.training import aggregation as rules
-from tailcut.training import ps, worker
+from tailcut.training import ps, syncmodes, worker
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 
@@ -177,7 +177,7 @@ def train(
                 sent += n
                 arrived += n if mask is None else int(np.count_nonzero(mask))
         t0 = time.perf_counter()
-        step, _ = ps.average(pushes, n, aggregation)
+        step, _ = syncmodes.average(pushes, n, aggregation)
         params -= lr * step
         compute.append(slowest + time.perf_counter() - t0)
         iteration += 1

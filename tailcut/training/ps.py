@@ -6,7 +6,8 @@ layer holds 98% of its weights, so cutting by layer would leave shards idle).
 Workers talk to it in RPCs (tailcut.training.inbox has the receiving queue):
 
 - pull: a worker's HELLO (step 0) or PULL(k) asks for the model for its step k;
-  the PS answers PARAMS(k) with its range once the sync mode allows it:
+  the PS answers PARAMS(k) with its range once the sync mode allows it
+  (tailcut.training.syncmodes):
   ``bsp`` when iteration k-1's barrier has passed, ``ssp`` when the worker is at
   most ``staleness`` steps ahead of the slowest, ``async`` at once;
 - push: PUSH(k) carries the update for this range (from a worker, or a group's sum
@@ -36,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ import numpy as np
 from tailcut import errors, transports
 from tailcut.ml import models
 from tailcut.training import (aggregation, cpustats, flows, hotset, inbox, innetagg, innetmcast, peers,
-                              records, rpc)
+                              records, rpc, syncmodes)
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message
@@ -60,38 +61,6 @@ TRAIN_EVAL_ROWS = 2000
 FOLLOWER_GRACE_S = 30.0
 # A follower that loses a worker waits this long for ps-0's STOP before failing.
 STOP_WAIT_S = 5.0
-
-
-def average(pushes: Sequence[Message], num_params: int,
-            rule: str = "mean") -> tuple[np.ndarray, np.ndarray]:
-    """One worker's push each, combined by the aggregation rule (``aggregation.combine``;
-    ``mean``: per coordinate over the workers that delivered it).
-
-    Returns (step, delivered): a coordinate no worker delivered has step 0 and
-    ``delivered`` False, so an SGD step leaves that parameter as it was.
-    """
-    total = np.zeros(num_params, dtype=np.float32)
-    counts = np.zeros(num_params, dtype=np.float32)
-    for msg in pushes:
-        accumulate(total, counts, msg, num_params, weight=1)
-    return aggregation.combine(total, counts, rule)
-
-
-def accumulate(
-    total: np.ndarray, counts: np.ndarray, msg: Message, num_params: int, weight: int
-) -> None:
-    """Add one push into a running sum; ``weight`` is how many workers it sums."""
-    if msg.values.shape != (num_params,):
-        raise errors.RunError(
-            f"worker {msg.sender} pushed {msg.values.size} values; the model has {num_params}"
-        )
-    if msg.mask is None:
-        total += msg.values
-        counts += weight
-    else:
-        # Missing values may hold anything (even NaN): never add them.
-        total[msg.mask] += msg.values[msg.mask]
-        counts += weight * msg.mask
 
 
 def iterations_per_epoch(num_train: int, batch_size: int, num_workers: int) -> int:
@@ -158,14 +127,11 @@ class _Server:
         self.stop_reason = ""
         self.last_eval: tuple[float, float] | None = None
         self.takeover: dict[str, Any] | None = None
-        # bsp barrier state; push sources: direct workers (weight 1), aggregators (group)
-        self.total = np.zeros(self.size, dtype=np.float32)
-        self.counts = np.zeros(self.size, dtype=np.float32)
-        self.pushed: dict[str, Message] = {}  # this bsp iteration's pushes, by source
+        # push sources: direct workers (weight 1), aggregators (their group's size)
         self.weight = {f"worker-{w}": 1 for w in cfg.direct_workers()}
         for a, agg in enumerate(cfg.aggregators):
             self.weight[f"aggregator-{a}"] = len(agg["workers"])
-        self.clock = {f"worker-{w}": 0 for w in range(cfg.num_workers)}  # pushes, ssp
+        self.sync = syncmodes.create(cfg, self.size, self.weight)
         self.early: list[inbox.Event] = []  # replica: pushes for a later bsp iteration
         self.held: list[tuple[inbox.Event, int]] = []  # pulls waiting for the sync mode
         self.last_pull: dict[str, int] = {}  # worker -> step it last asked for
@@ -358,47 +324,16 @@ class _Server:
             raise errors.RunError(
                 f"{who} pushed {msg.values.size} values; {self.name} holds {self.size}"
             )
-        progressed = False
-        if self.cfg.sync_mode == "bsp":
-            if self.is_replica and msg.iteration > self.iteration:
-                # The primary's barrier can pass, and a fast worker push the next
-                # iteration, before a slow worker's push of this one reaches us.
-                self.early.append(ev)
-                return
-            if msg.iteration != self.iteration or who in self.pushed:
-                raise errors.RunError(
-                    f"expected PUSH for iteration {self.iteration} from {who.replace('-', ' ')}, "
-                    f"got PUSH for iteration {msg.iteration}"
-                )
-            changed = self._count(ev, who)
-            self.pushed[who] = msg
-            if len(self.pushed) == len(self.weight):
-                # Sum in a fixed order, not arrival order: float32 addition is not
-                # associative, and a run must give the same numbers every time.
-                for source in self.weight:
-                    accumulate(self.total, self.counts, self.pushed[source], self.size,
-                               self.weight[source])
-                direction, _ = aggregation.combine(self.total, self.counts,
-                                                   self.cfg.aggregation)
-                self.params -= np.float32(self.cfg.learning_rate) * direction
-                self.total[:] = 0
-                self.counts[:] = 0
-                self.pushed.clear()
-                self.iteration += 1
-                self.version = self.iteration
-                progressed = True
-        else:
-            changed = self._count(ev, who)
-            step = np.float32(self.cfg.learning_rate / self.cfg.num_workers)
-            if msg.mask is None:
-                self.params -= step * msg.values
-            else:
-                self.params[msg.mask] -= step * msg.values[msg.mask]
-            self.clock[who] = msg.iteration + 1
-            self.version += 1
-            if self.version % self.cfg.num_workers == 0:
-                self.iteration = self.version // self.cfg.num_workers
-                progressed = True
+        if self.is_replica and self.sync.ahead(msg, self.iteration):
+            # The primary's barrier can pass, and a fast worker push the next
+            # iteration, before a slow worker's push of this one reaches us.
+            self.early.append(ev)
+            return
+        changed = self._count(ev, who)
+        before = self.iteration
+        self.iteration, self.version = self.sync.apply(who, msg, self.params, self.iteration,
+                                                       self.version)
+        progressed = self.iteration != before
         replied = time.time_ns()
         reply_bytes = self._send(who, Message(Kind.ACK, msg.iteration, base.PS_SENDER))
         self._row("push", who, msg.iteration, ev.arrived_ns, dequeued, dequeued, replied,
@@ -463,12 +398,7 @@ class _Server:
             self._release()
 
     def _allowed(self, who: str, step: int) -> bool:
-        mode = self.cfg.sync_mode
-        if mode == "bsp":
-            return step <= self.iteration
-        if mode == "ssp":
-            return step - min(self.clock.values()) <= self.cfg.staleness
-        return True
+        return self.sync.allowed(who, step, self.iteration)
 
     def _release(self) -> None:
         """Answer the held pulls the sync mode now allows, in the ordering's order."""
