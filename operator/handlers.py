@@ -253,7 +253,7 @@ def _refresh_from_pods(namespace: str, name: str, logger: Logger) -> None:
                 kopf.warn(tj, reason="WiringFailed",  # type: ignore[arg-type]
                           message=f"{resources.pod_name(job, replica)}: {said}")
         if new["phase"] in TERMINAL:
-            _stop_background(namespace, api_pods, logger)
+            _stop_pods(namespace, api_pods, logger, failed=new["phase"] == "Failed")
 
 
 @kopf.timer(crd.GROUP, crd.VERSION, crd.PLURAL, interval=PROGRESS_EVERY_S,
@@ -501,15 +501,19 @@ def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
     return bg
 
 
-def _stop_background(namespace: str, pods: list[dict[str, Any]], logger: Logger) -> None:
-    """The job ended: end its background pods now rather than at their deadline. A
-    pod's activeDeadlineSeconds may only be lowered; at 1 the kubelet stops it at once
+def _stop_pods(namespace: str, pods: list[dict[str, Any]], logger: Logger,
+               failed: bool) -> None:
+    """The job ended: end its background pods now rather than at their deadline, and,
+    if it failed, its training pods still running or waiting (for peers that will not
+    come, or for links a node that cannot carry them will never wire). A pod's
+    activeDeadlineSeconds may only be lowered; at 1 the kubelet stops it at once
     (SIGTERM: Locust writes its CSVs) and keeps its logs, which deleting would not."""
     core = kubernetes.client.CoreV1Api()
     for pod in pods:
         meta = pod["metadata"]
         role = (meta.get("labels") or {}).get(resources.LABEL_ROLE)
-        if role not in background.ROLES or (pod.get("status") or {}).get("phase") in TERMINAL:
+        if (role not in background.ROLES and not failed) or \
+                (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
         try:
             core.patch_namespaced_pod(meta["name"], namespace,

@@ -208,6 +208,15 @@ def test_job_runs_then_fails_with_a_condition_naming_the_failed_pod(control_plan
     assert "k8-fail-worker-1" in failed["message"] and "code 3" in failed["message"]
     assert "gradient shape mismatch" in failed["message"]
     assert tj["status"]["replicaStatuses"]["Worker"]["failed"] == 1
+    # The pods still running stop now (their kubelet ends them at this deadline,
+    # keeping their logs), not when they give up on the peer that failed.
+    operator_proc.wait_for(lambda: all(
+        operator_proc.get_json(control_plane, "-n", namespace, "get", "pod", f"k8-fail-{r}")[
+            "spec"].get("activeDeadlineSeconds") == 1 for r in ("ps-0", "worker-0")),
+        30, "the running pods' deadline lowered to 1 s", operator)
+    failed_pod = operator_proc.get_json(control_plane, "-n", namespace, "get", "pod",
+                                        "k8-fail-worker-1")
+    assert "activeDeadlineSeconds" not in failed_pod["spec"], "an ended pod is left alone"
     events = operator_proc.wait_for(lambda: [
         e for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
                                           "events")["items"]
@@ -311,6 +320,8 @@ def test_pods_with_the_jobs_labels_that_it_does_not_control_change_nothing(
     tj = _wait_job(cp, namespace, "k8-fake", "Succeeded", operator)
     assert "jctSeconds" not in tj["status"] and "accuracy" not in tj["status"], tj["status"]
     assert "evil" not in tj["status"]["message"] and "forged" not in tj["status"]["message"]
+    ps_0 = operator_proc.get_json(cp, "-n", namespace, "get", "pod", "k8-fake-ps-0")
+    assert "activeDeadlineSeconds" not in ps_0["spec"], "a succeeded job's PS may finish"
 
 
 def test_a_spec_change_after_start_is_reported_not_silently_ignored(control_plane, namespace,
