@@ -21,8 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tailcut.k8s import images
-from tailcut.k8s.node import imagestore
+from tailcut.k8s.node import images, imagestore
 from tailcut.k8s.node.cluster import Cluster
 from tailcut.k8s.node.layout import Node
 

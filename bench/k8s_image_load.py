@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tailcut.k8s import images
+from tailcut.k8s.node import images
 
 NAMES = ("worker", "operator", "agent")
 

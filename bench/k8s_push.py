@@ -11,7 +11,7 @@ run twice per transport and run, interleaved, from one TrainingJob and one set o
 configurations: in namespaces built by `tailcut run`'s builder on this host, and as
 pods on the cluster the kubeconfig names, where the chart's node agent wires them
 into the job's racks as it wires a TrainingJob's pods. The agent wires only pods a
-TrainingJob controls, built from that job (tailcut.k8s.admission), so the bench makes
+TrainingJob controls, built from that job (tailcut.k8s.agent.admission), so the bench makes
 the TrainingJob, records its placement in its status as the operator would, and makes
 the pods controlled by it; the chart's operator, whose pods these are not, is scaled
 to zero meanwhile (--operator-namespace) and back afterwards. 1 Gbit/s access links with 1% loss on both directions; --racks 2 puts ps-0 and
@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO))
 
 from bench import bl_completion, bl_net  # noqa: E402
 from tailcut import features, spec  # noqa: E402
-from tailcut.k8s import images, placement, resources  # noqa: E402
+from tailcut.k8s.manifests import placement, resources  # noqa: E402
+from tailcut.k8s.node import images  # noqa: E402
 from tailcut.net import build, topology  # noqa: E402
 
 WORKERS = 4
@@ -131,7 +132,7 @@ def run_cluster(kubeconfig: str, namespace: str, job: spec.TrainingJob,
                 configs: dict[str, dict]) -> list[float]:
     name = job.name
     nodes = json.loads(kubectl(kubeconfig, "get", "nodes", "-o", "json"))["items"]
-    # Placed as the operator places a TrainingJob's racks (tailcut.k8s.placement) and
+    # Placed as the operator places a TrainingJob's racks (tailcut.k8s.manifests.placement) and
     # recorded where the agents read it, the job's status.
     where = placement.place(job, namespace, placement.schedulable(nodes))
     raw = job.model_dump(by_alias=True, mode="json")

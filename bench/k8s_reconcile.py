@@ -1,7 +1,7 @@
 """Benchmark: how fast the operator reconciles many TrainingJobs created at once, and
 whether its memory stays bounded.
 
-Starts a real etcd + kube-apiserver on loopback (tailcut.k8s.devcluster), the CRD and
+Starts a real etcd + kube-apiserver on loopback (tailcut.k8s.node.devcluster), the CRD and
 the chart's RBAC, and the operator (kubernetes backend) as the chart's service account.
 Each round creates N TrainingJobs (1 PS + 2 workers each) in a fresh namespace in one
 `kubectl apply`, and times until every job has status.phase and all 3N pods exist.
@@ -27,7 +27,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tailcut.k8s import devcluster, resources  # noqa: E402
+from tailcut.k8s.manifests import resources  # noqa: E402
+from tailcut.k8s.node import devcluster  # noqa: E402
 from tests.k8s import operator_proc  # noqa: E402
 
 TIMEOUT_S = 300.0

@@ -6,7 +6,7 @@ library. Two backends, chosen by TAILCUT_OPERATOR_BACKEND:
 
 - kubernetes (default): records in the job's status the spec generation and the
   racks' placement the node agents build from, then creates the job's config map,
-  headless service and PS/worker pods (tailcut.k8s.resources), all controlled by the
+  headless service and PS/worker pods (tailcut.k8s.manifests.resources), all controlled by the
   TrainingJob; follows the pods it controls and writes phase, replica counts and
   conditions into the job's status. It never touches netlink: shaping each pod is the
   node agent's job (tailcut.k8s.agent).
@@ -36,7 +36,8 @@ import yaml
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, crd, metrics, placement, policy, resources, status
+from tailcut.k8s import metrics
+from tailcut.k8s.manifests import background, crd, placement, policy, resources, status
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -49,7 +50,7 @@ TERMINAL = ("Succeeded", "Failed")
 # out of a cluster, serves none (tests run several operators on one host).
 METRICS_PORT = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))
 # Whether bounded-loss pods may get the capabilities their XDP counter needs (the
-# chart's workers.xdp.enabled; tailcut.k8s.resources.XDP_CAPABILITIES).
+# chart's workers.xdp.enabled; tailcut.k8s.manifests.resources.XDP_CAPABILITIES).
 XDP_ALLOWED = os.environ.get("TAILCUT_WORKER_XDP", "true") == "true"
 # What every container of a job's pods requests (the chart's workers.resources, JSON):
 # a namespace with a ResourceQuota on requests admits only pods that state them.
@@ -461,7 +462,7 @@ def _owned_pods(core: Any, namespace: str, name: str, uid: str) -> list[dict[str
 
 def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
                       generation: Optional[int]) -> placement.Placement:
-    """Each rack's node (tailcut.k8s.placement): a rack's pods share its node. The
+    """Each rack's node (tailcut.k8s.manifests.placement): a rack's pods share its node. The
     first reconcile records it, with the spec's generation, in the job's status
     before anything is created: the node agents build from there, and a retry's pods
     land where the first ones did. Read fresh: a retry's body may predate it."""
@@ -485,7 +486,7 @@ def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
 def _create_background(core: Any, job: spec.TrainingJob, namespace: str,
                        owner: dict[str, Any], patch: Any,
                        where: placement.Placement) -> Any:
-    """spec.backgroundLoad: its config map and background pods (tailcut.k8s.background),
+    """spec.backgroundLoad: its config map and background pods (tailcut.k8s.manifests.background),
     and status.background saying where Locust's statistics end up. Returns the plan
     (None without a backgroundLoad) for the sidecars of training pods."""
     bg = background.plan(job)

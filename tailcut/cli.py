@@ -234,7 +234,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from tailcut.k8s import crd
+    from tailcut.k8s.manifests import crd
     if not args.write:
         print(crd.render(), end="")
         return 0

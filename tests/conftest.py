@@ -57,7 +57,7 @@ def k8s_tools(request):
     """The Kubernetes binaries the k8s and cluster tests run, built once if missing
     (`scripts/setup.sh --tests` builds them up front), the build's progress shown
     although pytest captures the output."""
-    from tailcut.k8s import tools
+    from tailcut.k8s.node import tools
 
     if tools.missing(tools.ALL):
         capture = request.config.pluginmanager.getplugin("capturemanager")

@@ -1,4 +1,5 @@
-"""The package keeps its layers (the import-linter contract in pyproject.toml)."""
+"""The package keeps its layers (the import-linter contracts in pyproject.toml: the
+package's layers, and tailcut.k8s's rooms)."""
 
 import subprocess
 import sys
@@ -12,4 +13,4 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
     done = subprocess.run([str(lint_imports), "--no-cache"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "1 kept, 0 broken" in done.stdout
+    assert "2 kept, 0 broken" in done.stdout

@@ -8,7 +8,7 @@ topology plans (tailcut.plan.hosts), as under `tailcut run`: the node agent give
 pod its address on a second interface, tc0, wired into the job's rack on the node;
 the entrypoint waits for it (ADDRESS_TIMEOUT_S) before the role starts. With
 spec.scheduling.policy cadentflow the role sends one DSCP-tagged frame per tensor, at
-the levels of the config map's flows.json (tailcut.k8s.policy), as under `tailcut run`.
+the levels of the config map's flows.json (tailcut.k8s.manifests.policy), as under `tailcut run`.
 """
 
 import argparse
@@ -22,7 +22,8 @@ from typing import Any, Optional
 
 from tailcut import plan, spec
 from tailcut.errors import NetError
-from tailcut.k8s import podresults, policy, resources
+from tailcut.k8s import podresults
+from tailcut.k8s.manifests import policy, resources
 from tailcut.net import address, topology
 from tailcut.training import role
 from tailcut.training.config import RoleConfig
@@ -106,7 +107,7 @@ def _exit_on_sigterm(signum: int, _frame: Any) -> None:
 def _emit_and_report(event: dict[str, Any]) -> None:
     """Print the event as the role would; the PS's "done" event also becomes the
     container's termination message, which the operator reads into the job's status
-    (tailcut.k8s.resources.figures_from_pods)."""
+    (tailcut.k8s.manifests.resources.figures_from_pods)."""
     role.emit(event)
     if event.get("event") != "done":
         return

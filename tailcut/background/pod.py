@@ -1,5 +1,5 @@
 """Entrypoint of a background container on Kubernetes: a flow server or Locust, set up
-from the job's background config map (tailcut.k8s.background writes it).
+from the job's background config map (tailcut.k8s.manifests.background writes it).
 
     python -m tailcut.background.pod server --config /etc/tailcut-background/locust-config.json
     python -m tailcut.background.pod locust --config ... --mode standalone --results /results

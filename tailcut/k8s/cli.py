@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tailcut.k8s import images
 from tailcut.k8s.node import cluster as node_cluster
-from tailcut.k8s.node import procs
+from tailcut.k8s.node import images, procs
 
 
 def add_parsers(sub: Any) -> None:

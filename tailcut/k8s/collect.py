@@ -19,7 +19,8 @@ import yaml
 
 from tailcut import plan, spec
 from tailcut.errors import TailcutError
-from tailcut.k8s import podresults, resources
+from tailcut.k8s import podresults
+from tailcut.k8s.manifests import resources
 from tailcut.training import cpustats, tcpstats
 
 Progress = Callable[[str], None]

@@ -4,7 +4,7 @@ service account (run inside the cluster by helm/tailcut/templates/tests/)."""
 import sys
 from typing import Any
 
-from tailcut.k8s import crd
+from tailcut.k8s.manifests import crd
 
 
 def main() -> int:

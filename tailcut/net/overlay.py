@@ -1,6 +1,6 @@
 """Join a job's spines on several nodes into one, by VXLAN between the nodes.
 
-When a job's racks sit on different nodes (tailcut.k8s.placement), each node has its
+When a job's racks sit on different nodes (tailcut.k8s.manifests.placement), each node has its
 own spine namespace routing between the racks it holds. This adds to each spine a
 VXLAN interface, vx0, whose outer packets leave from the node's own address (the
 device is created in the node's network namespace and moved into the spine, so its

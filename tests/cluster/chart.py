@@ -7,7 +7,7 @@ import subprocess
 import time
 from typing import Any
 
-from tailcut.k8s import devcluster
+from tailcut.k8s.node import devcluster
 
 RELEASE = "tailcut"
 RELEASE_NS = "tailcut-system"

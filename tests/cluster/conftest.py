@@ -3,7 +3,7 @@ third (tailcut.k8s.node.cluster: etcd, the control plane, containerd + runc, the
 kubelet, kube-proxy and CoreDNS; the second node its own network namespace with its own
 containerd, kubelet and kube-proxy), brought up once per session and taken down at its
 end, with tailcut's images built from their Dockerfiles and the chart installed with
-helm. A job's racks are spread over both nodes (tailcut.k8s.placement), so every
+helm. A job's racks are spread over both nodes (tailcut.k8s.manifests.placement), so every
 multi-rack example runs across nodes, its spines joined by VXLAN. A third node,
 tcnode-2, looks like a kind node as kind's defaults make it (LAN MTU 1500, no kernel
 headers: tailcut.k8s.node.layout); it is cordoned, so jobs are placed on the other two
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tailcut.k8s import images
+from tailcut.k8s.node import images
 from tailcut.k8s.node.cluster import Cluster
 from tests.cluster import chart
 

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailcut.k8s import agent, collect, images
+from tailcut.k8s import collect
+from tailcut.k8s.agent import podns
+from tailcut.k8s.node import images
 from tests.cluster import chart
 from tests.waiting import until
 
@@ -34,7 +36,7 @@ def example(name: str, job_name: str) -> str:
 def tc_in_pod(pod: dict, *args: str) -> str:
     """`tc ARGS` inside the pod's network namespace, entered through one of its
     processes (found by the pod's UID in its cgroup, as the agent finds it)."""
-    pid = agent.pid_of_pod(pod["metadata"]["uid"])
+    pid = podns.pid_of_pod(pod["metadata"]["uid"])
     if pid is None:
         return f"(no process of pod {pod['metadata']['name']} in /proc)"
     return subprocess.run(["nsenter", "-t", str(pid), "-n", "tc", *args],

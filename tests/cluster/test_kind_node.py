@@ -3,7 +3,7 @@ network of MTU 1550, the host's /usr/src mounted into every node): tcnode-2 of t
 session's cluster looks like a kind node as kind's defaults make it (LAN MTU 1500, an
 empty /usr/src; tailcut.k8s.node.layout). It is cordoned for the other tests; each
 test here makes the nodes it names, and only those, schedulable while its jobs are
-placed (the operator places racks on schedulable nodes: tailcut.k8s.placement)."""
+placed (the operator places racks on schedulable nodes: tailcut.k8s.manifests.placement)."""
 
 import time
 from contextlib import contextmanager

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailcut.k8s import images
-from tailcut.k8s.node import configs, imagestore
+from tailcut.k8s.node import configs, images, imagestore
 from tailcut.k8s.node.cluster import Cluster
 from tailcut.k8s.node.layout import Node
 from tailcut.k8s.node.procs import ClusterError

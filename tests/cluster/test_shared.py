@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailcut.k8s import agent, images, resources
+from tailcut.k8s.agent import podns
+from tailcut.k8s.manifests import resources
+from tailcut.k8s.node import images
 from tailcut.net import netns, overlay
 from tests.cluster import chart
 from tests.cluster.conftest import CHART
@@ -202,7 +204,7 @@ def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_noth
     Now the agent of the pod's node refuses it (its log names the pod and why), and
     no node has a namespace, a BPF program or a VXLAN more than before."""
     make_user(cluster, namespace)
-    before_netns = set(netns.list_names(agent.PREFIX))
+    before_netns = set(netns.list_names(podns.PREFIX))
     before_bpf = tailcut_bpf_programs()
     spec_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "forged-spec"},
                 "data": {resources.SPEC_KEY: quickstart("forged"),
@@ -219,7 +221,7 @@ def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_noth
     said = next(line for line in agent_log(cluster, node).splitlines() if refusal in line)
     assert "no controller" in said, said
     time.sleep(5)   # what the agent built in 20 s then, it would have built by now
-    assert set(netns.list_names(agent.PREFIX)) - before_netns == set()
+    assert set(netns.list_names(podns.PREFIX)) - before_netns == set()
     assert tailcut_bpf_programs() - before_bpf == set()
     assert overlay.vni(f"{namespace}/forged") not in vxlan_ids()
     annotations = chart.get(cluster, namespace, "pod", "forged-ps-0")["metadata"].get(

@@ -1,5 +1,5 @@
 """A real etcd + kube-apiserver for the tests marked `k8s`, started once per session
-on loopback (tailcut.k8s.devcluster), with the TrainingJob CRD installed."""
+on loopback (tailcut.k8s.node.devcluster), with the TrainingJob CRD installed."""
 
 import itertools
 import subprocess
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tailcut.k8s import crd, devcluster
+from tailcut.k8s.manifests import crd
+from tailcut.k8s.node import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "tailcut"

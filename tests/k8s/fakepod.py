@@ -12,7 +12,7 @@ from typing import Optional
 
 from pyroute2 import IPRoute
 
-from tailcut.k8s import agent
+from tailcut.k8s.agent import podns
 
 CGROUP = Path("/sys/fs/cgroup/pids")
 
@@ -42,11 +42,11 @@ class Maker:
             for ifname in ("eth0", "cni-peer"):
                 ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], state="up")
         return SimpleNamespace(uid=uid, pid=proc.pid, proc=proc, replica=replica,
-                               name=agent.netns_name(uid))
+                               name=podns.netns_name(uid))
 
     def __exit__(self, *exc: object) -> None:
         for uid, proc, group in self.made:
-            agent.detach(agent.netns_name(uid))   # in case a test failed half-way
+            podns.detach(podns.netns_name(uid))   # in case a test failed half-way
             proc.kill()
             proc.wait()
             if group.exists():

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from tailcut import spec
-from tailcut.k8s import admission, agent, placement, resources
+from tailcut.k8s.agent import admission, daemon, podns
+from tailcut.k8s.manifests import placement, resources
 from tailcut.net import netns
 from tests.k8s import operator_proc
 from tests.k8s.conftest import agent_clients
@@ -154,7 +155,7 @@ def test_pods_and_config_maps_made_without_a_training_job_get_nothing_from_the_a
                    "--type=merge", "-p", json.dumps({"status": {"phase": "Running"}}))
 
     core, jobs = agent_clients(cp, release, "agent-admission")
-    node_agent = agent.Agent(core, jobs, node=node)
+    node_agent = daemon.Agent(core, jobs, node=node)
     events = node_agent.events()
     seen = {p.metadata.name: p for _, p in (next(events) for _ in range(5))}
     events.close()   # before its watch starts: the list is what the agent acts on
@@ -168,7 +169,7 @@ def test_pods_and_config_maps_made_without_a_training_job_get_nothing_from_the_a
         with pytest.raises(admission.Refused, match=words):
             node_agent.handle("ADDED", seen[name])
     assert not node_agent.wired and not node_agent.fabrics
-    assert netns.list_names(agent.PREFIX + namespace) == [], "nothing was built"
+    assert netns.list_names(podns.PREFIX + namespace) == [], "nothing was built"
 
     ok = node_agent.admit(seen["k8-adm-real-ps-0"])
     assert (ok.job.name, ok.replica, ok.job_uid) == ("k8-adm-real", "ps-0",

@@ -17,7 +17,9 @@ import pytest
 from pyroute2 import IPRoute
 
 from tailcut import spec
-from tailcut.k8s import admission, agent, metrics, placement, resources
+from tailcut.k8s import metrics
+from tailcut.k8s.agent import admission, daemon, errors, podns, wiring
+from tailcut.k8s.manifests import placement, resources
 from tailcut.net import netns, overlay, topology
 from tests import netutil, waiting
 from tests.k8s import fakepod
@@ -32,14 +34,14 @@ def test_pid_of_pod_matches_cgroupfs_and_systemd_spellings_of_the_uid(tmp_path):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(line + "\n")
     (tmp_path / "self").mkdir()
-    assert agent.pid_of_pod(uid, tmp_path) in (11, 12)
-    assert agent.pid_of_pod("ffffffff-0000-0000-0000-000000000000", tmp_path) is None
+    assert podns.pid_of_pod(uid, tmp_path) in (11, 12)
+    assert podns.pid_of_pod("ffffffff-0000-0000-0000-000000000000", tmp_path) is None
 
 
 def test_netns_names_fit_and_stay_out_of_tailcut_clean():
-    name = agent.netns_name(str(uuid.uuid4()))
+    name = podns.netns_name(str(uuid.uuid4()))
     assert name.startswith("tck8s-") and not name.startswith("tailcut-")
-    rack = agent.node_topology(job("k8-names"), K8S_NS, "k8-node").racks[0].netns
+    rack = wiring.node_topology(job("k8-names"), K8S_NS, "k8-node").racks[0].netns
     assert rack == "tck8s-k8-lab.k8-names@k8-node.rack-0"
 
 
@@ -85,7 +87,7 @@ class FakeApi:
 
 def make_agent(j=None, node="k8-node", where=None):
     api = FakeApi(j, where)
-    return agent.Agent(api, api, node=node)
+    return daemon.Agent(api, api, node=node)
 
 
 @pytest.fixture
@@ -130,7 +132,7 @@ def htb_rates(ns, ifname):
 
 
 def fabric_namespaces(job_name, node="k8-node"):
-    return netns.list_names(agent.fabric_name(K8S_NS, job_name, node) + ".")
+    return netns.list_names(wiring.fabric_name(K8S_NS, job_name, node) + ".")
 
 
 @pytest.mark.netns
@@ -259,7 +261,7 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
         assert inject(two_nodes[1], "192.168.78.2", "192.168.78.1", frame, ps.name) == 20
         # A pod of rack b is not node-a's to wire.
         stray = pods("worker-0")
-        with pytest.raises(agent.AgentError, match=r"worker-0 belongs to rack b, which is "
+        with pytest.raises(errors.AgentError, match=r"worker-0 belongs to rack b, which is "
                                                    r"placed on another node"):
             with netns.entered(two_nodes[0]):
                 node_agents[0].handle("ADDED", pod_event(stray, "Running", "k8-two"))
@@ -287,8 +289,8 @@ def test_a_node_whose_link_is_short_of_the_jobs_mtu_plus_vxlan_refuses_before_bu
         where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
                  "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
         with netns.entered(nodes[0]):
-            with pytest.raises(agent.NodeUnfit) as err:
-                agent.build_fabric(K8S_NS, two_racks, False, "node-a", where)
+            with pytest.raises(errors.NodeUnfit) as err:
+                wiring.build_fabric(K8S_NS, two_racks, False, "node-a", where)
             assert fabric_namespaces("k8-mtu", "node-a") == []
             assert str(err.value).endswith(
                 "spec.network.mtu is 1500 and its racks on other nodes are joined by VXLAN, "
@@ -300,13 +302,13 @@ def test_a_node_whose_link_is_short_of_the_jobs_mtu_plus_vxlan_refuses_before_bu
             at_1450 = job("k8-mtu", replicas={"workers": 1},
                           network={"racks": [{"name": "a"}, {"name": "b"}],
                                    "placement": {"ps-0": "a", "worker-0": "b"}, "mtu": 1450})
-            fabric = agent.build_fabric(K8S_NS, at_1450, False, "node-a", where)
-            agent.remove_fabric(fabric)
+            fabric = wiring.build_fabric(K8S_NS, at_1450, False, "node-a", where)
+            wiring.remove_fabric(fabric)
         # Through the agent: the pod carries the refusal for the operator.
         node_agent = make_agent(two_racks, "node-a", where)
         ps = pods("ps-0")
         with netns.entered(nodes[0]):
-            with pytest.raises(agent.NodeUnfit):
+            with pytest.raises(errors.NodeUnfit):
                 node_agent.handle("ADDED", pod_event(ps, "Running", "k8-mtu"))
             node_agent.release_all()
         recorded = node_agent.core.annotations["k8-mtu-ps-0"]
@@ -321,9 +323,9 @@ def test_two_jobs_whose_vnis_collide_do_not_share_a_node():
     where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
              "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
     vni = overlay.vni(f"{K8S_NS}/k8-vni")
-    with pytest.raises(agent.AgentError, match=rf"VNI {vni} .* is also lab/other's on this "
+    with pytest.raises(errors.AgentError, match=rf"VNI {vni} .* is also lab/other's on this "
                                                "node; rename one of the jobs"):
-        agent.build_fabric(K8S_NS, two_racks, False, "node-a", where, {vni: "lab/other"})
+        wiring.build_fabric(K8S_NS, two_racks, False, "node-a", where, {vni: "lab/other"})
     assert fabric_namespaces("k8-vni", "node-a") == []
 
 
@@ -488,7 +490,7 @@ def test_agent_puts_cadentflow_classes_and_classifiers_on_both_ends_and_removes_
     send_tagged_udp(worker.name, topo.pod("ps-0").ip, level=1, count=200)
     assert waiting.until(lambda: tc_state(rack, "p0")[1]["1:21"] - ps_port_before["1:21"]
                          >= 200 * 200), "tagged packets went to 1:21 on the way in"
-    assert re.search(r"level 1 2\d\d\b", agent.classified(wired)), agent.classified(wired)
+    assert re.search(r"level 1 2\d\d\b", wiring.classified(wired)), wiring.classified(wired)
 
     node_agent.handle("MODIFIED", pod_event(worker, "Succeeded", "k8-cf"))
     node_agent.handle("DELETED", pod_event(ps, "Running", "k8-cf"))
@@ -544,13 +546,13 @@ def test_a_failure_to_wire_is_recorded_on_the_pod_once_and_cleared_when_wiring_p
     record = node_agent.core.patch_namespaced_pod_status
     monkeypatch.setattr(node_agent.core, "patch_namespaced_pod_status",
                         lambda *a: patches.append(a) or record(*a))
-    built = agent.build_fabric
+    built = wiring.build_fabric
 
     def broken(*args, **kwargs):
-        raise agent.AgentError("the spine's bridge could not be made")
-    monkeypatch.setattr(agent, "build_fabric", broken)
+        raise errors.AgentError("the spine's bridge could not be made")
+    monkeypatch.setattr(wiring, "build_fabric", broken)
     for _ in range(2):   # the second attempt fails alike: recorded once
-        with pytest.raises(agent.AgentError):
+        with pytest.raises(errors.AgentError):
             node_agent.handle("MODIFIED", pod_event(ps, "Running", "k8-fails"))
     said = node_agent.core.annotations["k8-fails-ps-0"][resources.ANNOTATION_WIRING_ERROR]
     assert said == ("node k8-node: AgentError: the spine's bridge could not be made")
@@ -559,7 +561,7 @@ def test_a_failure_to_wire_is_recorded_on_the_pod_once_and_cleared_when_wiring_p
         "metadata": {"labels": {resources.LABEL_REPLICA: "ps-0"},
                      "annotations": node_agent.core.annotations["k8-fails-ps-0"]}}]) == {
         "ps-0": said}
-    monkeypatch.setattr(agent, "build_fabric", built)
+    monkeypatch.setattr(wiring, "build_fabric", built)
     node_agent.handle("MODIFIED", pod_event(ps, "Running", "k8-fails"))
     recorded = node_agent.core.annotations["k8-fails-ps-0"]
     assert recorded[resources.ANNOTATION_WIRING_ERROR] is None   # removed (merge patch)
@@ -572,7 +574,7 @@ def test_agent_loads_the_in_network_programs_the_operator_resolved_and_serves_ea
     """The same contract as `tailcut run`: the programs of the job's status.inNetwork
     on the racks of this node, each pod's port served as it is wired, released as it
     goes; a PARAMS from the PS reaches both workers of the other rack."""
-    from tailcut.k8s import policy
+    from tailcut.k8s.manifests import policy
     from tailcut.transports import mcast as wire_mcast
     from tailcut.transports import wire
     from tailcut.transports.hot import SO_NO_CHECK

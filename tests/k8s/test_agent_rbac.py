@@ -16,7 +16,7 @@ import yaml
 import pytest
 
 from tailcut import spec
-from tailcut.k8s import resources
+from tailcut.k8s.manifests import resources
 from tests.k8s import audit, fakepod, operator_proc
 from tests.k8s.conftest import RELEASE_NS
 

@@ -1,4 +1,4 @@
-"""The background load's manifests (tailcut.k8s.background), without an API server."""
+"""The background load's manifests (tailcut.k8s.manifests.background), without an API server."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from tailcut import spec
 from tailcut.errors import SpecError
-from tailcut.k8s import background, resources
+from tailcut.k8s.manifests import background, resources
 from tailcut.net import topology
 
 OWNER = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob", "name": "k8sbg-u",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tailcut import spec
-from tailcut.k8s import resources
+from tailcut.k8s.manifests import resources
 from tailcut.scheduling import flowreport
 from tests.k8s import fakepod
 from tests.k8s.test_agent import in_pod, make_agent, pod_event, prog_unloaded, tc_state

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailcut.k8s import devcluster
+from tailcut.k8s.node import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "tailcut"

@@ -1,6 +1,6 @@
 """The CRD is generated from the spec models; the checked-in copies must not drift."""
 
-from tailcut.k8s import crd
+from tailcut.k8s.manifests import crd
 
 
 def test_checked_in_crds_match_the_spec_models():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tailcut.k8s import images
+from tailcut.k8s.node import images
 
 REPO = Path(__file__).resolve().parents[2]
 # What each image runs: its entry point, and the modules its pods start with `-m`.
@@ -18,7 +18,7 @@ RUNS = {
     "worker": ["workers/entrypoint.py", "tailcut.background.pod", "tailcut.background.server",
                "tailcut.background.locustfile"],
     "operator": ["operator/handlers.py"],
-    "agent": ["tailcut.k8s.agent"],
+    "agent": ["tailcut.k8s.agent.__main__"],   # what `python -m tailcut.k8s.agent` runs
 }
 RUNS["worker-torch"] = RUNS["worker"]
 # distribution -> the top-level modules it provides (and those only it brings)

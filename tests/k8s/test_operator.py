@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailcut.k8s import crd, devcluster, resources
+from tailcut.k8s.manifests import crd, resources
+from tailcut.k8s.node import devcluster
 from tests.k8s import audit, operator_proc
 from tests.k8s.conftest import CHART, RELEASE_NS, helm, operator_kubeconfig
 

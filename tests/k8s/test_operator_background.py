@@ -12,7 +12,7 @@ import yaml
 
 from tailcut import spec
 from tailcut.background import launch
-from tailcut.k8s import background, resources
+from tailcut.k8s.manifests import background, resources
 from tailcut.net import topology
 from tailcut.spec import flowsizes
 from tests.k8s import operator_proc

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tailcut import spec
-from tailcut.k8s import policy, resources
+from tailcut.k8s.manifests import policy, resources
 from tailcut.scheduling import flowreport
 from tests.k8s import operator_proc
 from tests.k8s.conftest import REPO, operator_kubeconfig

@@ -1,7 +1,7 @@
 """Racks to nodes: which nodes count, the round robin, and the record in the job's status."""
 
 from tailcut import spec
-from tailcut.k8s import placement, resources, status
+from tailcut.k8s.manifests import placement, resources, status
 
 
 def node(name, ready="True", ip="10.240.0.2", **spec_fields):

@@ -8,7 +8,7 @@ import pytest
 
 from tailcut import plan, spec
 from tailcut.errors import SpecError
-from tailcut.k8s import policy
+from tailcut.k8s.manifests import policy
 from tailcut.scheduling import flowreport
 
 

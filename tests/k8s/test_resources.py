@@ -4,7 +4,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from tailcut import spec
-from tailcut.k8s import resources
+from tailcut.k8s.manifests import resources
 
 OWNER = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob", "name": "k8-demo",
          "uid": "1234", "controller": True, "blockOwnerDeletion": True}
@@ -116,7 +116,7 @@ def test_victims_fail_the_job_at_once_when_no_pod_is_left_to_be_the_cause():
 
 
 def test_a_pod_its_node_cannot_carry_fails_the_job_at_once_with_the_agents_words():
-    """Its agent will never wire it (tailcut.k8s.agent.NodeUnfit): not Pending until
+    """Its agent will never wire it (tailcut.k8s.agent.errors.NodeUnfit): not Pending until
     the pod gives up waiting for tc0."""
     unfit = pod("worker-1", "Running")
     unfit["metadata"]["annotations"] = {
@@ -152,7 +152,7 @@ def test_roles_other_than_ps_and_worker_keep_their_own_name():
 def test_config_map_carries_the_per_tensor_tags_of_a_cadentflow_job():
     import json
 
-    from tailcut.k8s import policy
+    from tailcut.k8s.manifests import policy
 
     cf = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
                          "metadata": {"name": "ks-demo"},
@@ -306,7 +306,7 @@ def test_an_allreduce_job_has_worker_pods_only_and_its_figures_come_from_worker_
 def test_every_pod_and_container_of_a_job_has_runtime_default_seccomp_and_requests():
     """Training pods, background pods and the background sidecars in training pods:
     what Pod Security's restricted level and a ResourceQuota on requests ask for."""
-    from tailcut.k8s import background
+    from tailcut.k8s.manifests import background
 
     bg_job = spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
                              "metadata": {"name": "k8-bg"}, "spec": {

@@ -1,6 +1,6 @@
 """Conditions follow the Kubernetes shape and keep their transition times."""
 
-from tailcut.k8s import status
+from tailcut.k8s.manifests import status
 
 
 def test_exactly_one_of_running_succeeded_failed_is_true():

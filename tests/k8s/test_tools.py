@@ -1,9 +1,9 @@
-"""tailcut.k8s.tools: the Kubernetes binaries are built the first time one is missing,
+"""tailcut.k8s.node.tools: the Kubernetes binaries are built the first time one is missing,
 and only then; a failed build names the script and what is still missing."""
 
 import pytest
 
-from tailcut.k8s import tools
+from tailcut.k8s.node import tools
 
 
 @pytest.fixture

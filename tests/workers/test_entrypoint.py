@@ -89,7 +89,7 @@ def cadentflow_job():
 def test_a_pod_takes_its_per_tensor_tags_from_the_config_maps_flows_json(tmp_path):
     import json
 
-    from tailcut.k8s import policy
+    from tailcut.k8s.manifests import policy
     from tailcut.scheduling import flowreport
     from tailcut.training import config
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Optional
 
 from tailcut import spec
 from tailcut.errors import SpecError, TailcutError
-from tailcut.k8s import crd, placement, policy, resources
+from tailcut.k8s.manifests import crd, placement, policy, resources
 from tailcut.net import topology
 from tailcut.spec.model import TrainingJob
 

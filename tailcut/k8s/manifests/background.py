@@ -1,7 +1,7 @@
 """What a TrainingJob's backgroundLoad becomes on Kubernetes: a config map, background
 server and Locust pods, and sidecars in training pods named as senders or receivers.
 
-Pure functions from a validated job to manifests, as tailcut.k8s.resources does for
+Pure functions from a validated job to manifests, as tailcut.k8s.manifests.resources does for
 the training pods. For `senders: [rack-1]`, `receivers: [ps-0, rack-0]` in job `demo`:
 
     ConfigMap demo-background   locust-config.json: servers (by address), rate, users,
@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from tailcut.background import launch
 from tailcut.background import plan as bgplan
-from tailcut.k8s import placement, resources
+from tailcut.k8s.manifests import placement, resources
 from tailcut.net import naming, topology
 from tailcut.spec.model import TrainingJob
 

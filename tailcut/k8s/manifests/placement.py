@@ -12,7 +12,7 @@ those addresses and accepts the VXLAN only from them (tailcut.net.overlay).
 
 Pure functions of the API's node objects (as dicts, camelCase), so they are tested
 without a cluster. No schedulable node (an API server without kubelets): no placement,
-and the pods keep the preferred rack affinity of tailcut.k8s.resources.
+and the pods keep the preferred rack affinity of tailcut.k8s.manifests.resources.
 """
 
 import hashlib
@@ -65,7 +65,7 @@ def place(job: TrainingJob, namespace: str, nodes: list[NodeAddress]) -> Placeme
 
 
 def to_status(placement: Placement) -> dict[str, dict[str, str]]:
-    """The TrainingJob's status.placement (tailcut.k8s.status.RackNode per rack)."""
+    """The TrainingJob's status.placement (tailcut.k8s.manifests.status.RackNode per rack)."""
     return {rack: {"node": n.name, "hostname": n.hostname, "ip": n.ip}
             for rack, n in placement.items()}
 

@@ -5,7 +5,7 @@ job's pods back to a status; the operator only sends them. For a job `demo` with
 PS and two workers in namespace `lab`:
 
     ConfigMap demo-spec      spec.yaml (the job, defaults filled in) and flows.json
-                             (per-tensor tags, tailcut.k8s.policy), for the roles
+                             (per-tensor tags, tailcut.k8s.manifests.policy), for the roles
     Service   demo           headless (clusterIP None); gives ps-0.demo.lab.svc (for
                              people: roles talk over the job's links, below)
     Pod       demo-ps-0      hostname ps-0, subdomain demo; role ps, rack rack-0
@@ -15,7 +15,7 @@ PS and two workers in namespace `lab`:
 Every object carries the labels below and an ownerReference to the TrainingJob
 (controller: true), so deleting the job deletes them all. The labels only find
 things: what counts as the job's is what the job controls (owned_pods). A backgroundLoad adds its
-own config map, pods and sidecars (tailcut.k8s.background).
+own config map, pods and sidecars (tailcut.k8s.manifests.background).
 """
 
 import json
@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from tailcut import plan
-from tailcut.k8s import crd, placement, policy
+from tailcut.k8s.manifests import crd, placement, policy
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits
 
@@ -96,7 +96,7 @@ def pod_name(job: TrainingJob, replica: str) -> str:
 
 def config_map(job: TrainingJob, owner: dict[str, Any]) -> dict[str, Any]:
     """What the job's pods read (mounted at SPEC_MOUNT). The node agents do not read
-    it: they build from the TrainingJob itself (tailcut.k8s.admission)."""
+    it: they build from the TrainingJob itself (tailcut.k8s.agent.admission)."""
     spec_yaml = yaml.safe_dump(job.model_dump(by_alias=True, mode="json"), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": spec_map_name(job), "labels": labels(job),
@@ -184,7 +184,7 @@ def pods(job: TrainingJob, owner: dict[str, Any], image: str,
                 "name": pod_name(job, replica),
                 "labels": labels(job, role, replica, racks[replica]),
                 # The node agent wires a pod because this TrainingJob controls it
-                # (tailcut.k8s.admission), and builds from the job, not from the pod.
+                # (tailcut.k8s.agent.admission), and builds from the job, not from the pod.
                 "ownerReferences": [owner]},
             "spec": {
                 "hostname": replica, "subdomain": job.name,
@@ -342,7 +342,7 @@ def queue_drops_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, Any]:
 
 def rack_scheduling(job: TrainingJob, rack: str,
                     where: Optional[placement.Placement] = None) -> dict[str, Any]:
-    """Where a pod of `rack` runs (training or background: tailcut.k8s.background):
+    """Where a pod of `rack` runs (training or background: tailcut.k8s.manifests.background):
     on its rack's node of the placement, which a rack's veths need; without one
     (no node known yet), pods of one rack prefer one node and racks prefer
     different nodes (preferred, so a one-node cluster still runs the job)."""

@@ -49,7 +49,7 @@ class ReplicaStatus(_Model):
 
 
 class BackgroundStatus(_Model):
-    """What the operator created for spec.backgroundLoad (tailcut.k8s.background).
+    """What the operator created for spec.backgroundLoad (tailcut.k8s.manifests.background).
     Nothing is required: pod events and the reconcile write their parts separately."""
 
     config_map: Optional[str] = None
@@ -84,7 +84,7 @@ class QueueDrops(_Model):
 
 
 class RackNode(_Model):
-    """The node a rack of the job was placed on (tailcut.k8s.placement)."""
+    """The node a rack of the job was placed on (tailcut.k8s.manifests.placement)."""
 
     node: str
     hostname: str = Field(description="its kubernetes.io/hostname label (the pods' nodeSelector)")

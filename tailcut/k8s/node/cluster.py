@@ -34,8 +34,7 @@ from typing import Callable, Optional, Sequence
 
 import yaml
 
-from tailcut.k8s import devcluster, tools
-from tailcut.k8s.node import configs, host, imagestore, ociimage
+from tailcut.k8s.node import configs, devcluster, host, imagestore, ociimage, tools
 from tailcut.k8s.node.layout import API_PORT, SERVICE_CIDR, Node
 from tailcut.k8s.node.procs import ClusterError, alive, spawn, stop, tail
 from tailcut.net import netns
@@ -48,7 +47,7 @@ Progress = Callable[[str], None]
 
 
 def k8s_binary(name: str, progress: Progress = print) -> Path:
-    """A Kubernetes binary, built with the others the first time (tailcut.k8s.tools)."""
+    """A Kubernetes binary, built with the others the first time (tailcut.k8s.node.tools)."""
     return tools.binary(name, progress)
 
 

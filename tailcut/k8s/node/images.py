@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from tailcut.errors import TailcutError
-from tailcut.k8s import devcluster
+from tailcut.k8s.node import devcluster
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REGISTRY = "ghcr.io/tailcut"
 TAG = "0.1.0"
 BASE_NAME = "localhost/tailcut/debian-base"

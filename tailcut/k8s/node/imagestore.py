@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tailcut.k8s import tools
-from tailcut.k8s.node import ociimage
+from tailcut.k8s.node import ociimage, tools
 from tailcut.k8s.node.layout import Node
 from tailcut.k8s.node.procs import ClusterError
 

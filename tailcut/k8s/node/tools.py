@@ -15,7 +15,7 @@ from typing import Callable
 
 from tailcut.errors import TailcutError
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "k8s-tools.sh"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "k8s-tools.sh"
 BUILD_TIMEOUT_S = 3600.0
 # What the script builds: the k8s tests' API server and helm, and a cluster node's daemons.
 ALL = ["kube-apiserver", "helm", "kubelet", "kube-controller-manager", "kube-scheduler",

@@ -1,0 +1,74 @@
+"""`python -m tailcut.k8s.agent`: the DaemonSet's entry point (operator/agent.Dockerfile).
+Reads its node from NODE_NAME, serves /metrics and /healthz, follows the node's pods
+until SIGTERM, then unwires them all."""
+
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from tailcut.errors import TailcutError
+from tailcut.k8s import metrics
+from tailcut.k8s.agent import admission, daemon
+
+log = logging.getLogger("tailcut.agent")
+
+
+def main() -> int:
+    import kubernetes
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    node = os.environ.get("NODE_NAME")
+    if not node:
+        print("tailcut agent: NODE_NAME is not set (the DaemonSet sets it from "
+              "spec.nodeName)", file=sys.stderr)
+        return 2
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    agent = daemon.Agent(kubernetes.client.CoreV1Api(), kubernetes.client.CustomObjectsApi(),
+                         node, os.environ.get("TAILCUT_SHAPE_HOST_NETWORK", "false") == "true")
+    signal.signal(signal.SIGTERM, _stop)   # the DaemonSet's pod is deleted or rolled
+    last_seen = [time.monotonic()]
+    # Healthy while the watch delivers: a list, events, or its bookmarks and reconnects
+    # at least every WATCH_S.
+    port = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))   # the chart sets it
+    if port:
+        metrics.serve(metrics.agent_registry, port,
+                      healthy=lambda: time.monotonic() - last_seen[0] < 3 * daemon.WATCH_S)
+    try:
+        while True:
+            last_seen[0] = time.monotonic()
+            try:
+                for event_type, pod in agent.events():
+                    last_seen[0] = time.monotonic()
+                    try:
+                        agent.handle(event_type, pod)
+                    except admission.Refused as err:   # it names the pod itself
+                        log.warning(str(err))
+                    except TailcutError as err:
+                        log.error(f"{pod.metadata.namespace}/{pod.metadata.name}: {err}")
+                    except Exception:   # noqa: BLE001 - one pod must not end the agent
+                        # (and with it every job's links on the node): log, go on.
+                        log.exception(f"{pod.metadata.namespace}/{pod.metadata.name}: "
+                                      "not wired")
+            except kubernetes.client.ApiException as err:
+                log.warning(f"watch ended: {err.status} {err.reason}; reconnecting")
+                time.sleep(2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # Leave no link, classifier or dropper of ours in pods the next agent may
+        # never see (the chart uninstalled); one that comes back wires them again.
+        agent.release_all()
+    return 0
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())
