@@ -1,4 +1,4 @@
-"""The local cluster tooling: a real single-node Kubernetes cluster on this host
+"""The local cluster tooling: a real Kubernetes cluster of one or more nodes on this host
 (`tailcut cluster up`, see cluster.py), the bare etcd + kube-apiserver on loopback of
 the tests and benchmarks (devcluster), the Kubernetes binaries they run (tools) and
 tailcut's images built without Docker (images). Nothing here is part of what runs in a
