@@ -20,13 +20,30 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from tailcut import plan, spec
-from tailcut.errors import NetError
-from tailcut.k8s import podresults
-from tailcut.k8s.manifests import policy, resources
-from tailcut.net import address, topology
-from tailcut.training import role
-from tailcut.training.config import RoleConfig
+
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    """The pod is being deleted, or stopped (its job failed: the operator lowered its
+    deadline). The role is the container's PID 1, for which the kernel ignores a signal
+    without a handler: without this the kubelet would wait out the grace period (30 s)
+    while the role carried on, and a replica would never see its primary go. End at
+    once, as a killed process does."""
+    print("entrypoint: SIGTERM (the pod is being deleted or stopped): exiting",
+          file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
+# Before the imports below, which take a second or more on a busy node: a job that
+# fails at once has its pods stopped while they start (met on the cluster: 30 s more
+# for pods stopped during their imports).
+signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+from tailcut import plan, spec  # noqa: E402  (after the handler, on purpose)
+from tailcut.errors import NetError  # noqa: E402
+from tailcut.k8s import podresults  # noqa: E402
+from tailcut.k8s.manifests import policy, resources  # noqa: E402
+from tailcut.net import address, topology  # noqa: E402
+from tailcut.training import role  # noqa: E402
+from tailcut.training.config import RoleConfig  # noqa: E402
 
 TRAINING_ROLES = ("ps", "worker", "aggregator", "replica")
 # The agent wires a pod once the kubelet reports it running: a second or two; the
@@ -71,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(TRAINING_ROLES)} (background pods run tailcut.background.pod)",
               file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     own_ip = topology.plan(job).pod(args.replica).ip
     try:
         ifname, _ = address.wait_for(ADDRESS_TIMEOUT_S, f"pod {args.replica}", ip=own_ip)
@@ -92,16 +108,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"entrypoint: results too large for the log; left out: "
                   f"{', '.join(left_out)}", file=sys.stderr)
         print(block, flush=True)
-
-
-def _exit_on_sigterm(signum: int, _frame: Any) -> None:
-    """The pod is being deleted. The role is the container's PID 1, for which the
-    kernel ignores a signal without a handler: without this the kubelet would wait out
-    the grace period (30 s) while the role carried on, and a replica would never see
-    its primary go. End at once, as a killed process does."""
-    print("entrypoint: SIGTERM (the pod is being deleted): exiting", file=sys.stderr,
-          flush=True)
-    os._exit(128 + signum)
 
 
 def _emit_and_report(event: dict[str, Any]) -> None:

@@ -183,4 +183,4 @@ def test_a_role_that_is_its_containers_pid_1_ends_at_once_on_sigterm(tmp_path):
         out, _ = proc.communicate(timeout=10)
     finally:
         proc.kill()
-    assert "SIGTERM (the pod is being deleted): exiting" in out, out[-2000:]
+    assert "SIGTERM (the pod is being deleted or stopped): exiting" in out, out[-2000:]
