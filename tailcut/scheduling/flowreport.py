@@ -99,22 +99,40 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
     # per (direction, iteration, sender -> receiver): first part sent, last received (ns)
     messages: dict[tuple[str, int, str], list[int]] = {}
     for path in sorted(results_dir.glob("flows-*.csv")):
-        with path.open() as f:
-            for row in csv.DictReader(f):
-                direction = "pull" if row["kind"] == "PARAMS" else "push"
-                fct[direction][row["layer"]].append(float(row["completion_s"]))
-                level[(direction, row["layer"])] = row["level"]
-                it, sent = int(row["iteration"]), int(row["sent_at_ns"])
-                done = int(row["received_at_ns"])
-                flow = (direction, it, f"{row['sender']}->{row['receiver']}")
-                span = messages.setdefault(flow, [sent, done])
-                span[0], span[1] = min(span[0], sent), max(span[1], done)
-                if direction == "pull":
-                    pull_start[it] = min(sent, pull_start.get(it, sent))
-                    marks[it][0] = max(marks[it][0], done)
+        with path.open(newline="") as f:
+            # csv.reader and the columns by index: a DictReader's dict per row was
+            # half of this loop's time (~14,000 rows for the quickstart)
+            rows = csv.reader(f)
+            col = {name: i for i, name in enumerate(next(rows, ()))}
+            k_kind, k_layer, k_level = col["kind"], col["layer"], col["level"]
+            k_it, k_sent, k_done = col["iteration"], col["sent_at_ns"], col["received_at_ns"]
+            k_fct, k_from, k_to = col["completion_s"], col["sender"], col["receiver"]
+            for row in rows:
+                direction = "pull" if row[k_kind] == "PARAMS" else "push"
+                layer = row[k_layer]
+                fct[direction][layer].append(float(row[k_fct]))
+                level[(direction, layer)] = row[k_level]
+                it, sent, done = int(row[k_it]), int(row[k_sent]), int(row[k_done])
+                flow = (direction, it, f"{row[k_from]}->{row[k_to]}")
+                span = messages.get(flow)
+                if span is None:
+                    messages[flow] = [sent, done]
                 else:
-                    marks[it][1] = min(marks[it][1], sent)
-                    marks[it][2] = max(marks[it][2], done)
+                    if sent < span[0]:
+                        span[0] = sent
+                    if done > span[1]:
+                        span[1] = done
+                mark = marks[it]
+                if direction == "pull":
+                    if sent < pull_start.get(it, sent + 1):
+                        pull_start[it] = sent
+                    if done > mark[0]:
+                        mark[0] = done
+                else:
+                    if sent < mark[1]:
+                        mark[1] = sent
+                    if done > mark[2]:
+                        mark[2] = done
     steps = sorted(pull_start)
     gaps = [(pull_start[b] - pull_start[a]) / 1e9 for a, b in zip(steps, steps[1:])
             if b == a + 1]
