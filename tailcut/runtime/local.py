@@ -23,7 +23,7 @@ from tailcut import features, plan
 from tailcut.errors import DatapathError, RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
-from tailcut import innetwork
+from tailcut import innetwork, transports
 from tailcut.datapath import bcc
 from tailcut.runtime import background, forked, overheads, procs, rolefork
 from tailcut.spec.model import TrainingJob
@@ -54,32 +54,33 @@ class RunResult:
 def run(job: TrainingJob, results_dir: Path,
         progress: Callable[[str], None] = print) -> RunResult:
     """Run `job` to completion and write its results under `results_dir`."""
-    removal = _Removal()
+    last_steps = _LastSteps()
     # SIGTERM still tears down while the namespaces go during the report
     with procs.terminate_as_exit():
         try:
-            return _run(job, results_dir, progress, removal)
+            return _run(job, results_dir, progress, last_steps)
         finally:
-            removal.wait()
+            last_steps.wait()
 
 
-class _Removal:
-    """The job's namespaces removed (Network.destroy) in a thread of their own while
-    the report is made: the removal is mostly the kernel's waiting (~0.1 s of wall
-    time, ~0.01 s of CPU), the report mostly CPU. `wait` joins it and raises what it
+class _LastSteps:
+    """A run's last teardown steps (its counters read, datapath detached, namespaces
+    removed) in a thread of their own while the report is made: they are mostly
+    netlink requests and the kernel's waiting (~0.4 s of wall time, half of it CPU),
+    the report mostly CPU in its own processes. `wait` joins it and raises what it
     raised."""
 
     def __init__(self) -> None:
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
 
-    def start(self, destroy: Callable[[], None]) -> None:
-        def remove() -> None:
+    def start(self, steps: Callable[[], None]) -> None:
+        def run_steps() -> None:
             try:
-                destroy()
+                steps()
             except BaseException as err:   # noqa: BLE001 - raised again by wait()
                 self._error = err
-        self._thread = threading.Thread(target=remove, name="network-removal")
+        self._thread = threading.Thread(target=run_steps, name="teardown")
         self._thread.start()
 
     def wait(self) -> None:
@@ -92,7 +93,7 @@ class _Removal:
 
 
 def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
-         removal: _Removal) -> RunResult:
+         last_steps: _LastSteps) -> RunResult:
     phases = overheads.Phases()
     phases.add("startup", overheads.process_age_s())
     setup_started = time.monotonic()
@@ -126,8 +127,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         # Teardown in reverse order of setup; each step runs even if one after it
         # (registered later) failed, and the namespaces always go last.
         with contextlib.ExitStack() as teardown:
-            # The namespaces go last, while the report is made (run() waits for them)
-            teardown.callback(removal.start, network.destroy)
+            teardown.callback(network.destroy)
             _write_json(results_dir / "network.json", {"applied": network.applied})
             scheduled = _enforce(job, topo, progress)
             if scheduled is not None:  # before the namespaces go: counts, then detach
@@ -143,12 +143,14 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                                       feature.summary)
                     progress(feature.describe())
 
-            def stop_roles() -> None:
+            def stop_roles() -> None:   # once stopped, again does nothing
+                nonlocal bg
                 for proc in running:
                     procs.stop(proc)
                 if bg is not None:  # the background ends with the job, whatever ended it
                     progress(background.describe(bg.stop()))
-                _record_network(network, results_dir)
+                    bg = None
+            teardown.callback(_record_network, network, results_dir)
             teardown.callback(stop_roles)
             bg = background.start(job, topo, results_dir, progress)
             launched = time.monotonic()
@@ -184,6 +186,10 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             # (a process with threads left, e.g. the background load's, draws them
             # itself when it asks for the result).
             figures = _start_figures(job, results_dir)
+            stop_roles()   # here, so that what it prints comes before the report
+            # The rest (counters read, datapath detached, namespaces removed) while
+            # the report is made; run() waits for it
+            last_steps.start(teardown.pop_all().close)
         phases.add("bpf_compile", bcc.compile_seconds() - compiled_before)
     report_started = time.monotonic()
     phases.add("teardown", report_started - teardown_started)
@@ -225,7 +231,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                  "loss.png not drawn")
     report_done = time.monotonic()
     phases.add("report", report_done - report_started)
-    removal.wait()   # what of the namespaces' removal the report did not hide
+    last_steps.wait()   # what of the teardown the report did not hide
     phases.add("teardown", time.monotonic() - report_done)
     summary = phases.summary()
     _write_json(results_dir / "metrics.json", {**metrics, "overhead_s": summary})
@@ -240,6 +246,8 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
     process when it can (rolefork: no imports to wait for), else new interpreters."""
     env = {**os.environ, **rolefork.BLAS_THREADS, "PYTHONUNBUFFERED": "1"}
     fork = rolefork.enabled() and procs.single_threaded()
+    if fork and job.spec.transport.type in transports.names():
+        transports.load(job.spec.transport.type)   # imported once here, not in each role
     roles: dict[str, procs.Process] = {}
     for pod in topo.pods:
         if pod.role in topology.BACKGROUND_ROLES:
