@@ -140,14 +140,18 @@ def _run(args: argparse.Namespace) -> int:
     blas_first = "numpy" not in sys.modules
     os.environ.update({v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                         "MKL_NUM_THREADS")})
-    from tailcut.runtime import local, rolefork
+    from tailcut.runtime import rolefork   # the roles' modules (numpy, training)
     rolefork.enable(numpy_loaded_after=blas_first)
     job = _load(args.job)
+    # The roles' processes, forked before the runner's own imports (pyroute2, the
+    # network and the datapath): they load their datasets on the other core meanwhile.
+    ahead = rolefork.ahead_of(job)
+    from tailcut.runtime import local
     if not gc.isenabled():   # main turned it off for the imports: they are in
         gc.freeze()   # and stay as long as the process: never scanned again
         gc.enable()
     out = args.results_dir or Path("results") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    result = local.run(job, out, progress=lambda line: print(line, flush=True))
+    result = local.run(job, out, progress=lambda line: print(line, flush=True), ahead=ahead)
     target = job.spec.training.target_accuracy
     tcp = ("" if result.tcp_retrans_segs is None else
            f"; TCP: {result.tcp_retrans_segs} segments retransmitted, "

@@ -323,9 +323,25 @@ def _entry(name: str) -> Entry:
                          f"{', '.join(TORCH_MODELS)}, {TORCH_PREFIX}<module>") from None
 
 
+_loaded_ahead: dict[tuple[str, int], data.Dataset] = {}
+
+
+def load_ahead(name: str, seed: int) -> None:
+    """Load ``dataset(name, seed)`` now, for this process's next call of it to take,
+    and import the model's modules (a model built and dropped): a role forked before
+    its network was built does so meanwhile (tailcut.runtime.rolefork.ahead). Later
+    calls load their own copy, as before."""
+    if not is_torch(name):   # made with its model, by the role
+        loaded = _loaded_ahead[(name, seed)] = dataset(name, seed)
+        create(name, loaded)
+
+
 def dataset(name: str, seed: int) -> data.Dataset:
     """The (generated, deterministic) dataset model ``name`` trains on; from the disk
     cache (tailcut.ml.cache) when an earlier role or run generated it already."""
+    ahead = _loaded_ahead.pop((name, seed), None)
+    if ahead is not None:
+        return ahead
     from tailcut.ml import cache
     entry = _entry(name)
     if is_torch(name):   # built with its model, which it names (_torch_made): not cached

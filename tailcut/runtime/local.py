@@ -52,14 +52,20 @@ class RunResult:
 
 
 def run(job: TrainingJob, results_dir: Path,
-        progress: Callable[[str], None] = print) -> RunResult:
-    """Run `job` to completion and write its results under `results_dir`."""
+        progress: Callable[[str], None] = print,
+        ahead: Optional[dict[str, rolefork.PendingRole]] = None) -> RunResult:
+    """Run `job` to completion and write its results under `results_dir`. `ahead`:
+    its roles' processes, forked already (rolefork.ahead_of); by default forked here,
+    before the network is built."""
     last_steps = _LastSteps()
-    # SIGTERM still tears down while the namespaces go during the report
+    pending = rolefork.ahead_of(job) if ahead is None else ahead
+    # SIGTERM still tears down while the last steps run during the report
     with procs.terminate_as_exit():
         try:
-            return _run(job, results_dir, progress, last_steps)
+            return _run(job, results_dir, progress, last_steps, pending)
         finally:
+            for role in pending.values():   # the run failed before it started them
+                role.abandon()
             last_steps.wait()
 
 
@@ -93,7 +99,7 @@ class _LastSteps:
 
 
 def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
-         last_steps: _LastSteps) -> RunResult:
+         last_steps: _LastSteps, pending: dict[str, rolefork.PendingRole]) -> RunResult:
     phases = overheads.Phases()
     phases.add("startup", overheads.process_age_s())
     setup_started = time.monotonic()
@@ -155,7 +161,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             bg = background.start(job, topo, results_dir, progress)
             launched = time.monotonic()
             phases.add("datapath", launched - datapath_started)
-            started = _launch(job, topo, results_dir, running, tor)
+            started = _launch(job, topo, results_dir, running, tor, pending)
             report_imports = threading.Thread(target=_import_report, args=(job,),
                                               daemon=True)
             readers: list[threading.Thread] = []
@@ -240,10 +246,12 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
 
 
 def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
-            running: list[procs.Process], tor: innetwork.Sections) -> dict[str, procs.Process]:
+            running: list[procs.Process], tor: innetwork.Sections,
+            pending: dict[str, rolefork.PendingRole]) -> dict[str, procs.Process]:
     """Start every role in its pod; return them by pod name. The PS shard 0 and the
-    replica write JSON events on stdout (piped); the others only log. Forks of this
-    process when it can (rolefork: no imports to wait for), else new interpreters."""
+    replica write JSON events on stdout (piped); the others only log. The processes
+    forked ahead (`pending`) when there are, else forks of this process when it can
+    (rolefork: no imports to wait for), else new interpreters."""
     env = {**os.environ, **rolefork.BLAS_THREADS, "PYTHONUNBUFFERED": "1"}
     fork = rolefork.enabled() and procs.single_threaded()
     if fork and job.spec.transport.type in transports.names():
@@ -258,7 +266,9 @@ def _launch(job: TrainingJob, topo: Topology, results_dir: Path,
                          tor=tor).to_json(config_path)
         piped = pod.name in (plan.leader(job), "replica-0")
         proc: procs.Process
-        if fork:
+        if pod.name in pending:
+            proc = pending.pop(pod.name).start(str(config_path), piped, str(log_path))
+        elif fork:
             proc = rolefork.start(pod.netns, str(config_path), piped, str(log_path))
         else:
             argv = [sys.executable, "-m", "tailcut.training.role", str(config_path)]

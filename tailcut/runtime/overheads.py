@@ -4,7 +4,8 @@ A run's wall time is its JCT plus what tailcut spends around it. The phases, in 
 
     startup         the interpreter and tailcut's imports, up to local.run(); the
                     roles' modules among them, once: roles are forks of the runner
-                    (tailcut.runtime.rolefork)
+                    (tailcut.runtime.rolefork), forked ahead of the runner's own
+                    imports and the network, to load their datasets meanwhile
     network_build   namespaces, links, addresses, qdiscs (and eBPF droppers) of the job
     datapath        programs the runner loads after the network (CadentFlow classifier,
                     ToR store, ToR aggregation) and the background load's start

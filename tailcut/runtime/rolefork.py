@@ -17,23 +17,34 @@ two cores made a bounded-loss quickstart run 4x longer on 4x the CPU (a bench ca
 local.run). And only a single-threaded one (procs.single_threaded): a lock another
 thread held would stay locked in the child. Other runners' roles start as new
 interpreters, as before.
+
+`ahead_of` forks a job's roles before the runner has imported the rest of what it
+needs (pyroute2, the network, the datapath) and built the network: each loads its
+dataset and imports its model on the core the runner leaves idle meanwhile, then
+waits; the local runtime starts it (PendingRole.start) in its pod once built.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import gc
 import io
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
-from typing import IO, Optional
+from typing import IO, Callable, Optional
 
-from tailcut.net import netns
+from tailcut import transports
+from tailcut.ml import models
+from tailcut.net import netns, topology
+from tailcut.runtime import procs
+from tailcut.spec.model import TrainingJob
 from tailcut.training import role   # here, once: every child has it without an import
 
 PR_SET_PDEATHSIG = 1
@@ -126,30 +137,148 @@ def start(namespace: str, config_path: str, piped: bool, log_path: str) -> Forke
 def _child(ns_fd: int, out_fd: int, err_fd: int, config_path: str) -> None:
     status = 1
     try:
-        # The runner's objects stay as they are, untouched: never collected here, so
-        # no finaliser closes a descriptor number a role's socket has reused since.
-        gc.freeze()
-        faulthandler.disable()   # if enabled, on a descriptor closed below
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _detach()
         netns.setns_fd(ns_fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        for fd, target in ((null, 0), (out_fd, 1), (err_fd, 2)):
-            os.dup2(fd, target)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        # Python's streams anew on the new descriptors, unbuffered as PYTHONUNBUFFERED
-        # makes them: the runner reads events as they are written.
-        sys.stdin = open(0, closefd=False)
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
-                                      line_buffering=True, write_through=True)
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                      errors="backslashreplace", line_buffering=True,
-                                      write_through=True)
-        os.environ.update(BLAS_THREADS)
-        sys.argv = [role.__file__, config_path]
-        status = role.main([config_path])
+        status = _run_role(out_fd, err_fd, config_path)
+    except SystemExit as err:
+        status = err.code if isinstance(err.code, int) else 1
+    except BaseException:   # noqa: BLE001 - the child must never return to the runner
+        try:
+            traceback.print_exc()
+        finally:
+            status = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+
+
+def _detach() -> None:
+    """What a child of the runner does first: its own signals, death with the runner."""
+    # The runner's objects stay as they are, untouched: never collected here, so
+    # no finaliser closes a descriptor number a role's socket has reused since.
+    gc.freeze()
+    gc.enable()   # off in a runner still importing (tailcut.cli), as it forks ahead_of
+    faulthandler.disable()   # if enabled, on a descriptor closed below
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _run_role(out_fd: int, err_fd: int, config_path: str) -> int:
+    """The role on stdout `out_fd` and stderr `err_fd`, no other descriptor."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    for fd, target in ((null, 0), (out_fd, 1), (err_fd, 2)):
+        os.dup2(fd, target)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    # Python's streams anew on the new descriptors, unbuffered as PYTHONUNBUFFERED
+    # makes them: the runner reads events as they are written.
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                  line_buffering=True, write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True,
+                                  write_through=True)
+    os.environ.update(BLAS_THREADS)
+    sys.argv = [role.__file__, config_path]
+    return role.main([config_path])
+
+
+class PendingRole:
+    """A role's process forked before its pod's network exists (`ahead`): it does
+    `ahead` (loads its dataset, say) on the core the runner leaves idle while it
+    builds the network, then waits; `start` gives it its namespace, config file and
+    streams, `abandon` ends it unstarted."""
+
+    def __init__(self, pid: int, sock: socket.socket, namespace: str) -> None:
+        self.pid = pid
+        self.namespace = namespace
+        self._sock: Optional[socket.socket] = sock
+
+    def start(self, config_path: str, piped: bool, log_path: str) -> ForkedRole:
+        """Run the role (see `start` of this module): from now on a ForkedRole."""
+        assert self._sock is not None, "started or abandoned already"
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        read_fd, write_fd = os.pipe() if piped else (-1, -1)
+        try:
+            socket.send_fds(self._sock, [config_path.encode()],
+                            [log_fd, write_fd] if piped else [log_fd])
+        finally:
+            for fd in (log_fd, write_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self._sock.close()
+            self._sock = None
+        return ForkedRole(self.pid, os.fdopen(read_fd, "rb") if piped else None)
+
+    def abandon(self) -> None:
+        """End it, if not started: it exits when its socket closes; reaped here."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+            os.waitpid(self.pid, 0)
+
+
+def ahead_of(job: TrainingJob) -> dict[str, PendingRole]:
+    """Every role of `job`, forked now (if this process may fork its roles, see
+    `enable`) to wait for its network: each loads its dataset meanwhile, on a core
+    the runner leaves idle while it imports the rest and builds the network. By pod
+    name; the local runtime starts them."""
+    if not (enabled() and procs.single_threaded()):
+        return {}
+    if job.spec.transport.type in transports.names():
+        transports.load(job.spec.transport.type)   # imported once here, not in each role
+    # Once here what every role would import for itself: numpy's random generators
+    # (~20 ms) and the codec that socket.create_connection encodes a host with
+    import numpy.random  # noqa: F401
+    "".encode("idna")
+    t = job.spec.training
+    prepare = functools.partial(models.load_ahead, t.model_ref, t.seed)
+    return {pod.name: ahead(pod.netns, prepare) for pod in topology.plan(job).pods
+            if pod.role not in topology.BACKGROUND_ROLES}
+
+
+def ahead(namespace: str, prepare: Callable[[], None]) -> PendingRole:
+    """Fork a role for pod `namespace` (which need not exist yet) that runs `prepare`
+    now and the role once started (PendingRole.start). What `prepare` raises is
+    ignored: the role then does that work itself."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sys.stdout.flush()   # or the child's copy of a buffer is printed twice
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            _pending_child(theirs, namespace, prepare)   # no return
+    finally:
+        theirs.close()
+    return PendingRole(pid, ours, namespace)
+
+
+def _pending_child(sock: socket.socket, namespace: str, prepare: Callable[[], None]) -> None:
+    status = 1
+    try:
+        _detach()
+        keep = sock.fileno()   # and stdin, stdout, stderr: the runner's, until started
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        try:
+            prepare()
+        except Exception:   # noqa: BLE001 - the role does it again, and says what failed
+            pass
+        message, fds, _, _ = socket.recv_fds(sock, 4096, 2)
+        if not message:   # abandoned: the runner closed its end
+            status = 0
+            return
+        sock.close()
+        ns_fd = netns.enter_fd(namespace)
+        netns.setns_fd(ns_fd)
+        os.close(ns_fd)
+        log_fd = fds[0]
+        status = _run_role(fds[1] if len(fds) > 1 else log_fd, log_fd, message.decode())
     except SystemExit as err:
         status = err.code if isinstance(err.code, int) else 1
     except BaseException:   # noqa: BLE001 - the child must never return to the runner

@@ -84,3 +84,48 @@ def test_only_a_runner_that_limited_blas_before_numpy_forks_its_roles(monkeypatc
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     rolefork.enable(numpy_loaded_after=True)
     assert not rolefork.enabled()
+
+
+# A role forked ahead of its namespace: `prepare` runs at once, the role once started.
+AHEAD_SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    from tailcut.net import netns
+    from tailcut.runtime import rolefork
+    ns, config, log, marker = sys.argv[1:]
+    role = rolefork.ahead(ns, lambda: open(marker, "w").write(str(os.getpid())))
+    gone = rolefork.ahead(ns, lambda: None)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(marker) or not open(marker).read():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    waiting_fds = sorted(int(fd) for fd in os.listdir(f"/proc/{role.pid}/fd"))
+    gone.abandon()   # ends unstarted, reaped
+    netns.create(ns)   # its network exists only now
+    try:
+        started = role.start(config, piped=True, log_path=log)
+        event = json.loads(started.stdout.readline())
+        print(json.dumps({"prepared_by": int(open(marker).read()), "pid": role.pid,
+                          "waiting_fds": waiting_fds, "event": event,
+                          "code": started.wait(timeout=30)}))
+    finally:
+        netns.remove(ns)
+""")
+
+
+@pytest.mark.netns
+def test_a_role_forked_ahead_prepares_before_its_namespace_exists_then_runs_in_it(tmp_path):
+    config = tmp_path / "worker-0.json"
+    config.write_text("not json")
+    env = {**os.environ, **rolefork.BLAS_THREADS}
+    out = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT,
+                          f"tailcut-rolefork-ahead-{os.getpid()}", str(config),
+                          str(tmp_path / "worker-0.log"), str(tmp_path / "prepared")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["prepared_by"] == seen["pid"]   # in the role's own process
+    # stdin, stdout, stderr and its socket to the runner: no other role's, no netlink
+    assert seen["waiting_fds"][:3] == [0, 1, 2] and len(seen["waiting_fds"]) == 4
+    assert seen["event"]["event"] == "error" and str(config) in seen["event"]["message"]
+    assert seen["code"] == 2   # exits.USAGE: its config is not JSON
+    assert str(config) in (tmp_path / "worker-0.log").read_text()
