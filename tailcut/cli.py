@@ -145,7 +145,8 @@ def _run(args: argparse.Namespace) -> int:
     job = _load(args.job)
     # The roles' processes, forked before the runner's own imports (pyroute2, the
     # network and the datapath): they load their datasets on the other core meanwhile.
-    ahead = rolefork.ahead_of(job)
+    # (Other jobs' roles are forked by local.run, after those imports.)
+    ahead = rolefork.ahead_of(job) if rolefork.needs_no_more_imports(job) else None
     from tailcut.runtime import local
     if not gc.isenabled():   # main turned it off for the imports: they are in
         gc.freeze()   # and stay as long as the process: never scanned again

@@ -241,6 +241,13 @@ def ahead_of(job: TrainingJob) -> dict[str, PendingRole]:
             if pod.role not in topology.BACKGROUND_ROLES}
 
 
+def needs_no_more_imports(job: TrainingJob) -> bool:
+    """Whether `job`'s roles need only the modules imported with this one (and so may
+    be forked before the runner imports the rest): a TCP job's without CadentFlow's
+    tags, whose DSCP classifier imports pyroute2, as the datagram transports do."""
+    return job.spec.transport.type == "tcp" and job.spec.scheduling.policy != "cadentflow"
+
+
 def ahead(namespace: str, prepare: Callable[[], None]) -> PendingRole:
     """Fork a role for pod `namespace` (which need not exist yet) that runs `prepare`
     now and the role once started (PendingRole.start). What `prepare` raises is

@@ -129,3 +129,15 @@ def test_a_role_forked_ahead_prepares_before_its_namespace_exists_then_runs_in_i
     assert seen["event"]["event"] == "error" and str(config) in seen["event"]["message"]
     assert seen["code"] == 2   # exits.USAGE: its config is not JSON
     assert str(config) in (tmp_path / "worker-0.log").read_text()
+
+
+@pytest.mark.parametrize("example, early", [("quickstart", True), ("cadentflow", False),
+                                            ("bounded-loss", False)])
+def test_only_a_tcp_job_without_cadentflow_tags_is_forked_before_the_runners_imports(
+        example, early):
+    """The roles of the others import pyroute2 (the DSCP classifier, a datagram
+    link's rate), which the runner imports after forking such roles ahead."""
+    from pathlib import Path
+    from tailcut import spec
+    job = spec.load_file(Path(__file__).parents[2] / "examples" / f"{example}.yaml")
+    assert rolefork.needs_no_more_imports(job) is early
