@@ -206,6 +206,8 @@ class PendingRole:
         try:
             socket.send_fds(self._sock, [config_path.encode()],
                             [log_fd, write_fd] if piped else [log_fd])
+        except BrokenPipeError:
+            pass   # it died waiting: the runtime finds its exit status (poll) and says so
         finally:
             for fd in (log_fd, write_fd):
                 if fd >= 0:
@@ -269,6 +271,8 @@ def _pending_child(sock: socket.socket, namespace: str, prepare: Callable[[], No
     status = 1
     try:
         _detach()
+        # Until started, a ^C at the terminal is the runner's to handle (it abandons us)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         keep = sock.fileno()   # and stdin, stdout, stderr: the runner's, until started
         os.closerange(3, keep)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
@@ -281,6 +285,7 @@ def _pending_child(sock: socket.socket, namespace: str, prepare: Callable[[], No
             status = 0
             return
         sock.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         ns_fd = netns.enter_fd(namespace)
         netns.setns_fd(ns_fd)
         os.close(ns_fd)
