@@ -57,49 +57,16 @@ def run(job: TrainingJob, results_dir: Path,
     """Run `job` to completion and write its results under `results_dir`. `ahead`:
     its roles' processes, forked already (rolefork.ahead_of); by default forked here,
     before the network is built."""
-    last_steps = _LastSteps()
     pending = rolefork.ahead_of(job) if ahead is None else ahead
-    # SIGTERM still tears down while the last steps run during the report
-    with procs.terminate_as_exit():
-        try:
-            return _run(job, results_dir, progress, last_steps, pending)
-        finally:
-            for role in pending.values():   # the run failed before it started them
-                role.abandon()
-            last_steps.wait()
-
-
-class _LastSteps:
-    """A run's last teardown steps (its counters read, datapath detached, namespaces
-    removed) in a thread of their own while the report is made: they are mostly
-    netlink requests and the kernel's waiting (~0.4 s of wall time, half of it CPU),
-    the report mostly CPU in its own processes. `wait` joins it and raises what it
-    raised."""
-
-    def __init__(self) -> None:
-        self._thread: Optional[threading.Thread] = None
-        self._error: Optional[BaseException] = None
-
-    def start(self, steps: Callable[[], None]) -> None:
-        def run_steps() -> None:
-            try:
-                steps()
-            except BaseException as err:   # noqa: BLE001 - raised again by wait()
-                self._error = err
-        self._thread = threading.Thread(target=run_steps, name="teardown")
-        self._thread.start()
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
+    try:
+        return _run(job, results_dir, progress, pending)
+    finally:
+        for role in pending.values():   # the run failed before it started them
+            role.abandon()
 
 
 def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
-         last_steps: _LastSteps, pending: dict[str, rolefork.PendingRole]) -> RunResult:
+         pending: dict[str, rolefork.PendingRole]) -> RunResult:
     phases = overheads.Phases()
     phases.add("startup", overheads.process_age_s())
     setup_started = time.monotonic()
@@ -149,14 +116,12 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                                       feature.summary)
                     progress(feature.describe())
 
-            def stop_roles() -> None:   # once stopped, again does nothing
-                nonlocal bg
+            def stop_roles() -> None:
                 for proc in running:
                     procs.stop(proc)
                 if bg is not None:  # the background ends with the job, whatever ended it
                     progress(background.describe(bg.stop()))
-                    bg = None
-            teardown.callback(_record_network, network, results_dir)
+                _record_network(network, results_dir)
             teardown.callback(stop_roles)
             bg = background.start(job, topo, results_dir, progress)
             launched = time.monotonic()
@@ -192,10 +157,6 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             # (a process with threads left, e.g. the background load's, draws them
             # itself when it asks for the result).
             figures = _start_figures(job, results_dir)
-            stop_roles()   # here, so that what it prints comes before the report
-            # The rest (counters read, datapath detached, namespaces removed) while
-            # the report is made; run() waits for it
-            last_steps.start(teardown.pop_all().close)
         phases.add("bpf_compile", bcc.compile_seconds() - compiled_before)
     report_started = time.monotonic()
     phases.add("teardown", report_started - teardown_started)
@@ -235,10 +196,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
     if result.epochs == 0:
         progress("no epoch completed (spec.training.iterations is below one epoch): "
                  "loss.png not drawn")
-    report_done = time.monotonic()
-    phases.add("report", report_done - report_started)
-    last_steps.wait()   # what of the teardown the report did not hide
-    phases.add("teardown", time.monotonic() - report_done)
+    phases.add("report", time.monotonic() - report_started)
     summary = phases.summary()
     _write_json(results_dir / "metrics.json", {**metrics, "overhead_s": summary})
     progress(overheads.describe(summary))

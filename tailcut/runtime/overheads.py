@@ -15,8 +15,6 @@ A run's wall time is its JCT plus what tailcut spends around it. The phases, in 
     training        the JCT the PS measured
     role_exit       the roles ending after the PS reported done
     teardown        roles stopped, counters read, datapath detached, namespaces removed
-                    (all but the first in a thread while the report is made: what
-                    of them outlasted the report)
     report          tcp counters, flows, metrics.json, dissection and loss plots (their
                     imports ran in a thread during training; what of them was left)
 

@@ -99,13 +99,22 @@ AHEAD_SCRIPT = textwrap.dedent("""
         assert time.monotonic() < deadline
         time.sleep(0.01)
     waiting_fds = sorted(int(fd) for fd in os.listdir(f"/proc/{role.pid}/fd"))
+    nice = lambda: int(open(f"/proc/{role.pid}/stat").read().rsplit(")", 1)[1].split()[16])
+    waiting_nice = nice()
     gone.abandon()   # ends unstarted, reaped
     netns.create(ns)   # its network exists only now
     try:
         started = role.start(config, piped=True, log_path=log)
+        while os.stat(f"/proc/{role.pid}/ns/net").st_ino != os.stat(f"/run/netns/{ns}").st_ino:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        running_nice = nice()   # it blocks opening its config, a FIFO
+        with open(config, "w") as fifo:
+            fifo.write("not json")
         event = json.loads(started.stdout.readline())
         print(json.dumps({"prepared_by": int(open(marker).read()), "pid": role.pid,
                           "waiting_fds": waiting_fds, "event": event,
+                          "nice": [waiting_nice, running_nice],
                           "code": started.wait(timeout=30)}))
     finally:
         netns.remove(ns)
@@ -115,7 +124,7 @@ AHEAD_SCRIPT = textwrap.dedent("""
 @pytest.mark.netns
 def test_a_role_forked_ahead_prepares_before_its_namespace_exists_then_runs_in_it(tmp_path):
     config = tmp_path / "worker-0.json"
-    config.write_text("not json")
+    os.mkfifo(config)
     env = {**os.environ, **rolefork.BLAS_THREADS}
     out = subprocess.run([sys.executable, "-c", AHEAD_SCRIPT,
                           f"tailcut-rolefork-ahead-{os.getpid()}", str(config),
@@ -126,6 +135,7 @@ def test_a_role_forked_ahead_prepares_before_its_namespace_exists_then_runs_in_i
     assert seen["prepared_by"] == seen["pid"]   # in the role's own process
     # stdin, stdout, stderr and its socket to the runner: no other role's, no netlink
     assert seen["waiting_fds"][:3] == [0, 1, 2] and len(seen["waiting_fds"]) == 4
+    assert seen["nice"] == [19, os.getpriority(os.PRIO_PROCESS, 0)]   # low until started
     assert seen["event"]["event"] == "error" and str(config) in seen["event"]["message"]
     assert seen["code"] == 2   # exits.USAGE: its config is not JSON
     assert str(config) in (tmp_path / "worker-0.log").read_text()
