@@ -201,6 +201,11 @@ class PendingRole:
     def start(self, config_path: str, piped: bool, log_path: str) -> ForkedRole:
         """Run the role (see `start` of this module): from now on a ForkedRole."""
         assert self._sock is not None, "started or abandoned already"
+        if os.geteuid() == 0:   # this process's priority again, even mid-prepare
+            try:
+                os.setpriority(os.PRIO_PROCESS, self.pid, os.getpriority(os.PRIO_PROCESS, 0))
+            except ProcessLookupError:
+                pass   # it died waiting: see below
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         read_fd, write_fd = os.pipe() if piped else (-1, -1)
         try:
@@ -278,18 +283,14 @@ def _pending_child(sock: socket.socket, namespace: str, prepare: Callable[[], No
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
         # At nice 19 meanwhile, so as to take only the core the runner leaves idle: at
         # the same priority, five of these slowed the runner's own imports, the path
-        # to the first iteration. Only a process that may raise its priority again.
-        niceness = os.getpriority(os.PRIO_PROCESS, 0)
-        lowered = os.geteuid() == 0
-        if lowered:
+        # to the first iteration. The runner (root) raises it again as it starts us.
+        if os.geteuid() == 0:
             os.setpriority(os.PRIO_PROCESS, 0, 19)
         try:
             prepare()
         except Exception:   # noqa: BLE001 - the role does it again, and says what failed
             pass
         message, fds, _, _ = socket.recv_fds(sock, 4096, 2)
-        if lowered:
-            os.setpriority(os.PRIO_PROCESS, 0, niceness)
         if not message:   # abandoned: the runner closed its end
             status = 0
             return
