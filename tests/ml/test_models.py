@@ -50,3 +50,14 @@ def test_every_model_tiles_its_flat_vector_and_states_its_settings(name: str) ->
     assert entry.data and 0 < entry.target_accuracy < 1 and entry.learning_rate > 0
     # The target is not met by the initial parameters.
     assert model.evaluate(params, ds.x_test, ds.y_test)[1] < entry.target_accuracy
+
+
+def test_a_dataset_loaded_ahead_is_taken_by_the_next_call_only() -> None:
+    """A role forked ahead (tailcut.runtime.rolefork) loads its dataset while the
+    network is built; the role's own call takes that copy, any later call its own."""
+    models.load_ahead("mlp", 0)
+    ahead = models._loaded_ahead[("mlp", 0)]
+    first, second = models.dataset("mlp", 0), models.dataset("mlp", 0)
+    assert first is ahead and second is not ahead
+    assert np.array_equal(second.x_train, ahead.x_train)
+    assert ("mlp", 0) not in models._loaded_ahead
