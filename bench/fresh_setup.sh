@@ -15,7 +15,8 @@ set -euo pipefail
 repo=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 base=/var/tmp/fresh-base R=/var/tmp/fresh-run
 [ -d $base ] || mmdebstrap --variant=minbase --include=ca-certificates,git bookworm $base
-cleanup() { umount -R $R/sys $R/dev 2>/dev/null || umount -l $R/sys $R/dev 2>/dev/null; umount $R/proc 2>/dev/null || true; }
+# (/run/netns: the run makes it a shared mount of itself, as iproute2 does)
+cleanup() { umount -R $R/sys $R/dev 2>/dev/null || umount -l $R/sys $R/dev 2>/dev/null; umount $R/proc $R/run/netns 2>/dev/null || true; }
 trap cleanup EXIT
 rm -rf $R; cp -a $base $R
 cp /etc/resolv.conf $R/etc/resolv.conf
