@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tailcut.k8s.agent import podns
 from tailcut.k8s.manifests import resources
 from tailcut.k8s.node import images
 from tailcut.net import netns, overlay
@@ -174,15 +173,46 @@ def user_pod(name: str, labels: dict, script: str, **meta) -> dict:
                 "command": ["python", "-c", script]}]}}
 
 
+def agent_pids() -> list[int]:
+    """The node agents' processes on this host (every node's agent runs here)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and b"tailcut.k8s.agent" in args:
+            pids.append(int(entry.name))
+    return pids
+
+
+def as_agents_see(*argv: str) -> dict[int, str]:
+    """`argv`'s output inside each agent's mount namespace, where it names the
+    namespaces it builds (tailcut.k8s.agent): the host's /run/netns does not show them."""
+    return {pid: subprocess.run(["nsenter", "-t", str(pid), "-m", *argv],
+                                capture_output=True, text=True).stdout
+            for pid in agent_pids()}
+
+
+def agents_namespaces() -> set[str]:
+    return {f"{pid}:{name}" for pid, out in as_agents_see("ls", "/run/netns").items()
+            for name in out.split()}
+
+
 def vxlan_ids() -> set[int]:
-    """The VXLAN network identifiers of every device in every named network
-    namespace of the host (the nodes', the agents' spines') and the host's own."""
+    """The VNIs of every VXLAN device in every namespace the agents or the host named
+    (nodes, spines, racks, pods) and in the host's own."""
     found: set[int] = set()
-    for where in [None, *netns.list_names()]:
-        argv = ["ip", "-d", "-j", "link", "show", "type", "vxlan"]
-        if where:
-            argv = ["ip", "-n", where, *argv[1:]]
-        out = subprocess.run(argv, capture_output=True, text=True).stdout
+    listing = ["ip", "-d", "-j", "link", "show", "type", "vxlan"]
+    outputs = [subprocess.run(listing, capture_output=True, text=True).stdout]
+    outputs += [subprocess.run(["ip", "-n", name, *listing[1:]], capture_output=True,
+                               text=True).stdout for name in netns.list_names()]
+    for pid, names in as_agents_see("ls", "/run/netns").items():
+        for name in names.split():
+            outputs.append(subprocess.run(
+                ["nsenter", "-t", str(pid), "-m", "ip", "-n", name, *listing[1:]],
+                capture_output=True, text=True).stdout)
+    for out in outputs:
         for link in json.loads(out or "[]"):
             found.add(int(link.get("linkinfo", {}).get("info_data", {}).get("id", -1)))
     return found
@@ -202,12 +232,16 @@ def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_noth
     with the job label and the annotation the agent once read the spec from, in a
     namespace with no TrainingJob, got a spine, racks and a wired tc0 within 20 s.
     Now the agent of the pod's node refuses it (its log names the pod and why), and
-    no node has a namespace, a BPF program or a VXLAN more than before."""
+    no node has a namespace, a BPF program or a VXLAN more than before. The spec's
+    access links are lossy, so a fabric built from it would load the eBPF dropper."""
     make_user(cluster, namespace)
-    before_netns = set(netns.list_names(podns.PREFIX))
+    assert len(agent_pids()) == len(cluster.nodes), agent_pids()
+    before_netns = agents_namespaces()
     before_bpf = tailcut_bpf_programs()
+    lossy = yaml.safe_load(quickstart("forged"))
+    lossy["spec"]["network"].setdefault("accessLink", {})["loss"] = 0.01
     spec_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "forged-spec"},
-                "data": {resources.SPEC_KEY: quickstart("forged"),
+                "data": {resources.SPEC_KEY: yaml.safe_dump(lossy),
                          "placement.json": json.dumps({"rack-0": {"ip": "203.0.113.9"}})}}
     labels = {resources.LABEL_JOB: "forged", resources.LABEL_REPLICA: "ps-0",
               resources.LABEL_ROLE: "ps", resources.LABEL_RACK: "rack-0"}
@@ -221,7 +255,7 @@ def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_noth
     said = next(line for line in agent_log(cluster, node).splitlines() if refusal in line)
     assert "no controller" in said, said
     time.sleep(5)   # what the agent built in 20 s then, it would have built by now
-    assert set(netns.list_names(podns.PREFIX)) - before_netns == set()
+    assert agents_namespaces() - before_netns == set()
     assert tailcut_bpf_programs() - before_bpf == set()
     assert overlay.vni(f"{namespace}/forged") not in vxlan_ids()
     annotations = chart.get(cluster, namespace, "pod", "forged-ps-0")["metadata"].get(
