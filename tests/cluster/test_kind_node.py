@@ -72,8 +72,9 @@ def test_a_job_across_a_kind_node_of_mtu_1500_fails_at_once_naming_the_mtu_and_r
                      "set spec.network.mtu to 1450 or less", "scripts/kind-up.sh"):
             assert said in message, message
         assert took_s < PODS_WAIT_FOR_TC0_S / 2, took_s
-        assert "NodeUnfit" in events(cluster, namespace, "mtu"), events(cluster, namespace,
-                                                                         "mtu")
+        # (the Warning event is posted just after the status: wait for it)
+        assert until(lambda: "NodeUnfit" in events(cluster, namespace, "mtu"), within_s=15,
+                     every_s=0.5), events(cluster, namespace, "mtu")
         # Its pods, wired on tcnode-0 or never on the kind-like node, end now too (the
         # operator lowers their deadline), not when they give up waiting for their peers
         # or their tc0. Within seconds, measured; the bound leaves room for one pod
