@@ -229,9 +229,6 @@ def _net_down(args: argparse.Namespace) -> int:
 def _background(args: argparse.Namespace) -> int:
     from tailcut.runtime import background
     job = _load(args.job)
-    if not gc.isenabled():   # main turned it off for the imports: they are in
-        gc.freeze()   # and stay as long as the process: never scanned again
-        gc.enable()
     out = args.results_dir or Path("results") / f"{job.name}-bg-{time.strftime('%Y%m%d-%H%M%S')}"
     summary = background.run_alone(job, out, progress=lambda line: print(line, flush=True))
     measured = summary.get("measured_load_factor")
@@ -246,9 +243,6 @@ def _background(args: argparse.Namespace) -> int:
 def _background_ui(args: argparse.Namespace) -> int:
     from tailcut.runtime import webui
     job = _load(args.job)
-    if not gc.isenabled():   # main turned it off for the imports: they are in
-        gc.freeze()   # and stay as long as the process: never scanned again
-        gc.enable()
     out = args.results_dir or Path("results") / f"{job.name}-ui-{time.strftime('%Y%m%d-%H%M%S')}"
     webui.run(job, args.port, args.max_s, out, progress=lambda line: print(line, flush=True))
     return 0

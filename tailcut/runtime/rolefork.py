@@ -135,11 +135,19 @@ def start(namespace: str, config_path: str, piped: bool, log_path: str) -> Forke
 
 
 def _child(ns_fd: int, out_fd: int, err_fd: int, config_path: str) -> None:
-    status = 1
-    try:
+    def role() -> int:
         _detach()
         netns.setns_fd(ns_fd)
-        status = _run_role(out_fd, err_fd, config_path)
+        return _run_role(out_fd, err_fd, config_path)
+    _exit_with(role)
+
+
+def _exit_with(body: Callable[[], int]) -> None:
+    """Run a forked child's `body` and exit with its status (1 if it raised, after
+    the traceback): a child must never return to the runner's code."""
+    status = 1
+    try:
+        status = body()
     except SystemExit as err:
         status = err.code if isinstance(err.code, int) else 1
     except BaseException:   # noqa: BLE001 - the child must never return to the runner
@@ -273,8 +281,7 @@ def ahead(namespace: str, prepare: Callable[[], None]) -> PendingRole:
 
 
 def _pending_child(sock: socket.socket, namespace: str, prepare: Callable[[], None]) -> None:
-    status = 1
-    try:
+    def role() -> int:
         _detach()
         # Until started, a ^C at the terminal is the runner's to handle (it abandons us)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -292,25 +299,12 @@ def _pending_child(sock: socket.socket, namespace: str, prepare: Callable[[], No
             pass
         message, fds, _, _ = socket.recv_fds(sock, 4096, 2)
         if not message:   # abandoned: the runner closed its end
-            status = 0
-            return
+            return 0
         sock.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         ns_fd = netns.enter_fd(namespace)
         netns.setns_fd(ns_fd)
         os.close(ns_fd)
         log_fd = fds[0]
-        status = _run_role(fds[1] if len(fds) > 1 else log_fd, log_fd, message.decode())
-    except SystemExit as err:
-        status = err.code if isinstance(err.code, int) else 1
-    except BaseException:   # noqa: BLE001 - the child must never return to the runner
-        try:
-            traceback.print_exc()
-        finally:
-            status = 1
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(status)
+        return _run_role(fds[1] if len(fds) > 1 else log_fd, log_fd, message.decode())
+    _exit_with(role)

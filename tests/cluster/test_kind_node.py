@@ -86,7 +86,6 @@ def test_a_job_across_a_kind_node_of_mtu_1500_fails_at_once_naming_the_mtu_and_r
                                  for p in pods()), within_s=45, every_s=1), [
             (p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"),
              p["spec"].get("activeDeadlineSeconds")) for p in pods()]
-        assert 45 < PODS_WAIT_FOR_TC0_S
         cluster.kubectl("-n", namespace, "apply", "-f", "-",
                         input=job("quickstart.yaml", "mtu-1450", mtu=1450))
         status = chart.wait_phase(cluster, namespace, "mtu-1450", "Succeeded")

@@ -18,6 +18,7 @@ from tailcut.k8s.node import images
 from tailcut.net import netns, overlay
 from tests.cluster import chart
 from tests.cluster.conftest import CHART
+from tests.conftest import tailcut_objects
 from tests.k8s import test_privileges as privileges
 from tests.waiting import until
 
@@ -207,11 +208,9 @@ def vxlan_ids() -> set[int]:
     outputs = [subprocess.run(listing, capture_output=True, text=True).stdout]
     outputs += [subprocess.run(["ip", "-n", name, *listing[1:]], capture_output=True,
                                text=True).stdout for name in netns.list_names()]
-    for pid, names in as_agents_see("ls", "/run/netns").items():
-        for name in names.split():
-            outputs.append(subprocess.run(
-                ["nsenter", "-t", str(pid), "-m", "ip", "-n", name, *listing[1:]],
-                capture_output=True, text=True).stdout)
+    for pid, name in (each.split(":", 1) for each in agents_namespaces()):
+        outputs.append(subprocess.run(["nsenter", "-t", pid, "-m", "ip", "-n", name,
+                                       *listing[1:]], capture_output=True, text=True).stdout)
     for out in outputs:
         for link in json.loads(out or "[]"):
             found.add(int(link.get("linkinfo", {}).get("info_data", {}).get("id", -1)))
@@ -236,6 +235,7 @@ def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_noth
     access links are lossy, so a fabric built from it would load the eBPF dropper."""
     make_user(cluster, namespace)
     assert len(agent_pids()) == len(cluster.nodes), agent_pids()
+    assert shutil.which("bpftool"), "the BPF programs are listed with bpftool"
     before_netns = agents_namespaces()
     before_bpf = tailcut_bpf_programs()
     lossy = yaml.safe_load(quickstart("forged"))
@@ -265,10 +265,7 @@ def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_noth
 
 
 def tailcut_bpf_programs() -> set[str]:
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True,
-                         text=True, check=True).stdout
-    return {f"{p['id']} {p.get('name')}" for p in json.loads(out or "[]")
-            if str(p.get("name", "")).startswith("tailcut")}
+    return {o for o in tailcut_objects() if o.startswith("bpf prog ")}
 
 
 def test_what_an_ordinary_user_makes_neither_changes_a_jobs_status_nor_is_adopted(
