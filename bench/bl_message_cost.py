@@ -54,7 +54,9 @@ def load() -> str:
 
 def one(transport: str, p: float, args: argparse.Namespace, port: int,
         tree: Path | None, traced: bool = False) -> dict[str, Any]:
-    options: dict[str, Any] = {} if transport == "tcp" else {"job": "bl-bench-cost"}
+    # UDP GSO, as tailcut.plan.transport_options sets it on a path without random loss.
+    options: dict[str, Any] = {} if transport == "tcp" else {"job": "bl-bench-cost",
+                                                            "gso": True}
     if transport == "bounded-loss":
         options["p"] = p
     with bl_net.network("bl-bench-cost", 1, 0.0) as topo:

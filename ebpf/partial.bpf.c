@@ -2,7 +2,8 @@
  * float32 elements that arrived in range-indexed UDP packets (each packet slot once,
  * however often it arrives) and emits a ring-buffer event when the count crosses
  * p * total: the "partial delivery" signal. Every packet is passed on (XDP_PASS):
- * the receiving socket still gets the data. Loader: tailcut/datapath/partial.py.
+ * the receiving socket still gets the data. A UDP GSO message arriving whole is walked
+ * datagram by datagram. Loader: tailcut/datapath/partial.py.
  * Wire header, maps and counters: partial.h. */
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/if_ether.h>
@@ -18,6 +19,11 @@
 #ifndef TAILCUT_BL_STRIDE
 #error "compile with -DTAILCUT_BL_STRIDE, as tailcut/datapath/partial.py does"
 #endif
+/* A full datagram's UDP payload, and the most of them one UDP GSO message (at most
+ * 65507 bytes of payload) holds. The verifier needs both as constants, and every
+ * offset below 64 KiB. */
+#define TAILCUT_BL_DATAGRAM (TAILCUT_BL_HDR_BYTES + 4 * TAILCUT_BL_STRIDE)
+#define TAILCUT_BL_GSO_DATAGRAMS (65507 / TAILCUT_BL_DATAGRAM + 1)
 
 /* Indexed by port: an array lookup the verifier inlines, a few ns a packet where a
  * hash of the port cost ~25 ns (bench/bl_xdp_cost.py). */
@@ -37,6 +43,100 @@ static __always_inline int verdict(__u32 reason)
 	return XDP_PASS;
 }
 
+/* Count one datagram of the message: header h (its 32 bytes readable), payload bytes
+ * of values after it. Returns its verdict's reason. */
+static __always_inline __u32 count_datagram(struct tailcut_bl_hdr *h, __u32 payload,
+					    struct tailcut_bl_receiver *rcv, __u32 port)
+{
+	struct tailcut_bl_key key = {};
+	struct tailcut_bl_state *st;
+	__u32 start, end, total, slot, n, word, p_ppm;
+	__u64 bit, old, before, thr, old_total;
+
+	if (h->magic != bpf_htonl(TAILCUT_BL_MAGIC))
+		return TAILCUT_BL_BAD_MAGIC;
+	if (h->version != TAILCUT_BL_VERSION)
+		return TAILCUT_BL_BAD_VERSION;
+	if ((h->flags & ~TAILCUT_BL_FLAGS) || h->reserved)
+		return TAILCUT_BL_BAD_FLAGS;
+	start = bpf_ntohl(h->start);
+	end = bpf_ntohl(h->end);
+	total = bpf_ntohl(h->total);
+	if (end <= start || end > total ||
+	    total > (__u32)TAILCUT_BL_MAX_SLOTS * TAILCUT_BL_STRIDE)
+		return TAILCUT_BL_BAD_RANGE;
+	n = end - start;
+	/* n <= total <= 2^13 * STRIDE, so 4 * n cannot overflow a u32 for sane strides. */
+	if (payload != 4 * n)
+		return TAILCUT_BL_BAD_LENGTH;
+	slot = start / TAILCUT_BL_STRIDE;
+	if (start % TAILCUT_BL_STRIDE ||
+	    end != (total - start < TAILCUT_BL_STRIDE ? total : start + TAILCUT_BL_STRIDE))
+		return TAILCUT_BL_MISALIGNED;
+	if (h->job != bpf_htonl(rcv->job))
+		return TAILCUT_BL_UNKNOWN_JOB;
+	/* ceil(p * total), at least 1; total < 2^32 and p_ppm <= 1e6 fit a u64. The
+	 * loader writes p_ppm in 1..1e6; clamp anyway, the map is writable. */
+	p_ppm = rcv->p_ppm;
+	if (p_ppm > TAILCUT_BL_PPM)
+		p_ppm = TAILCUT_BL_PPM;
+	thr = ((__u64)total * p_ppm + TAILCUT_BL_PPM - 1) / TAILCUT_BL_PPM;
+	if (!thr)
+		thr = 1;
+
+	key.job = rcv->job;
+	key.message = bpf_ntohl(h->message);
+	key.port = port;
+	st = bl_messages.lookup(&key);
+	if (!st) {
+		/* A state is 1 KiB, more than the 512-byte BPF stack: insert a copy of the
+		 * never-written entry of bl_zero. insert() is BPF_NOEXIST: a racer may win. */
+		__u32 zero_key = 0;
+		struct tailcut_bl_state *zero = bl_zero.lookup(&zero_key);
+
+		if (!zero)
+			return TAILCUT_BL_TABLE_FULL;
+		bl_messages.insert(&key, zero);
+		st = bl_messages.lookup(&key);
+		if (!st)
+			return TAILCUT_BL_TABLE_FULL;
+	}
+	/* The first packet fixes the message's total; every CPU may race for it. */
+	old_total = __sync_val_compare_and_swap(&st->total, 0, total);
+	if (old_total == 0) {
+		st->threshold = thr;
+		st->first_ns = bpf_ktime_get_ns();
+	} else if (old_total != total) {
+		return TAILCUT_BL_TOTAL_MISMATCH;
+	}
+	/* slot < MAX_SLOTS follows from the range check, so clang drops a plain bounds
+	 * test; the empty asm hides what it knows and the mask keeps the verifier sure. */
+	word = slot / 64;
+	asm volatile("" : "+r"(word));
+	word &= TAILCUT_BL_SLOT_WORDS - 1;
+	bit = 1ULL << (slot & 63);
+	old = __sync_fetch_and_or(&st->slots[word], bit);
+	if (old & bit) {
+		__sync_fetch_and_add(&st->duplicates, 1);
+		return TAILCUT_BL_DUPLICATE;
+	}
+	__sync_fetch_and_add(&st->packets, 1);
+	before = __sync_fetch_and_add(&st->counted, n);
+	/* thr is computed from this packet's total, which equals the message's: no CPU
+	 * depends on another having written st->threshold yet. */
+	if (before < thr && before + n >= thr &&
+	    __sync_val_compare_and_swap(&st->fired, 0, 1) == 0) {
+		struct tailcut_bl_event ev = {
+			.job = key.job, .message = key.message, .counted = before + n,
+			.total = total, .seq = bpf_ntohl(h->seq), .slot = slot,
+			.ktime_ns = bpf_ktime_get_ns(), .port = port,
+		};
+
+		bl_events.ringbuf_output(&ev, sizeof(ev), 0);
+	}
+	return TAILCUT_BL_COUNTED;
+}
+
 int tailcut_partial(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -45,11 +145,8 @@ int tailcut_partial(struct xdp_md *ctx)
 	struct iphdr *ip;
 	struct udphdr *udp;
 	struct tailcut_bl_hdr *h;
-	struct tailcut_bl_key key = {};
-	struct tailcut_bl_state *st;
 	struct tailcut_bl_receiver *rcv;
-	__u32 ihl, udp_len, payload, start, end, total, slot, n, word, p_ppm;
-	__u64 bit, old, before, thr, old_total;
+	__u32 ihl, udp_len, payload, off, seg, i, reason;
 	__u32 port;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
@@ -71,93 +168,35 @@ int tailcut_partial(struct xdp_md *ctx)
 	if (!rcv || !rcv->p_ppm)   /* p_ppm 0: a port not served */
 		return XDP_PASS;
 
-	/* From here on the packet is addressed to us: each one gets exactly one verdict. */
-	h = (void *)(udp + 1);
+	/* From here on the packet is addressed to us: each datagram in it gets exactly one
+	 * verdict, up to the first one that is not counted. It holds one datagram, or a UDP GSO message of several (the sender's
+	 * batch.py; generic XDP sees it whole, before the socket cuts it or takes it whole
+	 * with UDP_GRO): back to back, every one but the last exactly TAILCUT_BL_DATAGRAM
+	 * bytes, the full datagram of this stride. A single datagram longer than that
+	 * cannot come unfragmented through links of the job's MTU, which the stride is
+	 * made from, so a longer payload is always such a message. */
 	udp_len = bpf_ntohs(udp->len);
-	if ((void *)(h + 1) > data_end || udp_len < sizeof(*udp) + sizeof(*h) ||
-	    (void *)udp + udp_len > data_end)
+	if (udp_len < sizeof(*udp) + sizeof(*h) || (void *)udp + udp_len > data_end)
 		return verdict(TAILCUT_BL_SHORT);
-	if (h->magic != bpf_htonl(TAILCUT_BL_MAGIC))
-		return verdict(TAILCUT_BL_BAD_MAGIC);
-	if (h->version != TAILCUT_BL_VERSION)
-		return verdict(TAILCUT_BL_BAD_VERSION);
-	if ((h->flags & ~TAILCUT_BL_FLAGS) || h->reserved)
-		return verdict(TAILCUT_BL_BAD_FLAGS);
-	start = bpf_ntohl(h->start);
-	end = bpf_ntohl(h->end);
-	total = bpf_ntohl(h->total);
-	if (end <= start || end > total ||
-	    total > (__u32)TAILCUT_BL_MAX_SLOTS * TAILCUT_BL_STRIDE)
-		return verdict(TAILCUT_BL_BAD_RANGE);
-	payload = udp_len - sizeof(*udp) - sizeof(*h);
-	n = end - start;
-	/* n <= total <= 2^13 * STRIDE, so 4 * n cannot overflow a u32 for sane strides. */
-	if (payload != 4 * n)
-		return verdict(TAILCUT_BL_BAD_LENGTH);
-	slot = start / TAILCUT_BL_STRIDE;
-	if (start % TAILCUT_BL_STRIDE ||
-	    end != (total - start < TAILCUT_BL_STRIDE ? total : start + TAILCUT_BL_STRIDE))
-		return verdict(TAILCUT_BL_MISALIGNED);
-	if (h->job != bpf_htonl(rcv->job))
-		return verdict(TAILCUT_BL_UNKNOWN_JOB);
-	/* ceil(p * total), at least 1; total < 2^32 and p_ppm <= 1e6 fit a u64. The
-	 * loader writes p_ppm in 1..1e6; clamp anyway, the map is writable. */
-	p_ppm = rcv->p_ppm;
-	if (p_ppm > TAILCUT_BL_PPM)
-		p_ppm = TAILCUT_BL_PPM;
-	thr = ((__u64)total * p_ppm + TAILCUT_BL_PPM - 1) / TAILCUT_BL_PPM;
-	if (!thr)
-		thr = 1;
-
-	key.job = rcv->job;
-	key.message = bpf_ntohl(h->message);
-	key.port = port;
-	st = bl_messages.lookup(&key);
-	if (!st) {
-		/* A state is 1 KiB, more than the 512-byte BPF stack: insert a copy of the
-		 * never-written entry of bl_zero. insert() is BPF_NOEXIST: a racer may win. */
-		__u32 zero_key = 0;
-		struct tailcut_bl_state *zero = bl_zero.lookup(&zero_key);
-
-		if (!zero)
-			return verdict(TAILCUT_BL_TABLE_FULL);
-		bl_messages.insert(&key, zero);
-		st = bl_messages.lookup(&key);
-		if (!st)
-			return verdict(TAILCUT_BL_TABLE_FULL);
+	payload = udp_len - sizeof(*udp);
+	for (i = 0; i < TAILCUT_BL_GSO_DATAGRAMS; i++) {
+		off = i * TAILCUT_BL_DATAGRAM;
+		if (off >= payload)
+			break;
+		seg = payload - off;
+		if (seg > TAILCUT_BL_DATAGRAM)
+			seg = TAILCUT_BL_DATAGRAM;
+		h = (void *)(udp + 1) + off;
+		if ((void *)(h + 1) > data_end || seg < sizeof(*h)) {
+			verdict(TAILCUT_BL_SHORT);
+			break;
+		}
+		reason = count_datagram(h, seg - sizeof(*h), rcv, port);
+		verdict(reason);
+		/* The sender cuts a message into whole datagrams of one message: after one
+		 * that is not, the rest is not looked at (a hostile packet gets one verdict). */
+		if (reason != TAILCUT_BL_COUNTED && reason != TAILCUT_BL_DUPLICATE)
+			break;
 	}
-	/* The first packet fixes the message's total; every CPU may race for it. */
-	old_total = __sync_val_compare_and_swap(&st->total, 0, total);
-	if (old_total == 0) {
-		st->threshold = thr;
-		st->first_ns = bpf_ktime_get_ns();
-	} else if (old_total != total) {
-		return verdict(TAILCUT_BL_TOTAL_MISMATCH);
-	}
-	/* slot < MAX_SLOTS follows from the range check, so clang drops a plain bounds
-	 * test; the empty asm hides what it knows and the mask keeps the verifier sure. */
-	word = slot / 64;
-	asm volatile("" : "+r"(word));
-	word &= TAILCUT_BL_SLOT_WORDS - 1;
-	bit = 1ULL << (slot & 63);
-	old = __sync_fetch_and_or(&st->slots[word], bit);
-	if (old & bit) {
-		__sync_fetch_and_add(&st->duplicates, 1);
-		return verdict(TAILCUT_BL_DUPLICATE);
-	}
-	__sync_fetch_and_add(&st->packets, 1);
-	before = __sync_fetch_and_add(&st->counted, n);
-	/* thr is computed from this packet's total, which equals the message's: no CPU
-	 * depends on another having written st->threshold yet. */
-	if (before < thr && before + n >= thr &&
-	    __sync_val_compare_and_swap(&st->fired, 0, 1) == 0) {
-		struct tailcut_bl_event ev = {
-			.job = key.job, .message = key.message, .counted = before + n,
-			.total = total, .seq = bpf_ntohl(h->seq), .slot = slot,
-			.ktime_ns = bpf_ktime_get_ns(), .port = port,
-		};
-
-		bl_events.ringbuf_output(&ev, sizeof(ev), 0);
-	}
-	return verdict(TAILCUT_BL_COUNTED);
+	return XDP_PASS;
 }

@@ -219,6 +219,13 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                        # hop after it cuts GSO messages into datagrams as needed
                        # (tailcut.net.build, docs/bounded-loss.md).
                        gso=job.spec.network.access_link.loss == 0,
+                       # Nothing on the path drops (no loss, no finite switch buffer):
+                       # bursts may be whole GSO messages (tailcut.transports.sender).
+                       lossless_path=not any(
+                           link.loss > 0 or link.buffer_packets is not None
+                           or link.buffer_bytes is not None
+                           for link in (job.spec.network.access_link,
+                                        job.spec.network.uplink)),
                        # Every pod's own end of its link is shaped at this rate
                        # (tailcut.net.shaping): no need to read it back from the kernel.
                        link_mbit=job.spec.network.access_link.bandwidth / 1e6)

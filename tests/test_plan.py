@@ -118,6 +118,20 @@ def test_the_stream_transports_take_no_mtu(transport):
 
 
 @pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
+def test_a_path_is_lossless_for_the_senders_bursts_only_without_loss_or_a_buffer(transport):
+    """Loss or a finite switch buffer anywhere (access links or uplinks) makes the path
+    lossy: its senders' bursts stay small (tailcut.transports.sender.burst_floor)."""
+    kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
+    for network, lossless in (({}, True), ({"uplink": {"loss": 0.01}}, False),
+                              ({"accessLink": {"bufferBytes": 85000}}, False),
+                              ({"uplink": {"bufferPackets": 64}}, False),
+                              ({"accessLink": {"delayMs": 5}}, True)):
+        j = job(network=network, transport=kind)
+        options = plan.transport_options(j, topology.plan(j).pod("worker-0"))
+        assert options["lossless_path"] is lossless, network
+
+
+@pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
 def test_datagram_transports_use_udp_gso_unless_the_pods_own_end_drops_at_random(transport):
     """A dropper at the pod's own end would drop a whole 64 KiB GSO message at once;
     loss or a buffer elsewhere is past the kernel's cut (net/build.py's gso_max_segs)."""

@@ -24,7 +24,7 @@ from typing import Iterable, Optional, Sequence
 from pyroute2 import IPRoute
 
 from tailcut.errors import AlreadyExists, NetError, detach_all
-from tailcut.net import clean, forwarding, naming, netns, offload, rtnl, shaping
+from tailcut.net import clean, forwarding, naming, netns, rtnl, shaping
 from tailcut.net.topology import Pod, Rack, Topology
 
 UP_TIMEOUT_S = 5.0
@@ -350,7 +350,6 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
     droppers += shaping.add_dropper_requests(ports, network.access_ops, rack.netns, port,
                                              port_index)
     ports.send(rack_sock)
-    offload.cut_udp_gso_at(rack.netns, [port])
     for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
                             (rack.netns, port, network.access_ops)):
         network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)

@@ -18,6 +18,10 @@ mode would count it as one (tailcut.net.build cuts them at the last switch port)
 On the receiving side one recvmmsg fills a preallocated 2-D buffer, one row per
 datagram, with each datagram's true length (MSG_TRUNC), source address and kernel
 arrival time (SO_TIMESTAMPNS); the receiver then checks the whole batch with numpy.
+GroInbox does the same for a socket with UDP_GRO on, which takes a UDP GSO message
+that reaches it whole as one read: its datagrams land in consecutive rows (they are
+cut at the row size), so a 64 KiB message costs the path and the socket one packet,
+as a TCP segment train does.
 The libc structs are ctypes Structures: ctypes lays them out, nothing here counts bytes.
 """
 
@@ -39,6 +43,7 @@ MSG_DONTWAIT = 0x40
 SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; also the SCM type of the timestamp
 SOL_UDP = 17
 UDP_SEGMENT = 103  # <linux/udp.h>: a u16 cmsg, the size to cut a GSO message into
+UDP_GRO = 104  # <linux/udp.h>: take UDP GSO messages whole; an int cmsg, their cut size
 UDP_MAX_SEGMENTS = 64  # the kernel's limit (128 on newer ones; 64 fits both)
 MAX_UDP_PAYLOAD = 65_507  # 64 KiB less the IP and UDP headers
 
@@ -233,7 +238,11 @@ class _Gso:
         joins = lengths[:-1] == gso_size
         if tos is not None:
             joins &= tos[:-1] == tos[1:]
-        self._ends = np.flatnonzero(~joins)  # datagrams that end a message
+        # Per datagram: one past the last datagram its run may take with it in one
+        # message (a run ends at a short datagram, which it includes, or before a new
+        # TOS). A list: a send walks it in a few Python steps.
+        ends = np.append(np.flatnonzero(~joins), n - 1)
+        self._run_stop = np.repeat(ends + 1, np.diff(np.append(0, ends + 1))).tolist()
         self._ctrl = np.zeros(n, _CMSG_GSO)  # by a message's first datagram
         self._ctrl["cmsg_len"] = socket.CMSG_LEN(2)
         self._ctrl["cmsg_level"] = SOL_UDP
@@ -252,32 +261,35 @@ class _Gso:
         hdr["msg_name"] = ctypes.addressof(name)
         hdr["msg_namelen"] = ctypes.sizeof(name)
         hdr["msg_controllen"] = ctrl_bytes
+        # The fields a send rewrites, as views made once.
+        self._msg_iov, self._msg_iovlen = hdr["msg_iov"], hdr["msg_iovlen"]
+        self._msg_control = hdr["msg_control"]
+        self._address = self._msgs.ctypes.data
         self.sent_any = False
 
-    def messages(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    def messages(self, first: int, count: int) -> tuple[list[int], list[int]]:
         """The messages datagrams first .. first + count - 1 go out in: each one's first
         datagram and its number of datagrams."""
         stop = first + count
-        ends = self._ends[(self._ends >= first) & (self._ends < stop - 1)] + 1
-        bounds = np.concatenate(([first], ends, [stop]))
         starts, sizes = [], []
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            for s in range(a, b, self.max_segments):
-                starts.append(s)
-                sizes.append(min(self.max_segments, b - s))
-        return np.array(starts, np.int64), np.array(sizes, np.int64)
+        while first < stop:
+            end = min(stop, first + self.max_segments, self._run_stop[first])
+            starts.append(first)
+            sizes.append(end - first)
+            first = end
+        return starts, sizes
 
     def send(self, fd: int, first: int, count: int) -> None:
         starts, sizes = self.messages(first, count)
         m = len(starts)
-        hdr = self._msgs["msg_hdr"][:m]
-        hdr["msg_iov"] = self._iov_rows[starts]
-        hdr["msg_iovlen"] = sizes * self._k
-        hdr["msg_control"] = self._ctrl_at[starts]
+        self._msg_iov[:m] = self._iov_rows[starts]
+        self._msg_iovlen[:m] = sizes
+        self._msg_iovlen[:m] *= self._k
+        self._msg_control[:m] = self._ctrl_at[starts]
         done = 0
         while done < m:
             sent = _required(_sendmmsg, "sendmmsg")(
-                fd, self._msgs.ctypes.data + done * _MMSG.itemsize, m - done, 0)
+                fd, self._address + done * _MMSG.itemsize, m - done, 0)
             if sent < 0:
                 err = ctypes.get_errno()
                 if err in (errno.EINTR, errno.EAGAIN, errno.ENOBUFS):
@@ -326,6 +338,10 @@ class Inbox:
             if err != errno.EINTR:
                 raise OSError(err, os.strerror(err))
 
+    def rows(self, n: int) -> np.ndarray:
+        """The first ``n`` datagrams of the last recv, one row each."""
+        return self.data[:n]
+
     def lengths(self, n: int) -> np.ndarray:
         """Real lengths of the first ``n`` datagrams of the last recv (may exceed a row)."""
         return self._msgs["msg_len"][:n].astype(np.int64)
@@ -351,6 +367,120 @@ class Inbox:
         if c["cmsg_level"] != socket.SOL_SOCKET or c["cmsg_type"] != SO_TIMESTAMPNS:
             return None
         return int(c["tv_sec"]) * 1_000_000_000 + int(c["tv_nsec"])
+
+
+class GroInbox:
+    """Inbox's interface for a socket with UDP_GRO on (turned on here, with
+    SO_TIMESTAMPNS; OSError where the kernel has no UDP_GRO). Each read message has a
+    block of rows, as many as a 64 KiB message has datagrams: a UDP GSO message cut at
+    the row size fills its block's rows one datagram each, a single datagram fills the
+    first. A GSO message cut at any other size is not ours (our senders cut at the full
+    datagram, which is the row): it is dropped and counted in ``misfits``. ``recv``
+    returns datagrams, and every accessor is per datagram."""
+
+    def __init__(self, sock: socket.socket, count: int, row_bytes: int) -> None:
+        sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._sock = sock
+        self._row_bytes = row_bytes
+        self._block = -(-MAX_UDP_PAYLOAD // row_bytes)  # rows: no message is ever cut
+        self.data = np.zeros((count * self._block, row_bytes), np.uint8)
+        self._names = np.zeros(count, _NAME)
+        self._ctrl = np.zeros(count, _CMSG_TS_GRO)
+        self._iov = np.zeros(count, _IOV)
+        self._iov["iov_base"] = self.data.ctypes.data + np.arange(count) * self._block * row_bytes
+        self._iov["iov_len"] = self._block * row_bytes
+        self._msgs = np.zeros(count, _MMSG)
+        hdr = self._msgs["msg_hdr"]
+        hdr["msg_name"] = self._names.ctypes.data + np.arange(count) * self._names.itemsize
+        hdr["msg_iov"] = self._iov.ctypes.data + np.arange(count) * self._iov.itemsize
+        hdr["msg_iovlen"] = 1
+        hdr["msg_control"] = self._ctrl.ctypes.data + np.arange(count) * self._ctrl.itemsize
+        self._namelen = hdr["msg_namelen"]
+        self._controllen = hdr["msg_controllen"]
+        self._msg_len = self._msgs["msg_len"]
+        self._addresses = self._names["sin_addr"].view(">u4").reshape(count)
+        self._count = count
+        self._address = self._msgs.ctypes.data
+        self.misfits = 0
+        self._rows = self.data[:0]
+        self._lengths = self._message = np.zeros(0, np.int64)
+
+    def recv(self) -> int:
+        """Read what is waiting, up to ``count`` messages, without blocking; the number
+        of datagrams they held (0: none). OSError when the socket is closed."""
+        self._namelen[:] = self._names.itemsize
+        self._controllen[:] = self._ctrl.itemsize
+        while True:
+            got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._address,
+                                                   self._count, MSG_DONTWAIT | MSG_TRUNC, None)
+            if got > 0:
+                return self._split(got)
+            if got == 0:
+                return 0
+            err = ctypes.get_errno()
+            if err in (errno.EAGAIN, errno.EWOULDBLOCK):
+                return 0
+            if err != errno.EINTR:
+                raise OSError(err, os.strerror(err))
+
+    def _split(self, got: int) -> int:
+        """Datagram rows of the ``got`` messages just read."""
+        length = self._msg_len[:got].astype(np.int64)
+        ctrl = self._ctrl[:got]
+        gro = ((self._controllen[:got] >= self._ctrl.itemsize)
+               & (ctrl["gro_type"] == UDP_GRO) & (ctrl["gro_level"] == SOL_UDP))
+        gso = np.where(gro, ctrl["gso"], 0).astype(np.int64)
+        fits = (gso == 0) | (gso == self._row_bytes)
+        if not fits.all():
+            self.misfits += int(got - np.count_nonzero(fits))
+        # Datagrams per message: a GSO message's length over its cut size, rounded up.
+        count = np.where(gso > 0, -(-length // self._row_bytes), 1) * fits
+        message = np.repeat(np.arange(got), count)
+        index = np.arange(len(message)) - np.repeat(np.cumsum(count) - count, count)
+        left = length[message] - index * self._row_bytes
+        self._lengths = np.where(gso[message] > 0, np.minimum(left, self._row_bytes), left)
+        # One message's rows are in place already; several leave gaps between blocks.
+        self._rows = self.data[:len(message)] if got == 1 else \
+            self.data[message * self._block + index]
+        self._message = message
+        return len(message)
+
+    def rows(self, n: int) -> np.ndarray:
+        return self._rows[:n]
+
+    def lengths(self, n: int) -> np.ndarray:
+        return self._lengths[:n]
+
+    def sources(self, n: int) -> np.ndarray:
+        return self._addresses[self._message[:n]].astype(np.int64)
+
+    def arrivals(self, n: int) -> np.ndarray:
+        ctrl = self._ctrl[self._message[:n]]
+        ok = (ctrl["ts_type"] == SO_TIMESTAMPNS) & (ctrl["ts_level"] == socket.SOL_SOCKET)
+        return np.where(ok, ctrl["tv_sec"] * 1_000_000_000 + ctrl["tv_nsec"], 0)
+
+    def arrival_ns(self, i: int) -> int | None:
+        c = self._ctrl[self._message[i]]
+        if c["ts_type"] != SO_TIMESTAMPNS or c["ts_level"] != socket.SOL_SOCKET:
+            return None
+        return int(c["tv_sec"]) * 1_000_000_000 + int(c["tv_nsec"])
+
+
+class _CmsgTsGro(ctypes.Structure):
+    """A read's control messages under UDP_GRO, in the kernel's order: the arrival
+    time (SO_TIMESTAMPNS), then, for a GSO message, its cut size (UDP_GRO, an int)."""
+
+    _fields_ = [("ts_len", ctypes.c_size_t), ("ts_level", ctypes.c_int),
+                ("ts_type", ctypes.c_int), ("tv_sec", ctypes.c_int64),
+                ("tv_nsec", ctypes.c_int64), ("gro_len", ctypes.c_size_t),
+                ("gro_level", ctypes.c_int), ("gro_type", ctypes.c_int),
+                ("gso", ctypes.c_int), ("_pad", ctypes.c_int)]
+
+
+assert _CmsgTsGro.gro_len.offset == socket.CMSG_SPACE(16)
+assert ctypes.sizeof(_CmsgTsGro) == socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)
+_CMSG_TS_GRO = np.dtype(_CmsgTsGro)
 
 
 def ipv4(address: str) -> int:

@@ -278,7 +278,8 @@ class DatagramTransport(base.Transport):
     def __init__(self, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
                  rate_mbit: float | None = None, end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
-                 gso: bool = False, link_mbit: float | None = None) -> None:
+                 gso: bool = False, link_mbit: float | None = None,
+                 lossless_path: bool = False) -> None:
         super().__init__()
         if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and rate_mbit > 0):
             raise ValueError(f"rate_mbit={rate_mbit!r}: must be > 0, or unset for the link's rate")
@@ -299,6 +300,10 @@ class DatagramTransport(base.Transport):
         # UDP GSO (batch.py): only where the path acts per packet after the kernel's
         # cut, which the plan knows (tailcut.plan.transport_options).
         self.gso = bool(gso)
+        # A path that loses nothing (no random loss, no switch buffer that overflows):
+        # a burst then waits in the sender's own link shaper, whatever its size, so it
+        # may be a whole GSO message (sender.burst_floor). The plan knows.
+        self.burst_packets = sender.burst_floor(self.gso and lossless_path, mtu)
         self.p = 1.0
         self._rng = np.random.default_rng(seed)
         self.stats: collections.Counter[str] = collections.Counter()
@@ -612,7 +617,8 @@ class DatagramTransport(base.Transport):
                                lambda: congestion.sender_rate(self._pace_bit, self._sending,
                                                               tx.grant_bit),
                                tx.done, deadline, conn.peer,
-                               None if direct else udp.sendto, tos, self.gso)
+                               None if direct else udp.sendto, tos, self.gso,
+                               self.burst_packets)
         finally:
             with self._sending_lock:
                 self._sending -= 1
@@ -710,7 +716,12 @@ class DatagramTransport(base.Transport):
         followed by COALESCE_S of sleep."""
         udp = self._udp
         assert udp is not None
-        inbox = batch.Inbox(udp, RECV_BATCH, self._recv.row_bytes)
+        inbox: batch.Inbox | batch.GroInbox
+        try:
+            # A UDP GSO message that reaches us whole is read whole (batch.GroInbox).
+            inbox = batch.GroInbox(udp, RECV_BATCH, self._recv.row_bytes)
+        except OSError:  # a kernel without UDP_GRO cuts them before the socket
+            inbox = batch.Inbox(udp, RECV_BATCH, self._recv.row_bytes)
         ring = self.counter.fileno() if self.counter is not None else None
         wake = self._wake
         assert wake is not None
@@ -746,7 +757,7 @@ class DatagramTransport(base.Transport):
             now = time.monotonic()
             with self._lock:
                 if n:
-                    self._recv.accept(inbox.data[:n], inbox.lengths(n), inbox.sources(n),
+                    self._recv.accept(inbox.rows(n), inbox.lengths(n), inbox.sources(n),
                                       done, inbox.arrivals(n) if self._recv.early_close
                                       else None)
                 for ev in events:
@@ -854,12 +865,13 @@ class BoundedLossTransport(DatagramTransport):
                  xdp_mode: str = "generic", end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
                  min_p: float | None = None, gso: bool = False,
-                 link_mbit: float | None = None) -> None:
+                 link_mbit: float | None = None, lossless_path: bool = False) -> None:
         """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
         and whose packets have stopped coming is handed over below p with what
         arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
         super().__init__(job=job, mtu=mtu, rate_mbit=rate_mbit, end_grace_ms=end_grace_ms,
-                         max_elements=max_elements, seed=seed, gso=gso, link_mbit=link_mbit)
+                         max_elements=max_elements, seed=seed, gso=gso, link_mbit=link_mbit,
+                         lossless_path=lossless_path)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver at least "
                              "90% of every message)")

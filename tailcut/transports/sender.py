@@ -83,13 +83,26 @@ class Packets:
 Rate = Callable[[], "float | None"]
 
 
+def burst_floor(lossless_gso: bool, mtu: int) -> int:
+    """The fewest packets a burst holds. BURST_PACKETS keeps what several senders'
+    bursts put in one switch queue at once under a shallow buffer's size. On a path
+    that loses nothing, and with UDP GSO, a burst is one whole GSO message of full
+    datagrams: it waits in the sender's own link shaper and leaves it at line rate, and
+    a message then costs a third of the wake-ups and system calls (bench/bl_conditions.py)."""
+    if not lossless_gso:
+        return BURST_PACKETS
+    full = wire.HEADER_BYTES + 4 * wire.elements_per_packet(mtu)
+    return max(BURST_PACKETS, min(MAX_BURST_PACKETS, batch_mod.MAX_UDP_PAYLOAD // full))
+
+
 def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np.ndarray,
          rate_bit: float | Rate | None, stop: threading.Event, deadline: float | None,
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
-         tos: np.ndarray | None = None, gso: bool = False) -> int:
+         tos: np.ndarray | None = None, gso: bool = False,
+         burst_packets: int = BURST_PACKETS) -> int:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
     is asked again after every burst, so a grant or a change in what else is being sent
-    takes effect within a burst), in bursts of BURST_PACKETS; return early once ``stop``
+    takes effect within a burst), in bursts of at least ``burst_packets``; return early once ``stop``
     is set. Returns the packets sent. ``sendto`` replaces sendmmsg with one call per
     datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
     slot's datagram. ``gso``: bursts go out as UDP GSO messages (batch.py says where
@@ -99,7 +112,8 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
     try:
         return _pace(packets, order, rate_of, stop, deadline, peer, batch,
-                     lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged))
+                     lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged),
+                     burst_packets)
     finally:
         if tagged[0]:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0)
@@ -119,7 +133,8 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
 
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
-          batch: batch_mod.Batch | None, send_one: Callable[[int], None]) -> int:
+          batch: batch_mod.Batch | None, send_one: Callable[[int], None],
+          burst_packets: int = BURST_PACKETS) -> int:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
     # Bytes on the wire before packet i of the pass (HTB counts Ethernet, IP and UDP).
     sent_bytes = np.concatenate(([0], np.cumsum(
@@ -129,7 +144,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
     due = time.monotonic() - START_CREDIT_S
     first = 0
     while first < len(order):
-        count = BURST_PACKETS
+        count = burst_packets
         if rate_bit:
             count = max(count, min(MAX_BURST_PACKETS, int(
                 rate_bit * BURST_S / 8 / (sent_bytes[1] - sent_bytes[0]))))

@@ -82,6 +82,34 @@ def test_each_slot_is_counted_once_and_the_event_fires_once_at_p(program) -> Non
     assert (st.counted, st.packets, st.duplicates, st.threshold) == (1000, 3, 4, 500)
 
 
+def test_a_udp_gso_message_arriving_whole_is_counted_datagram_by_datagram(program) -> None:
+    """A sender's UDP GSO message (datagrams back to back under one UDP header), as
+    generic XDP sees it when no hop cut it: every datagram is counted on its own, and
+    the event fires at the datagram that crosses p."""
+    got = events(program)
+    got.clear()
+    # 760 elements: 360 + 360 + 40, what fits the page BPF_PROG_TEST_RUN gives XDP
+    pkts = message_packets(110, total=760)
+    before = stats(program)
+    assert run(program, b"".join(pkts)) == XDP_PASS
+    program.bpf.ring_buffer_poll(0)
+    assert delta(before, stats(program)) == {"counted": 3}
+    fired = [e for e in got if e.message == 110]
+    assert [(e.counted, e.slot) for e in fired] == [(720, 1)]
+    table = program.table(partial.MESSAGES_MAP)
+    assert table[table.Key(JOB, 110, PORT)].counted == 760
+
+
+def test_a_gso_message_is_walked_only_up_to_its_first_bad_datagram(program) -> None:
+    """A hostile datagram inside a GSO message ends the walk: it gets its reason, and
+    what follows it (which no sender of ours makes) gets none."""
+    pkts = message_packets(111, total=760)
+    bad = hostile(pkts[1])["bad_magic"]
+    before = stats(program)
+    run(program, pkts[0] + bad + pkts[2])
+    assert delta(before, stats(program)) == {"counted": 1, "bad_magic": 1}
+
+
 def hostile(base: bytes) -> dict[str, bytes]:
     """One bad packet per verdict, each derived from the good packet `base`."""
     h = wire.header_type().from_buffer_copy(base[:wire.HEADER_BYTES])

@@ -7,7 +7,7 @@ import pytest
 
 from tailcut import spec
 from tailcut.errors import AlreadyExists, KernelFeatureMissing
-from tailcut.net import build, clean, naming, netns, offload, topology
+from tailcut.net import build, clean, naming, netns, topology
 from tests import netutil
 
 pytestmark = pytest.mark.netns
@@ -105,26 +105,6 @@ def test_a_5_percent_loss_link_drops_5_percent_of_20000_packets(built):
     assert bpf_dropped >= dropped  # ARP and the like may be dropped too
 
 
-def test_every_switch_port_facing_a_pod_cuts_udp_gso_messages_and_tcp_keeps_its_offload(built):
-    """A bounded-loss sender's 64 KiB UDP GSO messages cross the fabric whole and are
-    cut into datagrams at the last switch port, where the pod's XDP counter (generic
-    mode) would otherwise count one packet for 44 (tailcut.net.offload)."""
-    from pyroute2.ethtool import Ethtool
-    net = built(job("cutgso", "{racks: [{name: a}, {name: b}]}", workers=2))
-    for pod in net.topology.pods:
-        rack = net.topology.racks[pod.rack]
-        port = naming.rack_port(pod.slot)
-        assert offload.cuts_udp_gso(rack.netns, port), port
-        with netns.entered(rack.netns):
-            ethtool = Ethtool()
-            try:
-                assert ethtool.get_features(port).features["tx-tcp-segmentation"].enable
-            finally:
-                ethtool.close()
-    assert not offload.cuts_udp_gso(net.topology.racks[0].netns, naming.RACK_UPLINK_IF)
-
-
-@pytest.mark.bpf
 def test_lossy_links_make_senders_emit_one_wire_packet_per_skb(built):
     net = built(job("gso", "{uplink: {loss: 0.01}}", workers=1))
     pod = net.topology.pod("ps-0")

@@ -46,6 +46,7 @@ def test_no_sender_gets_a_static_share_unless_the_spec_sets_a_rate() -> None:
     assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "mtu": 1500,
                   "rate_mbit": None, "seed": 0, "p": 0.9, "xdp_mode": "generic",
                   "gso": False,   # 1% loss at the pods' own ends
+                  "lossless_path": False,
                   "link_mbit": 1000.0}   # the link's rate, which grants share: no cap
     assert w["rate_mbit"] is None and w["seed"] == 3
     capped = load("spec: {transport: {type: udp, rateMbit: 300}}")

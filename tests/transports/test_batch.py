@@ -152,3 +152,47 @@ def test_a_gso_message_holds_at_most_64_kib_of_datagrams(
     per_message = batch.MAX_UDP_PAYLOAD // size  # 44
     sizes = [len(rx.recv(70_000)) for _ in range(3)]
     assert sizes == [per_message * size, per_message * size, (n - 2 * per_message) * size]
+
+
+def test_the_gro_inbox_reads_gso_messages_whole_and_gives_one_row_per_datagram(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    """Two GSO messages (cut at the row size, the last datagram short) and a single
+    datagram in one read: every datagram in its own row, with its own length, and the
+    source and arrival time of the message it came in."""
+    rx, tx = sockets
+    rx.setsockopt(socket.SOL_SOCKET, batch.SO_TIMESTAMPNS, 1)
+    inbox = batch.GroInbox(rx, 8, 64)
+    assert inbox.recv() == 0
+    before = time.time_ns()
+    lengths = np.array([64, 64, 64, 20, 64, 64, 7])
+    b, raw = _gso_batch(tx, rx.getsockname(), lengths)
+    b.send(0, len(lengths))  # [64 64 64 20] [64 64 7]
+    tx.sendto(b"single", rx.getsockname())
+    time.sleep(0.05)
+    n = inbox.recv()
+    assert n == len(lengths) + 1
+    assert inbox.lengths(n).tolist() == lengths.tolist() + [6]
+    rows = inbox.rows(n)
+    for i, length in enumerate(lengths):
+        assert bytes(rows[i, :length]) == bytes(raw[i, :length])
+    assert bytes(rows[-1, :6]) == b"single"
+    assert inbox.sources(n).tolist() == [batch.ipv4("127.0.0.1")] * n
+    arrivals = inbox.arrivals(n)
+    assert (arrivals[:4] == arrivals[0]).all() and (arrivals[4:7] == arrivals[4]).all()
+    assert before <= arrivals.min() and arrivals.max() <= time.time_ns()
+    assert inbox.arrival_ns(n - 1) == arrivals[-1]
+    assert inbox.recv() == 0 and inbox.misfits == 0
+
+
+def test_the_gro_inbox_drops_a_gso_message_cut_at_another_size_and_counts_it(
+        sockets: tuple[socket.socket, socket.socket]) -> None:
+    """Rows are datagrams only if the message was cut at the row size: one cut at
+    another size (no sender of ours) is dropped whole, what follows it is kept."""
+    rx, tx = sockets
+    inbox = batch.GroInbox(rx, 8, 64)
+    b, _ = _gso_batch(tx, rx.getsockname(), np.array([32, 32, 32]))
+    b.send(0, 3)
+    tx.sendto(b"kept", rx.getsockname())
+    time.sleep(0.05)
+    n = inbox.recv()
+    assert n == 1 and bytes(inbox.rows(n)[0, :4]) == b"kept" and inbox.misfits == 1
