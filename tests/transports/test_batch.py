@@ -196,3 +196,26 @@ def test_the_gro_inbox_drops_a_gso_message_cut_at_another_size_and_counts_it(
     time.sleep(0.05)
     n = inbox.recv()
     assert n == 1 and bytes(inbox.rows(n)[0, :4]) == b"kept" and inbox.misfits == 1
+
+
+@pytest.mark.parametrize("lengths", [[64, 64, 64, 20], [64, 64], [7]])
+def test_one_message_read_alone_splits_as_it_does_among_others(
+        sockets: tuple[socket.socket, socket.socket], lengths: list[int]) -> None:
+    """The one-message shortcut gives the rows, lengths and sources the general split
+    gives the same message when another is read with it."""
+    rx, tx = sockets
+    inbox = batch.GroInbox(rx, 8, 64)
+    b, raw = _gso_batch(tx, rx.getsockname(), np.array(lengths))
+    seen = []
+    for with_other in (False, True):
+        b.send(0, len(lengths))
+        if with_other:
+            tx.sendto(b"other", rx.getsockname())
+        time.sleep(0.05)
+        n = inbox.recv()
+        assert n == len(lengths) + with_other
+        k = len(lengths)
+        seen.append((inbox.lengths(n)[:k].tolist(), inbox.rows(n)[:k].tobytes(),
+                     inbox.sources(n)[:k].tolist(), inbox.arrivals(n)[:k].min() > 0))
+    assert seen[0] == seen[1]
+    assert seen[0][0] == lengths
