@@ -829,7 +829,11 @@ class DatagramTransport(base.Transport):
                                                count=rx.count))
             except base.TransportError:
                 pass  # the peer is gone; its reader thread reports it to recv()
-            if self.counter is not None:  # its XDP entry: freed by the receive thread
+            if self.counter is not None and self._stale_at is None:
+                # Its XDP entry: freed by the receive thread, STALE_DELAY_S after the
+                # first completion not yet freed. Not pushed back by each completion:
+                # back to back (the PS's pushes, a ping-pong) the freeing never came,
+                # and the counter's table filled up (then no message fired).
                 self._stale_at = time.monotonic() + STALE_DELAY_S
             full = rx.count == rx.elements
             record = {"message": rx.message, "reason": reason, "total": rx.elements,
