@@ -19,11 +19,13 @@
 #ifndef TAILCUT_BL_STRIDE
 #error "compile with -DTAILCUT_BL_STRIDE, as tailcut/datapath/partial.py does"
 #endif
-/* A full datagram's UDP payload, and the most of them one UDP GSO message (at most
- * 65507 bytes of payload) holds. The verifier needs both as constants, and every
- * offset below 64 KiB. */
+/* A full datagram's UDP payload, and the most of them our senders put in one UDP GSO
+ * message (at most 65507 bytes of payload, at most 64 segments: batch.py's
+ * _Gso.max_segments). The verifier needs both as constants, and every offset it
+ * checks below 64 KiB: the last datagram walked starts at most 65507 - DATAGRAM in. */
 #define TAILCUT_BL_DATAGRAM (TAILCUT_BL_HDR_BYTES + 4 * TAILCUT_BL_STRIDE)
-#define TAILCUT_BL_GSO_DATAGRAMS (65507 / TAILCUT_BL_DATAGRAM + 1)
+#define TAILCUT_BL_GSO_DATAGRAMS \
+	(65507 / TAILCUT_BL_DATAGRAM < 64 ? 65507 / TAILCUT_BL_DATAGRAM : 64)
 
 /* Indexed by port: an array lookup the verifier inlines, a few ns a packet where a
  * hash of the port cost ~25 ns (bench/bl_xdp_cost.py). */
@@ -179,6 +181,13 @@ int tailcut_partial(struct xdp_md *ctx)
 	if (udp_len < sizeof(*udp) + sizeof(*h) || (void *)udp + udp_len > data_end)
 		return verdict(TAILCUT_BL_SHORT);
 	payload = udp_len - sizeof(*udp);
+	/* A GSO message's last datagram holds a header and a float at least; a datagram a
+	 * few bytes longer than a full one (an MTU not a multiple of 4 lets one through
+	 * whole) is not a GSO message: one verdict, as the socket refuses it too. */
+	if (payload > TAILCUT_BL_DATAGRAM &&
+	    payload % TAILCUT_BL_DATAGRAM != 0 &&
+	    payload % TAILCUT_BL_DATAGRAM < sizeof(*h) + 4)
+		return verdict(TAILCUT_BL_SHORT);
 	for (i = 0; i < TAILCUT_BL_GSO_DATAGRAMS; i++) {
 		off = i * TAILCUT_BL_DATAGRAM;
 		if (off >= payload)

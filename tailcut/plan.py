@@ -215,9 +215,10 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                        seed=job.spec.training.seed
                        + pod.index + (0 if pod.role == "ps" else 1),
                        # UDP GSO unless the pod's own end drops at random: there a
-                       # dropper would lose a whole 64 KiB message at once. Every
-                       # hop after it cuts GSO messages into datagrams as needed
-                       # (tailcut.net.build, docs/bounded-loss.md).
+                       # dropper would lose a whole 64 KiB message at once. A path
+                       # that drops further on has its pods cut GSO messages at their
+                       # own interface (tailcut.net.build); on a clean one they reach
+                       # the receiver whole (docs/bounded-loss.md).
                        gso=job.spec.network.access_link.loss == 0,
                        # Nothing on the path drops (no loss, no finite switch buffer):
                        # bursts may be whole GSO messages (tailcut.transports.sender).

@@ -12,8 +12,9 @@ go to the kernel as one message of up to 64 KiB that it cuts into those datagram
 late as the path lets it: what a TCP sender's 64 KiB skbs get. On the emulated path
 every hop's per-packet work is CPU, ~13 us a datagram, so this is what lets one sender
 reach line rate. It is only for paths where nothing before the cut acts per packet:
-a random-loss dropper would drop a whole super-packet, and an XDP counter in generic
-mode would count it as one (tailcut.net.build cuts them at the last switch port).
+a random-loss dropper would drop a whole super-packet (a path that drops has its pods
+cut them at their own interface, tailcut.net.build). The XDP counter walks a whole
+one datagram by datagram (ebpf/partial.bpf.c).
 
 On the receiving side one recvmmsg fills a preallocated 2-D buffer, one row per
 datagram, with each datagram's true length (MSG_TRUNC), source address and kernel
@@ -329,6 +330,7 @@ class Inbox:
         self._namelen = hdr["msg_namelen"]  # views, reset before every call
         self._controllen = hdr["msg_controllen"]
         self._count = count
+        self.filled = False  # the last recv read as many as it could hold
 
     def recv(self) -> int:
         """Read the datagrams waiting in the socket, up to ``count``, without blocking;
@@ -339,6 +341,7 @@ class Inbox:
             got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._msgs.ctypes.data, self._count,
                             MSG_DONTWAIT | MSG_TRUNC, None)
             if got >= 0:
+                self.filled = got == self._count  # more may be waiting
                 return int(got)
             err = ctypes.get_errno()
             if err in (errno.EAGAIN, errno.EWOULDBLOCK):
@@ -411,6 +414,8 @@ class GroInbox:
         self._count = count
         self._address = self._msgs.ctypes.data
         self.misfits = 0
+        self.gso_messages = 0  # UDP GSO messages read whole (more than one datagram)
+        self.filled = False
         self._rows = self.data[:0]
         self._lengths = self._message = np.zeros(0, np.int64)
 
@@ -422,12 +427,14 @@ class GroInbox:
         while True:
             got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._address,
                                                    self._count, MSG_DONTWAIT | MSG_TRUNC, None)
+            self.filled = got == self._count  # more may be waiting
             if got > 0:
                 return self._split(got)
             if got == 0:
                 return 0
             err = ctypes.get_errno()
             if err in (errno.EAGAIN, errno.EWOULDBLOCK):
+                self.filled = False
                 return 0
             if err != errno.EINTR:
                 raise OSError(err, os.strerror(err))
@@ -446,13 +453,13 @@ class GroInbox:
             self.misfits += int(got - np.count_nonzero(fits))
         # Datagrams per message: a GSO message's length over its cut size, rounded up.
         count = np.where(gso > 0, -(-length // self._row_bytes), 1) * fits
+        self.gso_messages += int(np.count_nonzero(count > 1))
         message = np.repeat(np.arange(got), count)
         index = np.arange(len(message)) - np.repeat(np.cumsum(count) - count, count)
         left = length[message] - index * self._row_bytes
         self._lengths = np.where(gso[message] > 0, np.minimum(left, self._row_bytes), left)
-        # One message's rows are in place already; several leave gaps between blocks.
-        self._rows = self.data[:len(message)] if got == 1 else \
-            self.data[message * self._block + index]
+        # Several messages leave gaps between their blocks: gather their rows.
+        self._rows = self.data[message * self._block + index]
         self._message = message
         return len(message)
 
@@ -469,6 +476,7 @@ class GroInbox:
             self._lengths = np.array([length], np.int64)
         elif gso == row:
             count = -(-length // row)
+            self.gso_messages += count > 1
             self._lengths = np.full(count, row, np.int64)
             self._lengths[-1] = length - (count - 1) * row
         else:

@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 _BUFFER_OPTS = {33: socket.SO_RCVBUF, 32: socket.SO_SNDBUF}  # FORCE -> plain
 SOCKET_BUFFER_BYTES = 32 << 20
 MAX_SLOTS = wire.const("MAX_SLOTS")
-RECV_BATCH = 128  # datagrams read per recvmmsg call at most
+RECV_BATCH = 128  # messages (datagrams, or whole GSO messages) read per recvmmsg call at most
 # While a message is coming in, the receive loop lets packets gather between reads
 # rather than pay a batch's fixed cost (tens to hundreds of us of numpy calls, and a
 # wake-up of the thread, which on a busy machine waits for a core) on every one or two
@@ -716,12 +716,18 @@ class DatagramTransport(base.Transport):
         followed by COALESCE_S of sleep."""
         udp = self._udp
         assert udp is not None
-        inbox: batch.Inbox | batch.GroInbox
-        try:
+        inbox: batch.Inbox | batch.GroInbox = batch.Inbox(udp, RECV_BATCH,
+                                                          self._recv.row_bytes)
+        if self.counter is None or self.counter.mode != "native":
             # A UDP GSO message that reaches us whole is read whole (batch.GroInbox).
-            inbox = batch.GroInbox(udp, RECV_BATCH, self._recv.row_bytes)
-        except OSError:  # a kernel without UDP_GRO cuts them before the socket
-            inbox = batch.Inbox(udp, RECV_BATCH, self._recv.row_bytes)
+            # Not with native XDP: the veth then does GRO itself and would merge one
+            # sender's single datagrams into messages cut at other sizes (misfits);
+            # and the port cuts GSO messages for it anyway (the veth's peer loses
+            # its GSO features when native XDP is attached).
+            try:
+                inbox = batch.GroInbox(udp, RECV_BATCH, self._recv.row_bytes)
+            except OSError:  # a kernel without UDP_GRO cuts them before the socket
+                pass
         ring = self.counter.fileno() if self.counter is not None else None
         wake = self._wake
         assert wake is not None
@@ -746,6 +752,9 @@ class DatagramTransport(base.Transport):
                 break  # closed
             if n:
                 read_up_to_ns = inbox.arrival_ns(n - 1) or read_up_to_ns
+                if isinstance(inbox, batch.GroInbox):
+                    self.stats["gso_messages_read"] = inbox.gso_messages
+                    self.stats["gso_misfits"] = inbox.misfits
                 if monitor is not None:
                     monitor.ours(int(inbox.lengths(n).sum()), n)
             else:
@@ -778,7 +787,7 @@ class DatagramTransport(base.Transport):
                 self._stale_at = None
                 self._free_stale()
                 continue  # and read what came in meanwhile
-            if n == RECV_BATCH:
+            if inbox.filled:
                 continue  # more is waiting
             due = [t for t in (sweep_at, self._stale_at) if t is not None]
             if monitor is not None:

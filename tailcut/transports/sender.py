@@ -92,7 +92,7 @@ def burst_floor(lossless_gso: bool, mtu: int) -> int:
     if not lossless_gso:
         return BURST_PACKETS
     full = wire.HEADER_BYTES + 4 * wire.elements_per_packet(mtu)
-    return max(BURST_PACKETS, min(MAX_BURST_PACKETS, batch_mod.MAX_UDP_PAYLOAD // full))
+    return max(BURST_PACKETS, min(batch_mod.UDP_MAX_SEGMENTS, batch_mod.MAX_UDP_PAYLOAD // full))
 
 
 def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np.ndarray,

@@ -372,3 +372,19 @@ def test_the_counter_compiles_for_a_9000_byte_mtus_stride_and_refuses_past_its_b
     with pytest.raises(ValueError, match="stride=4097: elements per packet must be in 1..4096"):
         partial.compile_program(partial.MAX_STRIDE + 1)
     partial.compile_program(stride).close()
+
+
+@pytest.mark.parametrize("mtu", [576, 592, 1420, 1500, 4000, 9000])
+def test_the_counter_loads_for_the_stride_of_every_kind_of_mtu(mtu: int) -> None:
+    """The walk over a GSO message's datagrams stays within what the verifier checks
+    (every packet offset under 64 KiB) for short, odd and jumbo MTUs alike."""
+    prog = partial.load(port=PORT + 20, job=JOB, p=0.5, stride=wire.elements_per_packet(mtu))
+    prog.close()
+
+
+def test_a_datagram_a_few_bytes_longer_than_a_full_one_gets_one_verdict(program) -> None:
+    """Not a GSO message (its tail could not hold a datagram): short, and nothing counted."""
+    full = message_packets(112, total=2 * STRIDE)[0]
+    before = stats(program)
+    run(program, full + b"\0\0\0")
+    assert delta(before, stats(program)) == {"short": 1}

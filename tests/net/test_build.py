@@ -105,6 +105,7 @@ def test_a_5_percent_loss_link_drops_5_percent_of_20000_packets(built):
     assert bpf_dropped >= dropped  # ARP and the like may be dropped too
 
 
+@pytest.mark.bpf
 def test_lossy_links_make_senders_emit_one_wire_packet_per_skb(built):
     net = built(job("gso", "{uplink: {loss: 0.01}}", workers=1))
     pod = net.topology.pod("ps-0")
