@@ -53,7 +53,7 @@ def once(tree: Path, job: str) -> dict[str, Any]:
     if "overhead" in phases:   # what no phase holds: the process's exit, mostly
         phases["unaccounted"] = wall - metrics["jct_s"] - phases["overhead"]
     return {"wall_s": wall, "jct_s": metrics["jct_s"], "overhead_s": wall - metrics["jct_s"],
-            "cpu_s": cpu, "phases": phases}
+            "cpu_s": cpu, "phases": phases, "metrics": metrics}
 
 
 def _children_cpu_s() -> float:

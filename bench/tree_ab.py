@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/tree_ab.py --baseline DIR [--job JOB] [--runs 3]
 
-Runs `tailcut run JOB` (a new process each time, as a user would) of this tree and of
-the checkout DIR (e.g. `git archive REV | tar -x -C DIR`) in turn, --runs times each,
-and prints per run and as medians: the JCT, the CPU the roles used while training
+Runs `tailcut run JOB` (a new process each time, as a user would: run_overhead.once)
+of this tree and of the checkout DIR (e.g. `git archive REV | tar -x -C DIR`) in turn,
+--runs times each, and prints per run and as medians: the JCT, the CPU the roles used while training
 (metrics.json's cpu, docs/bounded-loss.md#cpu-time) and its split by thread kind,
 the final accuracy, and the ratios this tree / baseline. The default job is the
 bounded-loss quickstart on a clean network (examples/bounded-loss.yaml without its
@@ -13,10 +13,7 @@ bounded-loss quickstart on a clean network (examples/bounded-loss.yaml without i
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +21,11 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import run_overhead  # noqa: E402
+
+ROOT = run_overhead.ROOT
 
 
 def clean_bounded_loss(path: Path) -> None:
@@ -34,15 +35,7 @@ def clean_bounded_loss(path: Path) -> None:
 
 
 def once(tree: Path, job: Path) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="tailcut-ab-") as out:
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's second run finds it
-        run = subprocess.run([sys.executable, "-m", "tailcut.cli", "run", str(job),
-                              "--results-dir", out], capture_output=True, text=True,
-                             env=env, cwd=tree, timeout=900)
-        if run.returncode != 0:
-            raise SystemExit(f"tailcut run failed ({tree}):\n{run.stderr[-2000:]}")
-        metrics = json.loads((Path(out) / "metrics.json").read_text())
+    metrics = run_overhead.once(tree, str(job))["metrics"]
     cpu = metrics.get("cpu", {})
     kinds = {kind: v["user_s"] + v["system_s"] for kind, v in cpu.get("kinds", {}).items()}
     return {"jct_s": metrics["jct_s"], "cpu_s": cpu.get("total_s", 0.0), "kinds": kinds,

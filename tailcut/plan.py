@@ -23,7 +23,7 @@ from typing import Any, Callable, Literal
 
 from tailcut.background import plan as bgplan
 from tailcut.errors import SpecError
-from tailcut.net import topology
+from tailcut.net import shaping, topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
 from tailcut.spec.model import ALLREDUCE_PORT, TrainingJob
@@ -223,10 +223,8 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                        # Nothing on the path drops (no loss, no finite switch buffer):
                        # bursts may be whole GSO messages (tailcut.transports.sender).
                        lossless_path=not any(
-                           link.loss > 0 or link.buffer_packets is not None
-                           or link.buffer_bytes is not None
-                           for link in (job.spec.network.access_link,
-                                        job.spec.network.uplink)),
+                           shaping.link_drops(link) for link in (
+                               job.spec.network.access_link, job.spec.network.uplink)),
                        # Every pod's own end of its link is shaped at this rate
                        # (tailcut.net.shaping): no need to read it back from the kernel.
                        link_mbit=job.spec.network.access_link.bandwidth / 1e6)

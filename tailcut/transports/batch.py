@@ -308,20 +308,21 @@ class _Gso:
             done += sent
 
 
-class Inbox:
-    """Up to ``count`` datagrams per recvmmsg call into ``data[i, :row_bytes]``; longer
-    datagrams are cut there, and ``lengths`` still says their real length."""
+class _Reads:
+    """recvmmsg into preallocated mmsghdrs: message ``i`` lands in ``block_bytes`` of
+    ``data`` from byte ``i * block_bytes``, with its source address and its control
+    messages (a ``ctrl_dtype``). What Inbox and GroInbox share."""
 
-    def __init__(self, sock: socket.socket, count: int, row_bytes: int) -> None:
+    def __init__(self, sock: socket.socket, count: int, data: np.ndarray, block_bytes: int,
+                 ctrl_dtype: np.dtype) -> None:
         self._sock = sock
-        self.data = np.zeros((count, row_bytes), np.uint8)
+        self.data = data
         self._names = np.zeros(count, _NAME)
-        self._ctrl = np.zeros(count, _CMSG_TS)
+        self._ctrl = np.zeros(count, ctrl_dtype)
         self._iov = np.zeros(count, _IOV)
-        self._iov["iov_base"] = self.data.ctypes.data + np.arange(count) * row_bytes
-        self._iov["iov_len"] = row_bytes
-        msg_dtype = _MMSG
-        self._msgs = np.zeros(count, msg_dtype)
+        self._iov["iov_base"] = data.ctypes.data + np.arange(count) * block_bytes
+        self._iov["iov_len"] = block_bytes
+        self._msgs = np.zeros(count, _MMSG)
         hdr = self._msgs["msg_hdr"]
         hdr["msg_name"] = self._names.ctypes.data + np.arange(count) * self._names.itemsize
         hdr["msg_iov"] = self._iov.ctypes.data + np.arange(count) * self._iov.itemsize
@@ -330,24 +331,40 @@ class Inbox:
         self._namelen = hdr["msg_namelen"]  # views, reset before every call
         self._controllen = hdr["msg_controllen"]
         self._count = count
-        self.filled = False  # the last recv read as many as it could hold
+        self._address = self._msgs.ctypes.data
+        self.filled = False  # the last read took as many as it could hold
 
-    def recv(self) -> int:
-        """Read the datagrams waiting in the socket, up to ``count``, without blocking;
+    def _read(self) -> int:
+        """Read the messages waiting in the socket, up to ``count``, without blocking;
         0 if there are none. Raises OSError when the socket is closed."""
         self._namelen[:] = self._names.itemsize  # the kernel overwrites both
         self._controllen[:] = self._ctrl.itemsize
         while True:
-            got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._msgs.ctypes.data, self._count,
-                            MSG_DONTWAIT | MSG_TRUNC, None)
+            got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._address,
+                                                   self._count, MSG_DONTWAIT | MSG_TRUNC, None)
             if got >= 0:
                 self.filled = got == self._count  # more may be waiting
                 return int(got)
             err = ctypes.get_errno()
             if err in (errno.EAGAIN, errno.EWOULDBLOCK):
+                self.filled = False
                 return 0
             if err != errno.EINTR:
                 raise OSError(err, os.strerror(err))
+
+
+class Inbox(_Reads):
+    """Up to ``count`` datagrams per recvmmsg call into ``data[i, :row_bytes]``; longer
+    datagrams are cut there, and ``lengths`` still says their real length."""
+
+    def __init__(self, sock: socket.socket, count: int, row_bytes: int) -> None:
+        super().__init__(sock, count, np.zeros((count, row_bytes), np.uint8), row_bytes,
+                         _CMSG_TS)
+
+    def recv(self) -> int:
+        """Read the datagrams waiting in the socket, up to ``count``, without blocking;
+        0 if there are none. Raises OSError when the socket is closed."""
+        return self._read()
 
     def rows(self, n: int) -> np.ndarray:
         """The first ``n`` datagrams of the last recv, one row each."""
@@ -380,7 +397,7 @@ class Inbox:
         return int(c["tv_sec"]) * 1_000_000_000 + int(c["tv_nsec"])
 
 
-class GroInbox:
+class GroInbox(_Reads):
     """Inbox's interface for a socket with UDP_GRO on (turned on here, with
     SO_TIMESTAMPNS; OSError where the kernel has no UDP_GRO). Each read message has a
     block of rows, as many as a 64 KiB message has datagrams: a UDP GSO message cut at
@@ -392,57 +409,25 @@ class GroInbox:
     def __init__(self, sock: socket.socket, count: int, row_bytes: int) -> None:
         sock.setsockopt(SOL_UDP, UDP_GRO, 1)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        self._sock = sock
         self._row_bytes = row_bytes
         self._block = -(-MAX_UDP_PAYLOAD // row_bytes)  # rows: no message is ever cut
-        self.data = np.zeros((count * self._block, row_bytes), np.uint8)
-        self._names = np.zeros(count, _NAME)
-        self._ctrl = np.zeros(count, _CMSG_TS_GRO)
-        self._iov = np.zeros(count, _IOV)
-        self._iov["iov_base"] = self.data.ctypes.data + np.arange(count) * self._block * row_bytes
-        self._iov["iov_len"] = self._block * row_bytes
-        self._msgs = np.zeros(count, _MMSG)
-        hdr = self._msgs["msg_hdr"]
-        hdr["msg_name"] = self._names.ctypes.data + np.arange(count) * self._names.itemsize
-        hdr["msg_iov"] = self._iov.ctypes.data + np.arange(count) * self._iov.itemsize
-        hdr["msg_iovlen"] = 1
-        hdr["msg_control"] = self._ctrl.ctypes.data + np.arange(count) * self._ctrl.itemsize
-        self._namelen = hdr["msg_namelen"]
-        self._controllen = hdr["msg_controllen"]
+        super().__init__(sock, count, np.zeros((count * self._block, row_bytes), np.uint8),
+                         self._block * row_bytes, _CMSG_TS_GRO)
         self._msg_len = self._msgs["msg_len"]
         self._addresses = self._names["sin_addr"].view(">u4").reshape(count)
-        self._count = count
-        self._address = self._msgs.ctypes.data
         self.misfits = 0
         self.gso_messages = 0  # UDP GSO messages read whole (more than one datagram)
-        self.filled = False
         self._rows = self.data[:0]
         self._lengths = self._message = np.zeros(0, np.int64)
 
     def recv(self) -> int:
         """Read what is waiting, up to ``count`` messages, without blocking; the number
         of datagrams they held (0: none). OSError when the socket is closed."""
-        self._namelen[:] = self._names.itemsize
-        self._controllen[:] = self._ctrl.itemsize
-        while True:
-            got = _required(_recvmmsg, "recvmmsg")(self._sock.fileno(), self._address,
-                                                   self._count, MSG_DONTWAIT | MSG_TRUNC, None)
-            self.filled = got == self._count  # more may be waiting
-            if got > 0:
-                return self._split(got)
-            if got == 0:
-                return 0
-            err = ctypes.get_errno()
-            if err in (errno.EAGAIN, errno.EWOULDBLOCK):
-                self.filled = False
-                return 0
-            if err != errno.EINTR:
-                raise OSError(err, os.strerror(err))
+        got = self._read()
+        return self._split(got) if got else 0
 
     def _split(self, got: int) -> int:
         """Datagram rows of the ``got`` messages just read."""
-        if got == 1:
-            return self._split_one()
         length = self._msg_len[:got].astype(np.int64)
         ctrl = self._ctrl[:got]
         gro = ((self._controllen[:got] >= self._ctrl.itemsize)
@@ -458,34 +443,11 @@ class GroInbox:
         index = np.arange(len(message)) - np.repeat(np.cumsum(count) - count, count)
         left = length[message] - index * self._row_bytes
         self._lengths = np.where(gso[message] > 0, np.minimum(left, self._row_bytes), left)
-        # Several messages leave gaps between their blocks: gather their rows.
-        self._rows = self.data[message * self._block + index]
+        # One message's rows are in place; several leave gaps between their blocks.
+        self._rows = self.data[:len(message)] if got == 1 else \
+            self.data[message * self._block + index]
         self._message = message
         return len(message)
-
-    def _split_one(self) -> int:
-        """_split for one message, the usual read (what gathered in a millisecond from
-        one sender): the same in plain Python arithmetic, a few numpy calls."""
-        length = int(self._msg_len[0])
-        c = self._ctrl[0]
-        gso = int(c["gso"]) if (int(self._controllen[0]) >= self._ctrl.itemsize
-                                and c["gro_type"] == UDP_GRO
-                                and c["gro_level"] == SOL_UDP) else 0
-        row = self._row_bytes
-        if gso == 0:
-            self._lengths = np.array([length], np.int64)
-        elif gso == row:
-            count = -(-length // row)
-            self.gso_messages += count > 1
-            self._lengths = np.full(count, row, np.int64)
-            self._lengths[-1] = length - (count - 1) * row
-        else:
-            self.misfits += 1
-            self._lengths = np.zeros(0, np.int64)
-        n = len(self._lengths)
-        self._rows = self.data[:n]
-        self._message = np.zeros(n, np.int64)
-        return n
 
     def rows(self, n: int) -> np.ndarray:
         return self._rows[:n]
