@@ -49,6 +49,7 @@ TRAINING_ROLES = ("ps", "worker", "aggregator", "replica")
 # The agent wires a pod once the kubelet reports it running: a second or two; the
 # margin covers a node busy starting a job's many pods.
 ADDRESS_TIMEOUT_S = float(os.environ.get("TAILCUT_ADDRESS_TIMEOUT_S", "120"))
+TERMINATION_CHARS = 2000   # the kubelet keeps at most 4096 bytes of the message
 
 
 def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
@@ -111,21 +112,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _emit_and_report(event: dict[str, Any]) -> None:
-    """Print the event as the role would; the PS's "done" event also becomes the
-    container's termination message, which the operator reads into the job's status
-    (tailcut.k8s.manifests.resources.figures_from_pods)."""
+    """Print the event as the role would; the PS's "done" event, or any role's "error"
+    event, also becomes the container's termination message, which the operator reads
+    into the job's status (tailcut.k8s.manifests.resources: figures_from_pods, and the
+    reason a failed job gives). Without it the kubelet would take the log's tail, which
+    is the results block (tailcut.k8s.podresults), not the error."""
     role.emit(event)
-    if event.get("event") != "done":
-        return
+    if event.get("event") == "done":
+        # "tcp": the PS pod's own TCP counters (tailcut.training.tcpstats), eight
+        # integers; the job's totals over every pod are in `tailcut collect`'s results
+        keys = ("jct_s", "epochs", "iterations", "final_accuracy", "final_loss",
+                "converged", "tcp")
+        _write_termination_message(json.dumps({k: event[k] for k in keys if k in event}))
+    elif event.get("event") == "error":
+        _write_termination_message(str(event.get("message", ""))[:TERMINATION_CHARS])
+
+
+def _write_termination_message(text: str) -> None:
     path = Path(os.environ.get("TAILCUT_TERMINATION_LOG", "/dev/termination-log"))
     if not path.exists():   # the kubelet mounts it; elsewhere (a test as root) never
         return              # create a file in /dev
-    # "tcp": the PS pod's own TCP counters (tailcut.training.tcpstats), eight integers;
-    # the job's totals over every pod are in `tailcut collect`'s results
-    keys = ("jct_s", "epochs", "iterations", "final_accuracy", "final_loss", "converged",
-            "tcp")
-    try:   # at most 4096 bytes are kept: these few numbers only
-        path.write_text(json.dumps({k: event[k] for k in keys if k in event}))
+    try:
+        path.write_text(text)
     except OSError as err:   # read-only or full: the log has it all
         print(f"entrypoint: termination message not written to {path}: {err}",
               file=sys.stderr)

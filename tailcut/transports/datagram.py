@@ -613,7 +613,7 @@ class DatagramTransport(base.Transport):
         with self._sending_lock:
             self._sending += 1
         try:
-            sent = sender.pace(udp, conn.udp_addr, packets, order,
+            done = sender.pace(udp, conn.udp_addr, packets, order,
                                lambda: congestion.sender_rate(self._pace_bit, self._sending,
                                                               tx.grant_bit),
                                tx.done, deadline, conn.peer,
@@ -622,7 +622,12 @@ class DatagramTransport(base.Transport):
         finally:
             with self._sending_lock:
                 self._sending -= 1
-        self.stats["packets_sent"] += sent
+        self.stats["packets_sent"] += done.sent
+        if done.unsent:
+            if not self.stats["unsent"]:   # once: the path came back or the deadline tells
+                log.warning("sending to %s: %s; datagrams refused while it lasts count as "
+                            "lost (transport stats: unsent)", conn.peer, done.why)
+            self.stats["unsent"] += done.unsent
 
     # ---- receiving ------------------------------------------------------------------
 

@@ -7,10 +7,13 @@ place (batch.py), so sending a 4 MiB vector copies 93 KiB of headers, not the ve
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +35,21 @@ CATCH_UP_S = 0.004  # most link time a late sender sends at once (330 packets at
 # message. Messages paced at once share their sender's link, so their credits add up
 # to at most one such burst.
 START_CREDIT_S = 0.001
+# What a send is refused with while the path is down for a moment (a pod's link
+# removed and wired again, a route withdrawn, a firewall dropping): the burst is lost
+# before the wire, which the receiver repairs or tolerates like any other loss.
+PATH_DOWN = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN,
+                       errno.EHOSTDOWN, errno.EADDRNOTAVAIL, errno.EPERM})
+
+
+@dataclass
+class Pass:
+    """What pace() did with a pass: slots handed to the kernel, and slots of bursts
+    the kernel refused with a PATH_DOWN error (why: the first such error)."""
+
+    sent: int = 0
+    unsent: int = 0
+    why: str = ""
 
 
 class Packets:
@@ -99,11 +117,12 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
          rate_bit: float | Rate | None, stop: threading.Event, deadline: float | None,
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
          tos: np.ndarray | None = None, gso: bool = False,
-         burst_packets: int = BURST_PACKETS) -> int:
+         burst_packets: int = BURST_PACKETS) -> Pass:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
     is asked again after every burst, so a grant or a change in what else is being sent
-    takes effect within a burst), in bursts of at least ``burst_packets``; return early once ``stop``
-    is set. Returns the packets sent. ``sendto`` replaces sendmmsg with one call per
+    takes effect within a burst), in bursts of at least ``burst_packets``; return early
+    once ``stop`` is set. A burst the kernel refuses because the path is down
+    (PATH_DOWN) is lost, not an error. ``sendto`` replaces sendmmsg with one call per
     datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
     slot's datagram. ``gso``: bursts go out as UDP GSO messages (batch.py says where
     that is right)."""
@@ -134,8 +153,9 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | None, send_one: Callable[[int], None],
-          burst_packets: int = BURST_PACKETS) -> int:
+          burst_packets: int = BURST_PACKETS) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
+    done = Pass()
     # Bytes on the wire before packet i of the pass (HTB counts Ethernet, IP and UDP).
     sent_bytes = np.concatenate(([0], np.cumsum(
         packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES)))).tolist()
@@ -151,14 +171,21 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             if first == 0:  # the credit goes out at once
                 count = max(count, int(rate_bit * START_CREDIT_S / 8 / sent_bytes[1]))
         count = min(count, len(order) - first)
-        if batch is not None:
-            batch.send(first, count)
-        else:
-            for slot in order[first:first + count]:
-                send_one(int(slot))
+        try:
+            if batch is not None:
+                batch.send(first, count)
+            else:
+                for slot in order[first:first + count]:
+                    send_one(int(slot))
+            done.sent += count
+        except OSError as err:
+            if err.errno not in PATH_DOWN:
+                raise
+            done.unsent += count   # (a burst cut short counts whole)
+            done.why = done.why or os.strerror(err.errno)
         first += count
         if stop.is_set():
-            return first
+            return done
         if deadline is not None and time.monotonic() > deadline:
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
         rate_bit = rate_of()
@@ -176,4 +203,4 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             # After a long stall, make up at most CATCH_UP_S: a bigger burst would
             # overflow the link's queue and turn a stall into losses.
             due = now - CATCH_UP_S
-    return len(order)
+    return done

@@ -385,6 +385,39 @@ def test_with_gso_the_xdp_counter_and_the_receiver_see_every_datagram_cut_or_who
         assert server.stats.get("gso_misfits", 0) == 0
 
 
+@pytest.mark.netns
+@pytest.mark.bpf
+@pytest.mark.parametrize("gso", [True, False])
+def test_a_path_gone_for_a_moment_loses_datagrams_and_the_messages_still_arrive(
+        clean_link: Any, gso: bool) -> None:
+    """The sender's address goes for 0.4 s mid-stream, as a pod's link does while the
+    node agent that wired it restarts (the old one removes it, the new one wires it
+    again). Its datagram sends fail then (ENETUNREACH): that is loss, repaired like
+    any other, not the end of the job (it was, on the cluster)."""
+    from tailcut.net import netns
+    from tests.datapath.udp_link import IFNAME, RECEIVER_IP, SENDER_IP
+    with pair("bounded-loss", 27260 + gso, lambda: netns.entered(clean_link.receiver),
+              lambda: netns.entered(clean_link.sender), host=RECEIVER_IP, p=0.9,
+              job="bl-outage", gso=gso, rate_mbit=200) as (server, s, client, c):
+        ip = ["ip", "-n", clean_link.sender, "addr"]
+        outage = threading.Timer(0.2, lambda: (
+            subprocess.run([*ip, "del", f"{SENDER_IP}/24", "dev", IFNAME], check=True),
+            time.sleep(0.4),
+            subprocess.run([*ip, "add", f"{SENDER_IP}/24", "dev", IFNAME], check=True)))
+        outage.start()
+        try:
+            started = time.monotonic()
+            i = 0
+            while time.monotonic() - started < 1.5:
+                c.send(Message(Kind.PUSH, i, 1, VECTOR), 20)
+                msg = s.recv(20)
+                assert delivered(msg).sum() >= datagram.threshold_elements(0.9, VECTOR.size)
+                i += 1
+        finally:
+            outage.join()
+        assert client.stats["unsent"] > 0, client.stats   # the outage was met mid-send
+
+
 # ---- CadentFlow: a message tagged per tensor ------------------------------------------
 
 # Three tensors in model order; sent most urgent first: the last, then the first two.

@@ -1,5 +1,7 @@
 """The sender's packets: header rows from the ctypes view, values taken in place."""
 
+import errno
+import os
 import socket
 import threading
 
@@ -31,11 +33,34 @@ def test_pace_sends_every_slot_once_in_order_then_stops_early_when_told() -> Non
     stop = threading.Event()
     sent = sender.pace(None, ("127.0.0.1", 9), packets, order, None, stop,  # type: ignore
                        None, "peer", lambda d, _a: out.append(d))
-    assert sent == 10 and [wire.parse(d).start // 100 for d in out] == order.tolist()
+    assert sent == sender.Pass(sent=10) and \
+        [wire.parse(d).start // 100 for d in out] == order.tolist()
     stop.set()
     many = np.arange(len(packets)).repeat(5)  # 50 datagrams: stops after the first burst
     assert sender.pace(None, ("127.0.0.1", 9), packets, many, None, stop,  # type: ignore
-                       None, "peer", lambda d, _a: None) == sender.BURST_PACKETS
+                       None, "peer", lambda d, _a: None).sent == sender.BURST_PACKETS
+
+
+def test_a_burst_refused_because_the_path_is_down_is_lost_and_the_pass_goes_on() -> None:
+    """ENETUNREACH (the pod's link removed for a moment) loses that burst; any other
+    error is still raised."""
+    packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 100)
+    order = np.arange(len(packets)).repeat(4)    # 40 slots: 3 bursts of 16, 16 and 8
+    calls = [0]
+
+    def down_for_the_second_burst(_d: bytes, _a: object) -> None:
+        calls[0] += 1
+        if 16 < calls[0] <= 17:
+            raise OSError(errno.ENETUNREACH, "Network is unreachable")
+    done = sender.pace(None, ("127.0.0.1", 9), packets, order, None,  # type: ignore
+                       threading.Event(), None, "peer", down_for_the_second_burst)
+    assert done == sender.Pass(sent=24, unsent=16, why=os.strerror(errno.ENETUNREACH))
+
+    def broken(_d: bytes, _a: object) -> None:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+    with pytest.raises(OSError, match="Bad file"):
+        sender.pace(None, ("127.0.0.1", 9), packets, order, None,  # type: ignore
+                    threading.Event(), None, "peer", broken)
 
 
 def _received_tos(rx: socket.socket, count: int) -> list[tuple[int, int]]:
@@ -62,7 +87,7 @@ def test_each_datagram_carries_the_tos_of_its_slot_on_either_send_path(per_datag
         sendto = tx.sendto if per_datagram else None
         sent = sender.pace(tx, rx.getsockname(), packets, order, None, threading.Event(),
                            None, "peer", sendto, tos)
-        assert sent == 10
+        assert sent.sent == 10
         assert _received_tos(rx, 10) == [(int(s), int(tos[s])) for s in order]
         # The socket is left untagged for what is sent next.
         assert tx.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 0

@@ -132,6 +132,19 @@ def test_the_ps_done_event_becomes_the_termination_message(tmp_path, monkeypatch
     assert '"per_epoch"' in capsys.readouterr().out   # the log still has all of it
 
 
+def test_a_roles_error_becomes_the_termination_message(tmp_path, monkeypatch):
+    """Not the log's tail, which ends in the results block (base64): the job's status
+    then said nothing of why a pod failed."""
+    entry = load_entrypoint()
+    message = tmp_path / "termination-log"
+    message.write_text("")
+    monkeypatch.setenv("TAILCUT_TERMINATION_LOG", str(message))
+    entry._emit_and_report({"event": "error", "role": "worker", "index": 2,
+                            "message": "no PARAMS from the PS within 30 s" + "!" * 9000})
+    assert message.read_text().startswith("no PARAMS from the PS within 30 s")
+    assert len(message.read_bytes()) < 4096
+
+
 def test_outside_a_pod_no_termination_message_file_is_created(tmp_path, monkeypatch):
     """The directory exists (as /dev does for a test run as root), the file does not:
     the kubelet did not mount one, so none is made."""
