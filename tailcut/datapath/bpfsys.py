@@ -6,6 +6,7 @@ quarter second a BCC compile takes. Python 3.11 has no binding for bpf(2), hence
 """
 
 import ctypes
+import errno
 import os
 import platform
 
@@ -179,15 +180,32 @@ def load_program(prog_type: int, insns: bytes, name: str, license: str = "GPL") 
                          insns=ctypes.addressof(code), license=ctypes.addressof(lic),
                          prog_name=name.encode()[:15])
     try:
-        return _bpf(BPF_PROG_LOAD, attr)
+        return _load_retrying(attr)
     except OSError:
         # Again with the verifier's log, which only a failure needs (it costs time).
         attr.log_level, attr.log_size, attr.log_buf = 1, len(log), ctypes.addressof(log)
         try:
-            return _bpf(BPF_PROG_LOAD, attr)
+            return _load_retrying(attr)
         except OSError as err:
             said = log.value.decode(errors="replace").strip()
             raise OSError(err.errno, f"{err.strerror}: {said[-2000:]}") from None
+
+
+LOAD_ATTEMPTS = 5
+
+
+def _load_retrying(attr: ctypes.Structure) -> int:
+    """BPF_PROG_LOAD, again on EAGAIN: the verifier gives up when a signal is pending
+    for the loading thread (a child's exit, a debugger's stop), which says nothing of
+    the program. libbpf retries the same way. (A sampling profiler that stops the
+    process, py-spy without --nonblocking, beats any number of attempts.)"""
+    for attempt in range(LOAD_ATTEMPTS):
+        try:
+            return _bpf(BPF_PROG_LOAD, attr)
+        except OSError as err:
+            if err.errno != errno.EAGAIN or attempt == LOAD_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _elem(cmd: int, fd: int, key: ctypes.Array[ctypes.c_char] | None,
