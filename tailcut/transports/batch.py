@@ -333,6 +333,7 @@ class _Reads:
         self._count = count
         self._address = self._msgs.ctypes.data
         self.filled = False  # the last read took as many as it could hold
+        self.reads = 0  # messages the last read took (a UDP GSO message read whole is one)
 
     def _read(self) -> int:
         """Read the messages waiting in the socket, up to ``count``, without blocking;
@@ -344,10 +345,12 @@ class _Reads:
                                                    self._count, MSG_DONTWAIT | MSG_TRUNC, None)
             if got >= 0:
                 self.filled = got == self._count  # more may be waiting
+                self.reads = int(got)
                 return int(got)
             err = ctypes.get_errno()
             if err in (errno.EAGAIN, errno.EWOULDBLOCK):
                 self.filled = False
+                self.reads = 0
                 return 0
             if err != errno.EINTR:
                 raise OSError(err, os.strerror(err))

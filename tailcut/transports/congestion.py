@@ -41,7 +41,7 @@ POOL_STEP = 0.05  # the pool is re-shared once the other traffic moves it by 5% 
 SAMPLE_S = 0.005  # how often the receiver reads its link's byte counter
 SMOOTH_S = 0.02  # time constant of the other traffic's moving average
 MIN_POOL = 0.1  # the share of the link the job's messages always get
-WIRE_OVERHEAD_BYTES = 14 + 20 + 8  # Ethernet, IP and UDP headers of each datagram
+WIRE_OVERHEAD_BYTES = 14 + 20 + 8  # Ethernet, IP and UDP headers of each packet counted
 READ_BYTES = 1 << 16  # /proc/net/dev is read this much at a time
 
 
@@ -97,9 +97,11 @@ class LinkMonitor:
         """The smoothed other traffic, bit/s."""
         return max(0.0, self._smoothed)
 
-    def ours(self, datagram_bytes: int, datagrams: int) -> None:
-        """Count datagrams of ours that arrived (their payload bytes and number)."""
-        self._ours += datagram_bytes + datagrams * WIRE_OVERHEAD_BYTES
+    def ours(self, datagram_bytes: int, packets: int) -> None:
+        """Count what of ours arrived: its datagrams' bytes, in ``packets`` as the
+        interface counted them, each with one set of headers (a UDP GSO message that
+        came whole is one packet: its datagrams share its headers)."""
+        self._ours += datagram_bytes + packets * WIRE_OVERHEAD_BYTES
 
     def sample(self, now: float | None = None) -> float | None:
         """Read the counter; the smoothed other traffic in bit/s (None: unreadable)."""

@@ -761,7 +761,7 @@ class DatagramTransport(base.Transport):
                     self.stats["gso_messages_read"] = inbox.gso_messages
                     self.stats["gso_misfits"] = inbox.misfits
                 if monitor is not None:
-                    monitor.ours(int(inbox.lengths(n).sum()), n)
+                    monitor.ours(int(inbox.lengths(n).sum()), inbox.reads)
             else:
                 # The socket was empty: everything that arrived before we asked is read.
                 read_up_to_ns = asked_ns
