@@ -36,12 +36,15 @@ FAN_IN = 4
 
 
 def one(p: float, rounds: int, port: int, tree: Path | None, senders: int = 1,
-        gso: bool = True) -> dict:
+        gso: bool = True, lossless: bool = True) -> dict:
+    """``gso`` and ``lossless``: the transport's options that `tailcut run` plans on a
+    loss-free path (plan.transport_options): UDP GSO, and bursts of a whole GSO message."""
     name = "bl-bench-gp" if senders == 1 else "bl-bench-fan"
     with bl_net.network(name, senders, 0.0) as topo:
         ps = topo.pod("ps-0")
-        base = {"transport": "bounded-loss", "options": {"job": name, "p": p,
-                                                              **({"gso": True} if gso else {})},
+        options = {"job": name, "p": p, **({"gso": True} if gso else {}),
+                   **({"lossless_path": True} if gso and lossless else {})}
+        base = {"transport": "bounded-loss", "options": options,
                 "host": ps.ip, "port": port}
         server = bl_net.start(ps, {**base, "role": "ps", "workers": senders, "rounds": rounds},
                               tree)
@@ -84,13 +87,18 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with")
     ap.add_argument("--no-gso-too", action="store_true",
                     help="also this tree without UDP GSO (one datagram per sendmmsg entry)")
+    ap.add_argument("--short-bursts-too", action="store_true",
+                    help="also this tree with GSO but bursts of BURST_S, as on a lossy path")
     args = ap.parse_args()
-    # label -> (tree, UDP GSO); the loss-free path is where tailcut run turns GSO on.
-    variants: dict[str, tuple[Path | None, bool]] = {"this tree": (None, True)}
+    # label -> (tree, UDP GSO, lossless path): on a loss-free path tailcut run turns on
+    # both.
+    variants: dict[str, tuple[Path | None, bool, bool]] = {"this tree": (None, True, True)}
     if args.baseline:
-        variants = {"baseline": (args.baseline.resolve(), False), **variants}
+        variants = {"baseline": (args.baseline.resolve(), False, False), **variants}
     if args.no_gso_too:
-        variants["no gso"] = (None, False)
+        variants["no gso"] = (None, False, False)
+    if args.short_bursts_too:
+        variants["short bursts"] = (None, True, False)
     trees = variants
     goodput = {t: {p: [] for p in PS} for t in trees}
     fairness = {t: [] for t in trees}
@@ -99,9 +107,9 @@ def main() -> None:
     queued_us: dict[str, list[float]] = {t: [] for t in trees}
     sending_ms: dict[str, list[float]] = {t: [] for t in trees}
     for run in range(args.runs):
-        for label, (tree, gso) in variants.items():
+        for label, (tree, gso, lossless) in variants.items():
             for p in PS:
-                res = one(p, args.rounds, 7200 + run, tree, gso=gso)
+                res = one(p, args.rounds, 7200 + run, tree, gso=gso, lossless=lossless)
                 msgs = res["messages"][1:]  # round 0 warms up
                 gp = [m["delivered"] * ELEMENTS * 32 / m["completion_s"] / LINK_BIT
                       for m in msgs]
@@ -116,7 +124,7 @@ def main() -> None:
                       f"{statistics.mean(m['delivered'] for m in msgs):.4f}, completions by "
                       f"{sorted({r['reason'] for r in res['records']})} (load {load()})",
                       flush=True)
-            res = one(0.9, args.rounds, 7300 + run, tree, FAN_IN, gso)
+            res = one(0.9, args.rounds, 7300 + run, tree, FAN_IN, gso, lossless)
             fair, total, shares = fan_in(res)
             fairness[label].append(fair)
             fan_total[label].append(total)
