@@ -49,7 +49,7 @@ TRAINING_ROLES = ("ps", "worker", "aggregator", "replica")
 # The agent wires a pod once the kubelet reports it running: a second or two; the
 # margin covers a node busy starting a job's many pods.
 ADDRESS_TIMEOUT_S = float(os.environ.get("TAILCUT_ADDRESS_TIMEOUT_S", "120"))
-TERMINATION_CHARS = 2000   # the kubelet keeps at most 4096 bytes of the message
+TERMINATION_BYTES = 4000   # the kubelet keeps at most 4096 bytes of the message
 
 
 def role_config(job: spec.TrainingJob, replica: str, results_dir: str,
@@ -125,7 +125,8 @@ def _emit_and_report(event: dict[str, Any]) -> None:
                 "converged", "tcp")
         _write_termination_message(json.dumps({k: event[k] for k in keys if k in event}))
     elif event.get("event") == "error":
-        _write_termination_message(str(event.get("message", ""))[:TERMINATION_CHARS])
+        said = str(event.get("message", "")).encode()[:TERMINATION_BYTES]
+        _write_termination_message(said.decode(errors="ignore"))
 
 
 def _write_termination_message(text: str) -> None:

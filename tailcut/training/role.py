@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None,
     try:
         cfg = config.RoleConfig.from_json(args[0])
     except (config.ConfigError, TypeError) as err:
-        _fail("?", -1, f"{args[0]}: {err}")
+        _fail(emit, "?", -1, f"{args[0]}: {err}")
         return exits.USAGE
     emit = _with_cpu_time(cfg, _with_tcp_counters(cfg, emit))
     try:
@@ -81,11 +81,12 @@ def main(argv: list[str] | None = None,
         else:
             emit(worker.run(cfg))
     except errors.TailcutError as err:
-        _fail(cfg.role, cfg.index, str(err))
+        _fail(emit, cfg.role, cfg.index, str(err))
         return exits.PEER_GONE if _peer_went_away(err) else exits.FAILED
     except Exception as err:  # anything else is our bug: say so, keep the traceback
         traceback.print_exc()
-        _fail(cfg.role, cfg.index, f"internal error (a tailcut bug, please report it): {err!r}")
+        _fail(emit, cfg.role, cfg.index,
+              f"internal error (a tailcut bug, please report it): {err!r}")
         return exits.FAILED
     return exits.OK
 
@@ -150,7 +151,10 @@ def _peer_went_away(err: BaseException | None) -> bool:
     return False
 
 
-def _fail(role: str, index: int, message: str) -> None:
+def _fail(emit: Callable[[dict[str, Any]], None], role: str, index: int,
+          message: str) -> None:
+    """Say why the role failed: on stderr, and as an "error" event through the
+    caller's `emit` (in a pod, the entrypoint's: it becomes the termination message)."""
     print(f"tailcut {role} {index}: {message}", file=sys.stderr, flush=True)
     emit({"event": "error", "role": role, "index": index, "message": message})
 

@@ -140,7 +140,7 @@ def test_a_roles_error_becomes_the_termination_message(tmp_path, monkeypatch):
     message.write_text("")
     monkeypatch.setenv("TAILCUT_TERMINATION_LOG", str(message))
     entry._emit_and_report({"event": "error", "role": "worker", "index": 2,
-                            "message": "no PARAMS from the PS within 30 s" + "!" * 9000})
+                            "message": "no PARAMS from the PS within 30 s" + "é" * 9000})
     assert message.read_text().startswith("no PARAMS from the PS within 30 s")
     assert len(message.read_bytes()) < 4096
 
