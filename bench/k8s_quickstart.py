@@ -30,9 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tailcut import spec  # noqa: E402
+from tailcut.k8s.manifests import resources  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
 TIMEOUT_S = 600.0
+DROPS_WAIT_S = 60.0   # after Succeeded: the node agents record each pod's queue drops
 
 
 def kubectl(kubeconfig: str, *args: str, input: str | None = None) -> str:
@@ -84,7 +86,7 @@ def run_job(kubeconfig: str, namespace: str,
     try:
         while time.monotonic() - start < TIMEOUT_S:
             pods = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "pods", "-l",
-                                      f"tailcut.dev/job={name}", "-o", "json"))["items"]
+                                      f"{resources.LABEL_JOB}={name}", "-o", "json"))["items"]
             for pod in pods:
                 if pod["status"].get("phase") in ("Running", "Succeeded"):
                     seen_running.add(pod["metadata"]["name"])
@@ -97,11 +99,33 @@ def run_job(kubeconfig: str, namespace: str,
                 raise RuntimeError(f"{name} failed: {status.get('conditions')}")
             if status.get("phase") == "Succeeded" and "jctSeconds" in status:
                 return (float(status["jctSeconds"]), float(to_running or float("nan")),
-                        status)
+                        _with_queue_drops(kubeconfig, namespace, name, status))
             time.sleep(0.5)
         raise RuntimeError(f"{name}: not Succeeded after {TIMEOUT_S:.0f} s")
     finally:
         kubectl(kubeconfig, "-n", namespace, "delete", "trainingjob", name, "--wait=false")
+
+
+def _with_queue_drops(kubeconfig: str, namespace: str, name: str,
+                      status: dict[str, Any]) -> dict[str, Any]:
+    """The job's status with its queue drops as the operator gathers them from the
+    pods (resources.queue_drops_from_pods), once every pod its node agent wired has
+    them: the agent reads a pod's as it releases it, a moment after the job has
+    Succeeded, and a pod deleted before that (the job deleted at once) never gets
+    them (status.queueDrops then said 0). After DROPS_WAIT_S, what is there."""
+    deadline = time.monotonic() + DROPS_WAIT_S
+    while True:
+        pods = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "pods", "-l",
+                                  f"{resources.LABEL_JOB}={name}", "-o", "json"))["items"]
+        notes = [p["metadata"].get("annotations") or {} for p in pods]
+        wired = [n for n in notes if resources.ANNOTATION_NETWORK in n]
+        if wired and all(resources.ANNOTATION_QUEUE_DROPS in n for n in wired):
+            return {**status, "queueDrops": resources.queue_drops_from_pods(pods)}
+        if time.monotonic() > deadline:
+            print(f"{name}: not every pod's queue drops recorded after {DROPS_WAIT_S:.0f} s",
+                  file=sys.stderr)
+            return status
+        time.sleep(0.5)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ _NR_BPF = {"x86_64": 321, "aarch64": 280}
 BPF_MAP_CREATE = 0
 BPF_PROG_LOAD = 5
 BPF_PROG_TEST_RUN = 10
+LOAD_ATTEMPTS = 5   # of BPF_PROG_LOAD while it fails with EAGAIN (as libbpf)
 
 BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_PROG_TYPE_XDP = 6
@@ -190,8 +191,6 @@ def load_program(prog_type: int, insns: bytes, name: str, license: str = "GPL") 
             said = log.value.decode(errors="replace").strip()
             raise OSError(err.errno, f"{err.strerror}: {said[-2000:]}") from None
 
-
-LOAD_ATTEMPTS = 5
 
 
 def _load_retrying(attr: ctypes.Structure) -> int:

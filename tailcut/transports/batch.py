@@ -333,7 +333,9 @@ class _Reads:
         self._count = count
         self._address = self._msgs.ctypes.data
         self.filled = False  # the last read took as many as it could hold
-        self.reads = 0  # messages the last read took (a UDP GSO message read whole is one)
+        # Packets the last read delivered as the interface counted them (a UDP GSO
+        # message read whole is one; GroInbox leaves out the misfits it drops).
+        self.packets = 0
 
     def _read(self) -> int:
         """Read the messages waiting in the socket, up to ``count``, without blocking;
@@ -345,12 +347,12 @@ class _Reads:
                                                    self._count, MSG_DONTWAIT | MSG_TRUNC, None)
             if got >= 0:
                 self.filled = got == self._count  # more may be waiting
-                self.reads = int(got)
+                self.packets = int(got)
                 return int(got)
             err = ctypes.get_errno()
             if err in (errno.EAGAIN, errno.EWOULDBLOCK):
                 self.filled = False
-                self.reads = 0
+                self.packets = 0
                 return 0
             if err != errno.EINTR:
                 raise OSError(err, os.strerror(err))
@@ -439,6 +441,7 @@ class GroInbox(_Reads):
         fits = (gso == 0) | (gso == self._row_bytes)
         if not fits.all():
             self.misfits += int(got - np.count_nonzero(fits))
+            self.packets = int(np.count_nonzero(fits))
         # Datagrams per message: a GSO message's length over its cut size, rounded up.
         count = np.where(gso > 0, -(-length // self._row_bytes), 1) * fits
         self.gso_messages += int(np.count_nonzero(count > 1))

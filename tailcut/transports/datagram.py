@@ -160,6 +160,7 @@ class DatagramConnection(base.Connection):
         self._outgoing: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
         self._send_error: base.TransportError | None = None
         self.start_grant_bit: float | None = None  # where the next message's rate starts
+        self.outage = sender.Outage()   # its sends refused as the path is down (send thread)
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                         name=f"ctrl-{peer_id}")
         self._reader.start()
@@ -610,24 +611,31 @@ class DatagramTransport(base.Transport):
         # sendmmsg sends a burst per system call; a socket wrapped by a test (to drop
         # datagrams) or a libc without it takes the per-datagram path.
         direct = batch.available() and isinstance(udp, socket.socket)
+        outage = conn.outage
+        was_down = outage.since is not None
         with self._sending_lock:
             self._sending += 1
+        outcome = sender.Pass()
         try:
-            done = sender.pace(udp, conn.udp_addr, packets, order,
-                               lambda: congestion.sender_rate(self._pace_bit, self._sending,
-                                                              tx.grant_bit),
-                               tx.done, deadline, conn.peer,
-                               None if direct else udp.sendto, tos, self.gso,
-                               self.burst_packets)
+            outcome = sender.pace(udp, conn.udp_addr, packets, order,
+                                  lambda: congestion.sender_rate(self._pace_bit, self._sending,
+                                                                 tx.grant_bit),
+                                  tx.done, deadline, conn.peer,
+                                  None if direct else udp.sendto, tos, self.gso,
+                                  self.burst_packets, outage)
         finally:
-            with self._sending_lock:
+            with self._sending_lock:   # (several connections' sender threads count here)
                 self._sending -= 1
-        self.stats["packets_sent"] += done.sent
-        if done.unsent:
-            if not self.stats["unsent"]:   # once: the path came back or the deadline tells
-                log.warning("sending to %s: %s; datagrams refused while it lasts count as "
-                            "lost (transport stats: unsent)", conn.peer, done.why)
-            self.stats["unsent"] += done.unsent
+                self.stats["packets_sent"] += outcome.sent
+                if outcome.unsent:
+                    self.stats["unsent"] += outcome.unsent
+        if outcome.unsent and not was_down:   # an outage began during this pass
+            log.warning("sending to %s: %s; what is refused counts as lost (transport "
+                        "stats: unsent) for up to %.0f s", conn.peer, outage.why,
+                        sender.PATH_DOWN_GRACE_S)
+        if outage.since is None and (was_down or outcome.unsent):
+            log.warning("sending to %s: the path is back; %d datagrams were refused",
+                        conn.peer, outage.unsent)
 
     # ---- receiving ------------------------------------------------------------------
 
@@ -761,7 +769,7 @@ class DatagramTransport(base.Transport):
                     self.stats["gso_messages_read"] = inbox.gso_messages
                     self.stats["gso_misfits"] = inbox.misfits
                 if monitor is not None:
-                    monitor.ours(int(inbox.lengths(n).sum()), inbox.reads)
+                    monitor.ours(int(inbox.lengths(n).sum()), inbox.packets)
             else:
                 # The socket was empty: everything that arrived before we asked is read.
                 read_up_to_ns = asked_ns

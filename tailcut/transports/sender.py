@@ -36,20 +36,48 @@ CATCH_UP_S = 0.004  # most link time a late sender sends at once (330 packets at
 # to at most one such burst.
 START_CREDIT_S = 0.001
 # What a send is refused with while the path is down for a moment (a pod's link
-# removed and wired again, a route withdrawn, a firewall dropping): the burst is lost
-# before the wire, which the receiver repairs or tolerates like any other loss.
+# removed and wired again by a restarting node agent, a route withdrawn): the burst is
+# lost before the wire, which the receiver repairs or tolerates like any other loss.
+# For at most PATH_DOWN_GRACE_S in a row: a path that stays down is a broken set-up
+# (a node agent that never came back), said as such instead of as a late message.
 PATH_DOWN = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN,
-                       errno.EHOSTDOWN, errno.EADDRNOTAVAIL, errno.EPERM})
+                       errno.EHOSTDOWN, errno.EADDRNOTAVAIL})
+PATH_DOWN_GRACE_S = 60.0   # an agent restart took 6 s here; its cluster test allows 120
 
 
 @dataclass
 class Pass:
     """What pace() did with a pass: slots handed to the kernel, and slots of bursts
-    the kernel refused with a PATH_DOWN error (why: the first such error)."""
+    the kernel refused because the path was down."""
 
     sent: int = 0
     unsent: int = 0
+
+
+@dataclass
+class Outage:
+    """One connection's sends refused because the path is down, in a row: since when
+    (monotonic; None: the last burst went out), how many datagrams, and why."""
+
+    since: float | None = None
+    unsent: int = 0
     why: str = ""
+
+    def refused(self, count: int, errno_: int, now: float, peer: str) -> None:
+        """A burst of ``count`` refused with ``errno_``; raises TransportError once the
+        path has been down longer than PATH_DOWN_GRACE_S."""
+        if self.since is None:
+            self.since, self.unsent, self.why = now, 0, os.strerror(errno_)
+        self.unsent += count
+        if now - self.since > PATH_DOWN_GRACE_S:
+            raise base.TransportError(
+                f"sending to {peer}: {self.why} for {now - self.since:.0f} s (every "
+                f"datagram refused: the sending pod's link or route is gone; is the node "
+                f"agent that wires it running?)")
+
+    def cleared(self) -> None:
+        """A burst went out: the path is up."""
+        self.since = None
 
 
 class Packets:
@@ -117,12 +145,13 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
          rate_bit: float | Rate | None, stop: threading.Event, deadline: float | None,
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
          tos: np.ndarray | None = None, gso: bool = False,
-         burst_packets: int = BURST_PACKETS) -> Pass:
+         burst_packets: int = BURST_PACKETS, outage: Outage | None = None) -> Pass:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
     is asked again after every burst, so a grant or a change in what else is being sent
     takes effect within a burst), in bursts of at least ``burst_packets``; return early
     once ``stop`` is set. A burst the kernel refuses because the path is down
-    (PATH_DOWN) is lost, not an error. ``sendto`` replaces sendmmsg with one call per
+    (PATH_DOWN) is lost, not an error, within the grace ``outage`` (the connection's)
+    keeps. ``sendto`` replaces sendmmsg with one call per
     datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
     slot's datagram. ``gso``: bursts go out as UDP GSO messages (batch.py says where
     that is right)."""
@@ -132,7 +161,7 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     try:
         return _pace(packets, order, rate_of, stop, deadline, peer, batch,
                      lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged),
-                     burst_packets)
+                     burst_packets, outage or Outage())
     finally:
         if tagged[0]:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0)
@@ -153,9 +182,10 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | None, send_one: Callable[[int], None],
-          burst_packets: int = BURST_PACKETS) -> Pass:
+          burst_packets: int = BURST_PACKETS, outage: Outage | None = None) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
-    done = Pass()
+    outage = outage or Outage()
+    outcome = Pass()
     # Bytes on the wire before packet i of the pass (HTB counts Ethernet, IP and UDP).
     sent_bytes = np.concatenate(([0], np.cumsum(
         packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES)))).tolist()
@@ -177,15 +207,17 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             else:
                 for slot in order[first:first + count]:
                     send_one(int(slot))
-            done.sent += count
+            outcome.sent += count
+            outage.cleared()
         except OSError as err:
             if err.errno not in PATH_DOWN:
                 raise
-            done.unsent += count   # (a burst cut short counts whole)
-            done.why = done.why or os.strerror(err.errno)
+            # (a burst cut short by the error counts whole: sendmmsg says only that)
+            outcome.unsent += count
+            outage.refused(count, err.errno, time.monotonic(), peer)
         first += count
         if stop.is_set():
-            return done
+            return outcome
         if deadline is not None and time.monotonic() > deadline:
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
         rate_bit = rate_of()
@@ -203,4 +235,4 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             # After a long stall, make up at most CATCH_UP_S: a bigger burst would
             # overflow the link's queue and turn a stall into losses.
             due = now - CATCH_UP_S
-    return done
+    return outcome

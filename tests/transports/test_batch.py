@@ -171,7 +171,7 @@ def test_the_gro_inbox_reads_gso_messages_whole_and_gives_one_row_per_datagram(
     time.sleep(0.05)
     n = inbox.recv()
     assert n == len(lengths) + 1
-    assert inbox.reads == 3   # as the interface counts them: one per GSO message
+    assert inbox.packets == 3   # as the interface counts them: one per GSO message
     assert inbox.lengths(n).tolist() == lengths.tolist() + [6]
     rows = inbox.rows(n)
     for i, length in enumerate(lengths):
@@ -183,7 +183,7 @@ def test_the_gro_inbox_reads_gso_messages_whole_and_gives_one_row_per_datagram(
     assert before <= arrivals.min() and arrivals.max() <= time.time_ns()
     assert inbox.arrival_ns(n - 1) == arrivals[-1]
     assert inbox.gso_messages == 2  # read whole: the kernel did not cut them
-    assert inbox.recv() == 0 and inbox.misfits == 0 and inbox.reads == 0
+    assert inbox.recv() == 0 and inbox.misfits == 0 and inbox.packets == 0
 
 
 def test_the_gro_inbox_drops_a_gso_message_cut_at_another_size_and_counts_it(
@@ -198,6 +198,7 @@ def test_the_gro_inbox_drops_a_gso_message_cut_at_another_size_and_counts_it(
     time.sleep(0.05)
     n = inbox.recv()
     assert n == 1 and bytes(inbox.rows(n)[0, :4]) == b"kept" and inbox.misfits == 1
+    assert inbox.packets == 1
 
 
 @pytest.mark.parametrize("lengths", [[64, 64, 64, 20], [64, 64], [7]])

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from tailcut.transports import sender, wire
+from tailcut.transports import base, sender, wire
 from tailcut.transports.base import Kind
 
 VECTOR = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
@@ -52,15 +52,32 @@ def test_a_burst_refused_because_the_path_is_down_is_lost_and_the_pass_goes_on()
         calls[0] += 1
         if 16 < calls[0] <= 17:
             raise OSError(errno.ENETUNREACH, "Network is unreachable")
-    done = sender.pace(None, ("127.0.0.1", 9), packets, order, None,  # type: ignore
-                       threading.Event(), None, "peer", down_for_the_second_burst)
-    assert done == sender.Pass(sent=24, unsent=16, why=os.strerror(errno.ENETUNREACH))
+    outage = sender.Outage()
+    outcome = sender.pace(None, ("127.0.0.1", 9), packets, order, None,  # type: ignore
+                          threading.Event(), None, "peer", down_for_the_second_burst,
+                          outage=outage)
+    assert outcome == sender.Pass(sent=24, unsent=16)
+    assert outage.since is None and outage.unsent == 16   # over: the third burst went out
+    assert outage.why == os.strerror(errno.ENETUNREACH)
 
-    def broken(_d: bytes, _a: object) -> None:
-        raise OSError(errno.EBADF, "Bad file descriptor")
-    with pytest.raises(OSError, match="Bad file"):
+    def refused(_d: bytes, _a: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")   # a firewall's: policy
+    with pytest.raises(OSError, match="not permitted"):
         sender.pace(None, ("127.0.0.1", 9), packets, order, None,  # type: ignore
-                    threading.Event(), None, "peer", broken)
+                    threading.Event(), None, "peer", refused)
+
+
+def test_a_path_down_longer_than_the_grace_is_an_error_naming_the_peer_and_why() -> None:
+    outage = sender.Outage()
+    outage.refused(16, errno.ENETUNREACH, 100.0, "10.1.0.2:7000")
+    outage.refused(16, errno.ENETUNREACH, 100.0 + sender.PATH_DOWN_GRACE_S, "10.1.0.2:7000")
+    with pytest.raises(base.TransportError, match=r"10\.1\.0\.2:7000: Network is unreachable "
+                       r"for 6\d s .*node agent"):
+        outage.refused(16, errno.ENETUNREACH, 101.0 + sender.PATH_DOWN_GRACE_S,
+                       "10.1.0.2:7000")
+    outage.cleared()   # a burst went out: the next refusal starts a new outage
+    outage.refused(16, errno.ENETUNREACH, 500.0, "10.1.0.2:7000")
+    assert outage.since == 500.0 and outage.unsent == 16
 
 
 def _received_tos(rx: socket.socket, count: int) -> list[tuple[int, int]]:
