@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailcut.transports import base
+from tailcut.transports import base, sender
 
 from tailcut.datapath.torformat import (  # noqa: F401 - the format, re-exported
     COUNTS as COUNTS, DUPLICATE as DUPLICATE, MAX_ELEMENTS as MAX_ELEMENTS,
@@ -139,11 +139,16 @@ class Client:
                     f"(is the ToR program attached?)")
             for s, due in list(pending.items()):
                 if due <= now:
-                    self.sock.sendto(requests[s], self.address)
+                    pending[s] = now + self.resend_s
+                    try:
+                        self.sock.sendto(requests[s], self.address)
+                    except OSError as err:   # the path down for a moment: sent again
+                        if err.errno not in sender.PATH_DOWN:
+                            raise
+                        continue
                     self.stats.requests += 1
                     if due > started:
                         self.stats.resends += 1
-                    pending[s] = now + self.resend_s
             wait = max(0.0, min(pending.values(), default=now) - time.monotonic())
             readable, _, _ = select.select([self.sock], [], [], wait)
             if not readable:

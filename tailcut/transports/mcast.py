@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailcut.datapath import mcastformat as fmt
-from tailcut.transports import base, slots
+from tailcut.transports import base, sender, slots
 from tailcut.transports.hot import SO_NO_CHECK
 
 slots.check_layout(fmt.header())
@@ -97,6 +97,7 @@ class PublisherStats:
     repaired_slots: int = 0   # slots sent again, to one worker each
     stale_requests: int = 0   # REPAIRs of an iteration not the last published
     malformed: int = 0
+    unsent: int = 0           # iterations the kernel refused to send (the path was down)
 
 
 class Publisher:
@@ -135,7 +136,14 @@ class Publisher:
         with self._lock:  # repairs read the same buffers
             self._copies.put(iteration, values)
             self._iteration = iteration
-        self._copies.send()
+        try:
+            self._copies.send()
+        except OSError as err:
+            # The PS's link gone for a moment (a node agent restarting): the copies
+            # are lost, and the workers ask for every slot again until it is back.
+            if err.errno not in sender.PATH_DOWN:
+                raise
+            self.stats.unsent += 1
         self.stats.published += 1
         self.stats.datagrams += len(self._copies) * len(self.racks)
 
@@ -172,7 +180,12 @@ class Publisher:
             repairs = [self._copies.datagram(s, worker=h.worker)
                        for s in wanted.tolist() if s < self.slots]
         for data in repairs:
-            self.sock.sendto(data, peer)
+            try:
+                self.sock.sendto(data, peer)
+            except OSError as err:
+                if err.errno not in sender.PATH_DOWN:
+                    raise
+                return   # the worker asks again
             self.stats.repaired_slots += 1
 
 
@@ -245,6 +258,10 @@ class Receiver:
                                         worker=self.worker % 256), self.ps)
             except (BlockingIOError, InterruptedError):
                 return   # the socket's buffer is full: receive() asks again shortly
+            except OSError as err:
+                if err.errno not in sender.PATH_DOWN:
+                    raise
+                return   # the path is down for a moment: asked again shortly too
             self.stats.requests += 1
 
     def _drain(self, iteration: int, params: np.ndarray, got: np.ndarray) -> None:

@@ -44,3 +44,19 @@ def test_a_request_round_trips_and_a_bad_reply_is_refused():
                       (data + b"\0", "for count 4")):
         with pytest.raises(base.ProtocolError, match=says):
             hot.parse(bad)
+
+
+@pytest.mark.netns
+def test_with_the_path_down_a_hot_store_request_is_sent_again_until_its_timeout(
+        no_route: str) -> None:
+    """The hot store's client (transports.hot) treats a refused request as a lost one:
+    it resends it, and ends with its timeout's error, which names the store."""
+    from tailcut.net import netns
+    with netns.entered(no_route):
+        client = hot.Client("10.77.0.1", job=7, worker=1, elements=10, timeout_s=0.2)
+    try:
+        with pytest.raises(base.ProtocolError, match="did not answer"):
+            client.pull(0)
+        assert client.stats.requests == 0
+    finally:
+        client.close()
