@@ -37,13 +37,15 @@ FAN_IN = 4
 
 def one(p: float, rounds: int, port: int, tree: Path | None, senders: int = 1,
         gso: bool = True, lossless: bool = True) -> dict:
-    """``gso`` and ``lossless``: the transport's options that `tailcut run` plans on a
-    loss-free path (plan.transport_options): UDP GSO, and bursts of a whole GSO message."""
+    """The transport's options are those `tailcut run` plans for this loss-free network
+    (bl_net.planned_options): UDP GSO, and bursts of a whole GSO message; ``gso`` and
+    ``lossless`` False turn those off."""
     name = "bl-bench-gp" if senders == 1 else "bl-bench-fan"
+    options = bl_net.planned_options(name, senders, 0.0, {"type": "bounded-loss", "p": p})
+    options["gso"] = options["gso"] and gso
+    options["lossless_path"] = options["lossless_path"] and gso and lossless
     with bl_net.network(name, senders, 0.0) as topo:
         ps = topo.pod("ps-0")
-        options = {"job": name, "p": p, **({"gso": True} if gso else {}),
-                   **({"lossless_path": True} if gso and lossless else {})}
         base = {"transport": "bounded-loss", "options": options,
                 "host": ps.ip, "port": port}
         server = bl_net.start(ps, {**base, "role": "ps", "workers": senders, "rounds": rounds},

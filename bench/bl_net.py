@@ -21,12 +21,25 @@ from tailcut.runtime import procs
 ROLE = Path(__file__).with_name("bl_role.py")
 
 
-def job(name: str, workers: int, loss: float, bandwidth: str = "1Gbit") -> Any:
+def job(name: str, workers: int, loss: float, bandwidth: str = "1Gbit",
+        transport: dict[str, Any] | None = None) -> Any:
     return spec.from_dict({
         "apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
         "metadata": {"name": name},
         "spec": {"replicas": {"workers": workers},
-                 "network": {"accessLink": {"bandwidth": bandwidth, "loss": loss}}}})
+                 "network": {"accessLink": {"bandwidth": bandwidth, "loss": loss}},
+                 **({"transport": transport} if transport else {})}})
+
+
+def planned_options(name: str, workers: int, loss: float, transport: dict[str, Any],
+                    bandwidth: str = "1Gbit") -> dict[str, Any]:
+    """The transport options `tailcut run` would give ps-0 of this network
+    (plan.transport_options), for the bench roles (bl_role.py) to use as they are."""
+    from tailcut import plan
+    planned = job(name, workers, loss, bandwidth, transport)
+    options = plan.transport_options(planned, topology.plan(planned).pod("ps-0"))
+    options.pop("type")
+    return options
 
 
 @contextlib.contextmanager
