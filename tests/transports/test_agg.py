@@ -6,6 +6,7 @@ tested in tests/datapath/test_agg.py and end to end in tests/runtime."""
 
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -128,3 +129,72 @@ def test_a_tor_that_never_answers_is_named():
             collector.collect(0, timeout_s=0.1)
     finally:
         collector.close()
+
+
+class _CountingCondition(threading.Condition):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakeups = 0
+
+    def notify_all(self) -> None:
+        self.wakeups += 1
+        super().notify_all()
+
+
+def test_sums_are_taken_a_batch_at_a_time_not_a_datagram_at_a_time(tor):
+    """A model's worth of sums (2 racks of 256 slots, what the 8-worker bench gets an
+    iteration) wakes collect() a few times: once a datagram, the PS spent more CPU
+    on the wake-ups than on the sums."""
+    _, sock = tor
+    elements = 256 * fmt.STRIDE - 7
+    collector = agg.Collector(JOB, elements, [agg.Rack(1, TOR, (0, 1)), agg.Rack(2, TOR, (2,))],
+                              bind=PS)
+    collector._cond = counting = _CountingCondition()
+    try:
+        for rack in (1, 2):
+            for s in range(fmt.slots(elements)):
+                n = fmt.slot_length(elements, s)
+                sock.sendto(fmt.header().pack(
+                    fmt.const("MAGIC"), fmt.const("VERSION"), fmt.AGGREGATE, fmt.OK, 0, JOB, 0,
+                    s, n, 0b11 if rack == 1 else 0b100, rack)
+                    + np.full(n, rack << 20, "<i4").tobytes(), (PS, fmt.PORT))
+        total, counts, got = collector.collect(0, timeout_s=5)
+    finally:
+        collector.close()
+    assert got.flushed == 0 and got.missing == 0
+    assert np.array_equal(total, np.full(elements, 3 / 16)) and np.all(counts == 3)
+    assert counting.wakeups < 128   # ~4 here; a batch per 2 ms however slow the sends
+
+
+def test_the_last_slot_takes_only_its_own_values_from_a_reused_buffer(tor):
+    """A batch's rows are reused: the short last slot read into a row that held a
+    whole slot before must not take that slot's tail."""
+    _, sock = tor
+    collector = _collector()
+    try:
+        full = np.full(360, 7 << 24, "<i4")
+        sock.sendto(_packet(fmt.AGGREGATE, slot=0, values=full), (PS, fmt.PORT))
+        deadline = time.monotonic() + 5
+        while collector.stats.forwarded < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)   # taken by the thread: its own batch
+        sock.sendto(_packet(fmt.AGGREGATE, slot=1, values=np.full(40, 1 << 24, "<i4")),
+                    (PS, fmt.PORT))
+        total, counts, _ = collector.collect(0, timeout_s=5)
+    finally:
+        collector.close()
+    assert np.array_equal(total, np.r_[np.full(360, 7.0), np.ones(40)])
+    assert np.array_equal(counts, np.full(ELEMENTS, 2.0))
+
+
+def test_a_sum_past_the_tors_ring_is_refused(tor):
+    _, sock = tor
+    collector = _collector()
+    try:
+        sock.sendto(_packet(fmt.AGGREGATE, slot=0, iteration=fmt.const("RING")),
+                    (PS, fmt.PORT))
+        for s in (0, 1):
+            sock.sendto(_packet(fmt.AGGREGATE, slot=s), (PS, fmt.PORT))
+        _, _, got = collector.collect(0, timeout_s=5)
+    finally:
+        collector.close()
+    assert got.flushed == 0 and collector.stats.malformed == 1
