@@ -93,18 +93,30 @@ class Sender:
                                     version=fmt.const("VERSION"), op=fmt.ADD, job=job,
                                     worker=worker, elements=elements, stride=fmt.STRIDE,
                                     dtype="<i4")
+        # The conversion's one buffer, reused: fmt.to_fixed made five new arrays a
+        # call, 1.7 ms of a worker's CPU an iteration for the bench's 92k values (most
+        # of it their page faults), 8 workers on 2 cores.
+        self._scaled = np.empty(elements, dtype=np.float64)
 
     def close(self) -> None:
         self.sock.close()
 
     def send(self, iteration: int, grad: np.ndarray) -> None:
         """One ADD per slot; nothing comes back (a lost one shows at the PS's FLUSH)."""
-        clipped = np.clip(grad, -self.limit, self.limit)
-        self.saturated += int(np.count_nonzero(clipped != grad))
-        fixed, _ = fmt.to_fixed(clipped)
-        self._adds.put(iteration, fixed)
+        self._adds.put(iteration, self.fixed(grad), casting="unsafe")
         self._adds.send()
         self.packets += len(self._adds)
+
+    def fixed(self, grad: np.ndarray) -> np.ndarray:
+        """fmt.to_fixed of grad clipped to +-limit (float64: exact; the rounding is
+        to_fixed's), counting what was clipped; a view of the reused buffer, whose
+        values are integers inside s32."""
+        scaled = self._scaled
+        np.clip(grad, -self.limit, self.limit, out=scaled)
+        self.saturated += int(np.count_nonzero(scaled != grad))
+        np.multiply(scaled, fmt.SCALE, out=scaled)
+        np.rint(scaled, out=scaled)
+        return scaled
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -65,9 +66,11 @@ class Outgoing:
     def __len__(self) -> int:
         return len(self.headers)
 
-    def put(self, iteration: int, values: np.ndarray) -> None:
+    def put(self, iteration: int, values: np.ndarray,
+            casting: Literal["same_kind", "unsafe"] = "same_kind") -> None:
+        """Write an iteration's number and values (``casting``: numpy's, for them)."""
         self.headers["iteration"] = iteration
-        np.copyto(self.values, values, casting="same_kind")
+        np.copyto(self.values, values, casting=casting)
 
     def send(self) -> None:
         for b in self._batches:

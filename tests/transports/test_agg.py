@@ -198,3 +198,21 @@ def test_a_sum_past_the_tors_ring_is_refused(tor):
     finally:
         collector.close()
     assert got.flushed == 0 and collector.stats.malformed == 1
+
+
+def test_a_senders_fixed_point_is_to_fixed_of_its_clipped_gradient_bit_for_bit():
+    """The sender converts in a reused buffer: the same s32 as fmt.to_fixed, ties
+    rounded to even, clipped values counted, from float32 and float64 gradients."""
+    rng = np.random.default_rng(5)
+    sender = agg.Sender("127.0.0.1", JOB, 0, ELEMENTS, rack_size=4)
+    try:
+        for dtype in (np.float32, np.float64):
+            grad = (rng.standard_normal(ELEMENTS) * 4).astype(dtype)
+            grad[:4] = [0.5 / 2 ** 24, 1.5 / 2 ** 24, -2.5 / 2 ** 24, 40.0]   # ties; clipped
+            before = sender.saturated
+            clipped = np.clip(grad, -sender.limit, sender.limit)
+            expected, _ = fmt.to_fixed(clipped)
+            assert np.array_equal(sender.fixed(grad).astype("<i4"), expected)
+            assert sender.saturated - before == np.count_nonzero(clipped != grad) > 0
+    finally:
+        sender.close()
