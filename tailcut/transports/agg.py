@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailcut.datapath import aggformat as fmt
-from tailcut.transports import base, slots
+from tailcut.transports import base, sender, slots
 from tailcut.transports.hot import SO_NO_CHECK
 
 slots.check_layout(fmt.header())
@@ -88,6 +88,7 @@ class Sender:
         self.limit = RANGE / rack_size
         self.saturated = 0
         self.packets = 0
+        self.unsent = 0   # ADDs the kernel refused (the path was down)
         self.sock = _socket()
         self._adds = slots.Outgoing(self.sock, [self.address], magic=fmt.const("MAGIC"),
                                     version=fmt.const("VERSION"), op=fmt.ADD, job=job,
@@ -104,7 +105,15 @@ class Sender:
     def send(self, iteration: int, grad: np.ndarray) -> None:
         """One ADD per slot; nothing comes back (a lost one shows at the PS's FLUSH)."""
         self._adds.put(iteration, self.fixed(grad), casting="unsafe")
-        self._adds.send()
+        try:
+            self._adds.send()
+        except OSError as err:
+            # The worker's link gone for a moment (a node agent restarting): its ADDs
+            # are lost, which the PS's FLUSH of the slots shows and repairs.
+            if err.errno not in sender.PATH_DOWN:
+                raise
+            self.unsent += len(self._adds)
+            return
         self.packets += len(self._adds)
 
     def fixed(self, grad: np.ndarray) -> np.ndarray:
@@ -341,10 +350,15 @@ class Collector:
                 send = [k for k, t in due.items() if t <= now]
             for rack, s in send:
                 n = fmt.slot_length(self.elements, s)
-                self.sock.sendto(packet(fmt.FLUSH, worker=fmt.PS_WORKER, job=self.job,
-                                        iteration=iteration, slot=s, payload=bytes(4 * n)),
-                                 (address[rack], fmt.PORT))
-                self.stats.flushes += 1
                 due[(rack, s)] = now + self.resend_s
+                try:
+                    self.sock.sendto(packet(fmt.FLUSH, worker=fmt.PS_WORKER, job=self.job,
+                                            iteration=iteration, slot=s,
+                                            payload=bytes(4 * n)), (address[rack], fmt.PORT))
+                except OSError as err:   # the path down for a moment: sent again
+                    if err.errno not in sender.PATH_DOWN:
+                        raise
+                    continue
+                self.stats.flushes += 1
             with self._cond:
                 self._cond.wait(timeout=self.resend_s / 2)

@@ -216,3 +216,17 @@ def test_a_senders_fixed_point_is_to_fixed_of_its_clipped_gradient_bit_for_bit()
             assert sender.saturated - before == np.count_nonzero(clipped != grad) > 0
     finally:
         sender.close()
+
+
+@pytest.mark.netns
+def test_with_the_path_down_a_workers_adds_are_lost_not_its_end(no_route: str) -> None:
+    """ENETUNREACH (its link removed for a moment by a restarting node agent): the
+    ADDs are lost, which the PS's FLUSH shows and repairs; the worker carries on."""
+    from tailcut.net import netns
+    with netns.entered(no_route):
+        worker = agg.Sender("10.77.0.1", job=7, worker=1, elements=1000, rack_size=4)
+    try:
+        worker.send(0, np.ones(1000, np.float32))
+        assert worker.unsent == fmt.slots(1000) and worker.packets == 0
+    finally:
+        worker.close()
