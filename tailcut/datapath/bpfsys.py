@@ -192,19 +192,18 @@ def load_program(prog_type: int, insns: bytes, name: str, license: str = "GPL") 
             raise OSError(err.errno, f"{err.strerror}: {said[-2000:]}") from None
 
 
-
 def _load_retrying(attr: ctypes.Structure) -> int:
     """BPF_PROG_LOAD, again on EAGAIN: the verifier gives up when a signal is pending
     for the loading thread (a child's exit, a debugger's stop), which says nothing of
     the program. libbpf retries the same way. (A sampling profiler that stops the
     process, py-spy without --nonblocking, beats any number of attempts.)"""
-    for attempt in range(LOAD_ATTEMPTS):
+    for _ in range(LOAD_ATTEMPTS - 1):
         try:
             return _bpf(BPF_PROG_LOAD, attr)
         except OSError as err:
-            if err.errno != errno.EAGAIN or attempt == LOAD_ATTEMPTS - 1:
+            if err.errno != errno.EAGAIN:
                 raise
-    raise AssertionError("unreachable")
+    return _bpf(BPF_PROG_LOAD, attr)
 
 
 def _elem(cmd: int, fd: int, key: ctypes.Array[ctypes.c_char] | None,

@@ -144,8 +144,9 @@ class Publisher:
             if err.errno not in sender.PATH_DOWN:
                 raise
             self.stats.unsent += 1
+        else:
+            self.stats.datagrams += len(self._copies) * len(self.racks)
         self.stats.published += 1
-        self.stats.datagrams += len(self._copies) * len(self.racks)
 
     def close(self) -> None:
         self._closing = True

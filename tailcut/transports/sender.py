@@ -150,8 +150,8 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     is asked again after every burst, so a grant or a change in what else is being sent
     takes effect within a burst), in bursts of at least ``burst_packets``; return early
     once ``stop`` is set. A burst the kernel refuses because the path is down
-    (PATH_DOWN) is lost, not an error, within the grace ``outage`` (the connection's)
-    keeps. ``sendto`` replaces sendmmsg with one call per
+    (PATH_DOWN) is lost, not an error, until ``outage`` (the connection's record of
+    refusals in a row) has lasted PATH_DOWN_GRACE_S. ``sendto`` replaces sendmmsg with one call per
     datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
     slot's datagram. ``gso``: bursts go out as UDP GSO messages (batch.py says where
     that is right)."""
@@ -182,9 +182,8 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | None, send_one: Callable[[int], None],
-          burst_packets: int = BURST_PACKETS, outage: Outage | None = None) -> Pass:
+          burst_packets: int, outage: Outage) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
-    outage = outage or Outage()
     outcome = Pass()
     # Bytes on the wire before packet i of the pass (HTB counts Ethernet, IP and UDP).
     sent_bytes = np.concatenate(([0], np.cumsum(
