@@ -76,12 +76,16 @@ CONDITIONS = {
 
 
 TCP_CONGESTION_CONTROL: str | None = None  # --tcp-congestion-control; None: the kernel's
+BANDWIDTH: str | None = None  # --bandwidth: every link's rate; None: the examples' 1Gbit
 
 
 def job(condition: str, transport: str) -> spec.model.TrainingJob:
     raw = CONDITIONS[condition]()
     raw["metadata"]["name"] = f"blc-{'tcp' if transport == 'tcp' else 'bl'}"
     raw["spec"]["transport"] = dict(TRANSPORTS[transport])
+    if BANDWIDTH:
+        for link in ("accessLink", "uplink"):
+            raw["spec"]["network"][link]["bandwidth"] = BANDWIDTH
     if transport == "tcp" and TCP_CONGESTION_CONTROL:
         raw["spec"]["transport"]["tcpCongestionControl"] = TCP_CONGESTION_CONTROL
     return spec.from_dict(raw)
@@ -126,9 +130,13 @@ def main() -> None:
     ap.add_argument("--tcp-congestion-control", metavar="NAME",
                     help="the tcp jobs' spec.transport.tcpCongestionControl (e.g. cubic, "
                          "as most Linux hosts default to); unset: this kernel's default")
+    ap.add_argument("--bandwidth", metavar="RATE",
+                    help="every link's bandwidth (e.g. 200Mbit: where the network, not "
+                         "the CPU of 2 cores, bounds the JCT); unset: the examples' 1Gbit")
     args = ap.parse_args()
-    global TCP_CONGESTION_CONTROL
+    global TCP_CONGESTION_CONTROL, BANDWIDTH
     TCP_CONGESTION_CONTROL = args.tcp_congestion_control
+    BANDWIDTH = args.bandwidth
     if args.executor == "kubernetes":
         if not args.kubeconfig:
             ap.error("--executor kubernetes needs --kubeconfig")
@@ -160,7 +168,8 @@ def main() -> None:
     def med(c: str, t: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[c][t])
 
-    print(f"\n{args.executor}: medians of {args.runs} interleaved runs "
+    print(f"\n{args.executor}, links at {BANDWIDTH or '1Gbit'}: medians of "
+          f"{args.runs} interleaved runs "
           f"(tcp with {TCP_CONGESTION_CONTROL or 'the kernel default congestion control'} "
           "| bounded-loss p=0.9):\n")
     print("| condition | JCT tcp (s) | JCT bl (s) | tcp / bl | accuracy tcp | accuracy bl "

@@ -6,11 +6,12 @@ rack's port towards it is shaped the same) and every message converging on it (b
 and not finished). Whenever that set changes it grants each of their senders an equal
 share in a GRANT frame (control.py), as Homa, NDP and EQDS let the receiver schedule
 its own downlink. A sender paces each message at the smaller of the last grant and
-its own link's rate divided by the messages it is sending at once, so:
+what its own link has for it (srpt.py: shortest remaining first), so:
 
 - one sender alone, to one receiver: the whole link (no static ``rate / workers``);
 - N workers pushing into the PS at once (BSP incast): each rate / N;
-- the PS pulling to N workers: its own link split N ways, all sent concurrently.
+- the PS replying to N workers: one after the other at its whole link, or several at
+  once where their grants leave room.
 
 What is shared out is the link less the other traffic arriving on it (background
 flows, another job): the receiver reads its interface's byte counter
@@ -67,17 +68,6 @@ def shares(link_bit: float | None, active: Sequence[G]) -> list[tuple[G, int]]:
             rx.granted_kbit = share
             changed.append((rx, share))
     return changed
-
-
-def sender_rate(own_bit: float | None, sending: int, grant_bit: float | None) -> float | None:
-    """The rate to pace one message at: its share of the sender's own link (``own_bit``
-    split over the ``sending`` messages under way) and at most its grant. None: as fast
-    as the CPU allows (unshaped and ungranted)."""
-    own = own_bit / max(1, sending) if own_bit else None
-    if grant_bit is None:
-        return own
-    grant = max(MIN_RATE_BIT, grant_bit)
-    return grant if own is None else min(own, grant)
 
 
 class LinkMonitor:

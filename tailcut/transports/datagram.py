@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from tailcut.transports import (base, batch, congestion, control, cutlayout, interfaces,
-                                receiver, sender, wire)
+                                receiver, sender, srpt, wire)
 from tailcut.transports.base import Kind, Message
 from tailcut.transports.control import Frame, FrameType
 
@@ -156,7 +156,7 @@ class DatagramConnection(base.Connection):
         self._closed = False
         # Data goes out from a thread of its own, so that send returns once a message
         # is handed over (as a TCP send returns once the kernel has it) and the PS's
-        # replies to several workers are under way at once, each at its share.
+        # replies to several workers are under way at once (srpt.py orders them).
         self._outgoing: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
         self._send_error: base.TransportError | None = None
         self.start_grant_bit: float | None = None  # where the next message's rate starts
@@ -320,8 +320,9 @@ class DatagramTransport(base.Transport):
         self._link_bit: float | None = None  # this pod's link (HTB), both directions
         self._pool_bit: float | None = None  # what GRANTs share out: link less others
         self._monitor: congestion.LinkMonitor | None = None
-        self._sending = 0  # messages being paced at once: they share _pace_bit
-        self._sending_lock = threading.Lock()
+        # The passes being paced at once: they share _pace_bit, shortest first (srpt.py).
+        self._schedule = srpt.LinkSchedule(None)
+        self._stats_lock = threading.Lock()  # (several connections' sender threads count)
         self.counter: Any = None  # tailcut.datapath.partial.Counter when XDP is on
         # Wakes the receive thread from its sleep: an END was read, or close().
         self._wake: int | None = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -431,6 +432,7 @@ class DatagramTransport(base.Transport):
         self._link_bit = self._pool_bit = (self.link_mbit * 1e6 if self.link_mbit is not None
                                            else _link_rate_bit(local_ip))
         self._pace_bit = self.rate_mbit * 1e6 if self.rate_mbit is not None else self._link_bit
+        self._schedule = srpt.LinkSchedule(self._pace_bit)
         if self._link_bit is not None:
             self._monitor = congestion.LinkMonitor(_ifname_of(local_ip))
         self._attach(local_ip, self._udp.getsockname()[1])
@@ -613,19 +615,17 @@ class DatagramTransport(base.Transport):
         direct = batch.available() and isinstance(udp, socket.socket)
         outage = conn.outage
         was_down = outage.since is not None
-        with self._sending_lock:
-            self._sending += 1
+        wire_bytes = int(packets.lengths[order].sum()) + len(order) * (
+            wire.IP_UDP_BYTES + sender.ETH_BYTES)
+        turn = self._schedule.enter(wire_bytes, lambda: tx.grant_bit)
         outcome = sender.Pass()
         try:
-            outcome = sender.pace(udp, conn.udp_addr, packets, order,
-                                  lambda: congestion.sender_rate(self._pace_bit, self._sending,
-                                                                 tx.grant_bit),
-                                  tx.done, deadline, conn.peer,
-                                  None if direct else udp.sendto, tos, self.gso,
-                                  self.burst_packets, outage)
+            outcome = sender.pace(udp, conn.udp_addr, packets, order, None, tx.done,
+                                  deadline, conn.peer, None if direct else udp.sendto, tos,
+                                  self.gso, self.burst_packets, outage, turn)
         finally:
-            with self._sending_lock:   # (several connections' sender threads count here)
-                self._sending -= 1
+            self._schedule.leave(turn)
+            with self._stats_lock:
                 self.stats["packets_sent"] += outcome.sent
                 if outcome.unsent:
                     self.stats["unsent"] += outcome.unsent
@@ -659,11 +659,13 @@ class DatagramTransport(base.Transport):
             if tx is not None:
                 if frame.type == FrameType.DONE:
                     tx.done.set()
+                    self._schedule.changed()  # a pass waiting for its turn stops now
                 tx.frames.put(frame)
         elif frame.type == FrameType.GRANT:
             tx = conn.tx.get(frame.message)
             if tx is not None:  # a grant for a message already done is moot
                 tx.grant(max(congestion.MIN_RATE_BIT, frame.count * 1e3))
+                self._schedule.changed()  # what this grant leaves may be another's turn
         else:
             raise base.ProtocolError(f"{conn.peer}: unexpected {frame.type.name} frame")
 

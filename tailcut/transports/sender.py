@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailcut.transports import base, wire
+from tailcut.transports import base, srpt, wire
 from tailcut.transports import batch as batch_mod
 
 ETH_BYTES = 14  # what HTB counts on top of the IP packet
@@ -35,6 +35,9 @@ CATCH_UP_S = 0.004  # most link time a late sender sends at once (330 packets at
 # message. Messages paced at once share their sender's link, so their credits add up
 # to at most one such burst.
 START_CREDIT_S = 0.001
+# Longest wait for a turn on the sender's link without a look at DONE and the deadline
+# (a turn's end, a grant or a DONE wakes the wait at once).
+TURN_WAIT_S = 0.05
 # What a send is refused with while the path is down for a moment (a pod's link
 # removed and wired again by a restarting node agent, a route withdrawn): the burst is
 # lost before the wire, which the receiver repairs or tolerates like any other loss.
@@ -145,11 +148,13 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
          rate_bit: float | Rate | None, stop: threading.Event, deadline: float | None,
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
          tos: np.ndarray | None = None, gso: bool = False,
-         burst_packets: int = BURST_PACKETS, outage: Outage | None = None) -> Pass:
+         burst_packets: int = BURST_PACKETS, outage: Outage | None = None,
+         turn: srpt.Turn | None = None) -> Pass:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
     is asked again after every burst, so a grant or a change in what else is being sent
     takes effect within a burst), in bursts of at least ``burst_packets``; return early
-    once ``stop`` is set. A burst the kernel refuses because the path is down
+    once ``stop`` is set. With ``turn`` (the pass's place in its sender's schedule,
+    srpt.py) the rate is the turn's instead, and a rate of 0 waits for the turn. A burst the kernel refuses because the path is down
     (PATH_DOWN) is lost, not an error, until ``outage`` (the connection's record of
     refusals in a row) has lasted PATH_DOWN_GRACE_S. ``sendto`` replaces sendmmsg with one call per
     datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
@@ -159,9 +164,10 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     tagged = [0]  # the TOS the per-datagram path left on the socket
     rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
     try:
-        return _pace(packets, order, rate_of, stop, deadline, peer, batch,
+        return _pace(packets, order, rate_of if turn is None else turn.rate_bit, stop,
+                     deadline, peer, batch,
                      lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged),
-                     burst_packets, outage or Outage())
+                     burst_packets, outage or Outage(), turn)
     finally:
         if tagged[0]:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0)
@@ -182,7 +188,7 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | None, send_one: Callable[[int], None],
-          burst_packets: int, outage: Outage) -> Pass:
+          burst_packets: int, outage: Outage, turn: srpt.Turn | None = None) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
     outcome = Pass()
     # Bytes on the wire before packet i of the pass (HTB counts Ethernet, IP and UDP).
@@ -191,13 +197,24 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
     rate_bit = rate_of()
     # When the link has carried what was sent so far, a little in the past at first.
     due = time.monotonic() - START_CREDIT_S
+    idle_link = True  # the start credit is for a link that was idle, not one handed over
     first = 0
     while first < len(order):
+        if rate_bit == 0.0:   # another message of this sender has the link (srpt.py)
+            assert turn is not None
+            turn.wait(TURN_WAIT_S)
+            if stop.is_set():
+                return outcome
+            if deadline is not None and time.monotonic() > deadline:
+                raise base.TransportTimeout(f"sending to {peer} ran out of time")
+            rate_bit = rate_of()
+            due, idle_link = time.monotonic(), False
+            continue
         count = burst_packets
         if rate_bit:
             count = max(count, min(MAX_BURST_PACKETS, int(
                 rate_bit * BURST_S / 8 / (sent_bytes[1] - sent_bytes[0]))))
-            if first == 0:  # the credit goes out at once
+            if first == 0 and idle_link:  # the credit goes out at once
                 count = max(count, int(rate_bit * START_CREDIT_S / 8 / sent_bytes[1]))
         count = min(count, len(order) - first)
         try:
@@ -215,13 +232,15 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             outcome.unsent += count
             outage.refused(count, err.errno, time.monotonic(), peer)
         first += count
+        if turn is not None:
+            turn.sent(sent_bytes[-1] - sent_bytes[first])
         if stop.is_set():
             return outcome
         if deadline is not None and time.monotonic() > deadline:
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
         rate_bit = rate_of()
         now = time.monotonic()
-        if not rate_bit:
+        if not rate_bit:  # as fast as the CPU allows, or (0) wait for the turn
             due = now
             continue
         # Paced against the running total, not burst by burst: a late wake-up (sleep

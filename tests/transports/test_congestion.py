@@ -1,6 +1,6 @@
 """Receiver-driven rates: equal shares of what the receiver's link has left, grants
-sent only when they change, a sender's rate the smaller of its share and its grant,
-and the other traffic on a link read from its byte counter."""
+sent only when they change, and the other traffic on a link read from its byte
+counter. (A sender's own link: test_srpt.py.)"""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,19 +36,6 @@ def test_a_share_is_granted_again_only_when_it_moves_by_more_than_two_percent() 
 def test_an_unshaped_link_grants_nothing() -> None:
     assert congestion.shares(None, [Msg()]) == []
     assert congestion.shares(GBIT, []) == []
-
-
-def test_a_sender_paces_at_its_share_of_its_own_link_and_at_most_its_grant() -> None:
-    assert congestion.sender_rate(GBIT, 1, None) == GBIT            # alone, no grant yet
-    assert congestion.sender_rate(GBIT, 4, None) == GBIT / 4        # the PS to 4 workers
-    assert congestion.sender_rate(GBIT, 1, GBIT / 8) == GBIT / 8    # incast: the grant
-    assert congestion.sender_rate(GBIT, 4, GBIT) == GBIT / 4
-    assert congestion.sender_rate(None, 1, None) is None             # unshaped, ungranted
-    assert congestion.sender_rate(None, 1, 5e8) == 5e8
-
-
-def test_a_grant_never_paces_a_sender_below_the_floor() -> None:
-    assert congestion.sender_rate(GBIT, 1, 0.0) == congestion.MIN_RATE_BIT
 
 
 def _dev(path: Path, eth0_rx_bytes: int) -> None:

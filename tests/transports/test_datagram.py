@@ -663,3 +663,40 @@ def test_p_stays_a_floor_whatever_grants_arrive_meanwhile() -> None:
             assert ok.sum() >= datagram.threshold_elements(0.9, VECTOR.size)
             assert np.array_equal(msg.values[ok], VECTOR[ok])
         assert client.stats["retransmitted"] > 0
+
+
+def test_replies_to_two_peers_at_once_go_one_after_the_other_over_a_shaped_link() -> None:
+    """A PS's replies to two workers over its 100 Mbit/s link (``rate_mbit``): the first
+    begun goes whole at the link's rate, then the second (srpt.py), rather than both at
+    half the rate; every datagram is recorded as it is sent."""
+    server = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-srpt", rate_mbit=100)
+    clients = [transports.get("bounded-loss", p=1.0, xdp=False, job="bl-srpt")
+               for _ in range(2)]
+    got: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: got.setdefault(
+        "conns", server.listen("127.0.0.1", 27215, 2, 10)))
+    t.start()
+    try:
+        peers = [c.connect("127.0.0.1", 27215, 10) for c in clients]
+        t.join()
+        conns = sorted(got["conns"], key=lambda conn: conn.peer_id)
+        sent_to: list[tuple[str, int]] = []
+        real = server._udp.sendto
+
+        def recorded(data: Any, addr: tuple[str, int]) -> int:
+            sent_to.append(addr)
+            return int(real(data, addr))
+
+        server._udp = _Wrapped(server._udp, recorded)
+        for conn in conns:
+            conn.send(Message(Kind.PARAMS, 0, -1, VECTOR), 10)
+        got_back = [peer.recv(10) for peer in peers]
+        assert all(np.array_equal(m.values, VECTOR) for m in got_back)
+        first = sent_to[0]
+        switch = next(i for i, addr in enumerate(sent_to) if addr != first)
+        assert switch >= 139 and all(addr != first for addr in sent_to[switch:])
+    finally:
+        t.join()
+        for c in clients:
+            c.close()
+        server.close()

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from tailcut.transports import base, sender, wire
+from tailcut.transports import base, sender, srpt, wire
 from tailcut.transports.base import Kind
 
 VECTOR = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
@@ -39,6 +39,39 @@ def test_pace_sends_every_slot_once_in_order_then_stops_early_when_told() -> Non
     many = np.arange(len(packets)).repeat(5)  # 50 datagrams: stops after the first burst
     assert sender.pace(None, ("127.0.0.1", 9), packets, many, None, stop,  # type: ignore
                        None, "peer", lambda d, _a: None).sent == sender.BURST_PACKETS
+
+
+def test_a_pass_waits_for_its_turn_on_the_link_and_stops_there_when_done() -> None:
+    """A pass behind another on its sender's link (srpt.py) sends nothing until that
+    one leaves; one DONE while it waits sends nothing at all."""
+    packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 100)
+    link = srpt.LinkSchedule(1e9)
+    ahead = link.enter(1, lambda: None)
+    out: list[bytes] = []
+    stop = threading.Event()
+    result: list[sender.Pass] = []
+
+    def behind() -> None:
+        turn = link.enter(10**6, lambda: None)
+        result.append(sender.pace(None, ("127.0.0.1", 9), packets, np.arange(10),  # type: ignore
+                                  None, stop, None, "peer", lambda d, _a: out.append(d),
+                                  turn=turn))
+        link.leave(turn)
+
+    t = threading.Thread(target=behind)
+    t.start()
+    t.join(0.2)
+    assert t.is_alive() and out == []   # waiting for the link
+    link.leave(ahead)
+    t.join(5)
+    assert result == [sender.Pass(sent=10)]
+    ahead = link.enter(1, lambda: None)
+    t = threading.Thread(target=behind)
+    t.start()
+    stop.set()
+    link.changed()   # what a DONE does (datagram.py)
+    t.join(5)
+    assert not t.is_alive() and result[-1] == sender.Pass(sent=0)
 
 
 def test_a_burst_refused_because_the_path_is_down_is_lost_and_the_pass_goes_on() -> None:
