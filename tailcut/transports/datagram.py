@@ -227,6 +227,7 @@ class DatagramConnection(base.Connection):
         self._outgoing.put(None)
         for tx in list(self.tx.values()):
             tx.done.set()  # stops pacing at the next burst
+        self.transport._schedule.changed()  # and a pass waiting for its turn at once
         self.channel.close()
         self.transport._forget_conn(self)
         if self._sender is not threading.current_thread():
@@ -544,7 +545,9 @@ class DatagramTransport(base.Transport):
         packets = sender.Packets(out.values, self.job_id, mid, out.kind, self.stride)
         n_slots = len(packets)
         try:
-            self._pace(conn, packets, order, 0, 0, tx, deadline, tos)
+            slot_levels = None if layout is None else np.array(
+                [c.level or 0 for c in layout.cuts], np.int64)[layout.slot_cut]
+            self._pace(conn, packets, order, 0, 0, tx, deadline, tos, slot_levels)
             seq = len(order)
             # A message that reaches p near the end of its pass (a small one: p = 0.9
             # of 180 packets leaves 18 to send) is DONE soon after: then no END.
@@ -571,8 +574,10 @@ class DatagramTransport(base.Transport):
                 self._rng.shuffle(missing)
                 if layout is not None:  # still the most urgent cut first
                     missing = missing[np.argsort(layout.slot_cut[missing], kind="stable")]
-                self.stats["retransmitted"] += len(missing)
-                self._pace(conn, packets, missing, seq, wire.F_RETX, tx, deadline, tos)
+                with self._stats_lock:
+                    self.stats["retransmitted"] += len(missing)
+                self._pace(conn, packets, missing, seq, wire.F_RETX, tx, deadline, tos,
+                           slot_levels)
                 seq += len(missing)
                 if tx.done.is_set():
                     return
@@ -604,9 +609,10 @@ class DatagramTransport(base.Transport):
 
     def _pace(self, conn: DatagramConnection, packets: sender.Packets, order: np.ndarray,
               seq: int, flags: int, tx: _Tx, deadline: float | None,
-              tos: np.ndarray | None = None) -> None:
-        """Number slots ``order`` from ``seq`` and send them paced (``tos``: per slot);
-        stop early at DONE."""
+              tos: np.ndarray | None = None, slot_levels: np.ndarray | None = None) -> None:
+        """Number slots ``order`` from ``seq`` and send them paced (``tos``, and the
+        priority levels that order passes on the link, ``slot_levels``: per slot); stop
+        early at DONE."""
         udp = self._udp
         assert udp is not None
         packets.number(order, seq, flags)
@@ -615,9 +621,9 @@ class DatagramTransport(base.Transport):
         direct = batch.available() and isinstance(udp, socket.socket)
         outage = conn.outage
         was_down = outage.since is not None
-        wire_bytes = int(packets.lengths[order].sum()) + len(order) * (
-            wire.IP_UDP_BYTES + sender.ETH_BYTES)
-        turn = self._schedule.enter(wire_bytes, lambda: tx.grant_bit)
+        levels = None if slot_levels is None else slot_levels[order].tolist()
+        turn = self._schedule.enter(sender.wire_bytes_before(packets, order)[-1],
+                                    lambda: tx.grant_bit, levels)
         outcome = sender.Pass()
         try:
             outcome = sender.pace(udp, conn.udp_addr, packets, order, None, tx.done,
@@ -711,7 +717,8 @@ class DatagramTransport(base.Transport):
         a BEGIN, or once a message is finished)."""
         with self._lock:
             grants = congestion.shares(self._pool_bit, list(self._recv.rx.values()))
-        self.stats["grants"] += len(grants)
+        with self._stats_lock:
+            self.stats["grants"] += len(grants)
         for rx, kbit in grants:
             try:
                 rx.conn.channel.send(Frame(FrameType.GRANT, message=rx.message, count=kbit))

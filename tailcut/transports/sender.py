@@ -32,11 +32,11 @@ CATCH_UP_S = 0.004  # most link time a late sender sends at once (330 packets at
 # A pass starts with this much link time at its rate sent at once: what the link's own
 # token bucket lets through unqueued after an idle spell (HTB's burst is 1 ms at line
 # rate, tailcut.net.shaping.Htb), which a TCP sender uses at the start of every
-# message. Messages paced at once share their sender's link, so their credits add up
-# to at most one such burst.
+# message. Only a pass that finds its sender's link idle (srpt.Turn.link_was_idle)
+# takes it: one handed the link by another pass, or sent next to one, does not.
 START_CREDIT_S = 0.001
-# Longest wait for a turn on the sender's link without a look at DONE and the deadline
-# (a turn's end, a grant or a DONE wakes the wait at once).
+# Longest wait for a turn on the sender's link without a look at the deadline (a
+# turn's end, a grant or a DONE wakes the wait at once).
 TURN_WAIT_S = 0.05
 # What a send is refused with while the path is down for a moment (a pod's link
 # removed and wired again by a restarting node agent, a route withdrawn): the burst is
@@ -132,6 +132,14 @@ class Packets:
 Rate = Callable[[], "float | None"]
 
 
+def wire_bytes_before(packets: Packets, order: np.ndarray) -> list[int]:
+    """Bytes on the wire before each packet of a pass over slots ``order``, and in all
+    (the last entry): what HTB counts, Ethernet, IP and UDP headers included."""
+    before: list[int] = np.concatenate(([0], np.cumsum(
+        packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES)))).tolist()
+    return before
+
+
 def burst_floor(lossless_gso: bool, mtu: int) -> int:
     """The fewest packets a burst holds. BURST_PACKETS keeps what several senders'
     bursts put in one switch queue at once under a shallow buffer's size. On a path
@@ -154,12 +162,12 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     is asked again after every burst, so a grant or a change in what else is being sent
     takes effect within a burst), in bursts of at least ``burst_packets``; return early
     once ``stop`` is set. With ``turn`` (the pass's place in its sender's schedule,
-    srpt.py) the rate is the turn's instead, and a rate of 0 waits for the turn. A burst the kernel refuses because the path is down
-    (PATH_DOWN) is lost, not an error, until ``outage`` (the connection's record of
-    refusals in a row) has lasted PATH_DOWN_GRACE_S. ``sendto`` replaces sendmmsg with one call per
-    datagram (a test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of
-    slot's datagram. ``gso``: bursts go out as UDP GSO messages (batch.py says where
-    that is right)."""
+    srpt.py) the rate is the turn's instead, and a rate of 0 waits for the turn. A
+    burst the kernel refuses because the path is down (PATH_DOWN) is lost, not an
+    error, until ``outage`` (the connection's record of refusals in a row) has lasted
+    PATH_DOWN_GRACE_S. ``sendto`` replaces sendmmsg with one call per datagram (a
+    test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of slot's datagram.
+    ``gso``: bursts go out as UDP GSO messages (batch.py says where that is right)."""
     batch = packets.batch(sock, order, addr, tos, gso) if sendto is None else None
     tagged = [0]  # the TOS the per-datagram path left on the socket
     rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
@@ -191,18 +199,17 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           burst_packets: int, outage: Outage, turn: srpt.Turn | None = None) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
     outcome = Pass()
-    # Bytes on the wire before packet i of the pass (HTB counts Ethernet, IP and UDP).
-    sent_bytes = np.concatenate(([0], np.cumsum(
-        packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES)))).tolist()
+    sent_bytes = wire_bytes_before(packets, order)
     rate_bit = rate_of()
     # When the link has carried what was sent so far, a little in the past at first.
     due = time.monotonic() - START_CREDIT_S
-    idle_link = True  # the start credit is for a link that was idle, not one handed over
+    idle_link = turn is None or turn.link_was_idle
     first = 0
     while first < len(order):
         if rate_bit == 0.0:   # another message of this sender has the link (srpt.py)
-            assert turn is not None
-            turn.wait(TURN_WAIT_S)
+            if turn is None:
+                raise ValueError("a rate of 0 without a turn to wait for")
+            turn.wait(TURN_WAIT_S, stop)
             if stop.is_set():
                 return outcome
             if deadline is not None and time.monotonic() > deadline:
@@ -233,7 +240,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             outage.refused(count, err.errno, time.monotonic(), peer)
         first += count
         if turn is not None:
-            turn.sent(sent_bytes[-1] - sent_bytes[first])
+            turn.sent(sent_bytes[-1] - sent_bytes[first], first)
         if stop.is_set():
             return outcome
         if deadline is not None and time.monotonic() > deadline:

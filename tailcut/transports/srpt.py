@@ -8,11 +8,13 @@ go to the message that started first. A pass of retransmissions (a few packets) 
 goes ahead of a whole message, and a PS's replies to N workers over a link that each
 of them can take whole go out one after the other at the full link rather than
 N-way split: the first worker has its parameters after 1/N of the time and starts
-its next iteration, and the last has them when it would have with an equal split.
-Measured with the quickstart at 200 Mbit/s (bench/bl_conditions.py,
-docs/bounded-loss.md#sharing-the-links): an equal split made every worker wait for
-the slowest reply, and bounded loss was then slower than TCP, whose flows do not
-share a link evenly either.
+its next iteration, and the last has them when it would have with an equal split
+(docs/bounded-loss.md#sharing-the-links has the measurements).
+
+Under CadentFlow (per-tensor priority levels) urgency comes first: the pass whose
+next packet is of the most urgent level goes first, and shortest remaining only
+among passes at the same level, so every worker's most urgent tensors still leave
+before anybody's bulk.
 
 With no link rate (an unshaped interface and no ``rateMbit``) there is nothing to
 order: every message goes as fast as its grant, or the CPU, allows.
@@ -22,10 +24,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tailcut.transports.congestion import MIN_RATE_BIT
 
+# The receiver's latest grant of the message, bit/s (None: none yet). Called with the
+# schedule's lock held: it must only read.
 GrantOf = Callable[[], "float | None"]
 
 
@@ -34,26 +38,35 @@ class Turn:
     rate after every burst)."""
 
     def __init__(self, schedule: LinkSchedule, left_bytes: int, grant_of: GrantOf,
-                 arrival: int) -> None:
+                 arrival: int, levels: Sequence[int] | None) -> None:
         self._schedule = schedule
         self.left_bytes = left_bytes
         self.grant_of = grant_of
         self.arrival = arrival
+        self._levels = levels
+        self.level = levels[0] if levels else 0
+        self.link_was_idle = False  # set by enter(): nothing else was being sent
 
     def rate_bit(self) -> float | None:
         """The rate to pace at now; 0.0: another message goes first (wait()); None: as
         fast as the CPU allows."""
         return self._schedule.rate_bit(self)
 
-    def sent(self, left_bytes: int) -> None:
-        """A burst went out; ``left_bytes`` of the pass are still to send."""
+    def sent(self, left_bytes: int, position: int) -> None:
+        """A burst went out; ``left_bytes`` of the pass are still to send, from its
+        packet number ``position`` on."""
         with self._schedule.changes:
             self.left_bytes = left_bytes
+            if self._levels and position < len(self._levels):
+                self.level = self._levels[position]
 
-    def wait(self, timeout_s: float) -> None:
-        """Block until the schedule may have given this pass a rate, at most
-        ``timeout_s``."""
-        self._schedule.wait(self, timeout_s)
+    def wait(self, timeout_s: float, stop: threading.Event) -> None:
+        """Block until the schedule gives this pass a rate or ``stop`` is set (its DONE
+        came: LinkSchedule.changed), at most ``timeout_s``."""
+        schedule = self._schedule
+        with schedule.changes:
+            schedule.changes.wait_for(lambda: stop.is_set() or schedule._rate_bit(self) != 0.0,
+                                      timeout_s)
 
 
 class LinkSchedule:
@@ -62,15 +75,20 @@ class LinkSchedule:
 
     def __init__(self, link_bit: float | None) -> None:
         self.link_bit = link_bit
+        # No grant paces below 1 Mbit/s, nor below a slower link's own rate.
+        self.floor_bit = MIN_RATE_BIT if link_bit is None else min(MIN_RATE_BIT, link_bit)
         self.changes = threading.Condition()
         self._turns: list[Turn] = []
         self._arrivals = itertools.count()
 
-    def enter(self, left_bytes: int, grant_of: GrantOf) -> Turn:
-        """A pass of ``left_bytes`` (wire bytes) begins; ``grant_of`` is its receiver's
-        latest grant (None: none yet)."""
+    def enter(self, left_bytes: int, grant_of: GrantOf,
+              levels: Sequence[int] | None = None) -> Turn:
+        """A pass of ``left_bytes`` (wire bytes) begins; ``grant_of`` gives its
+        receiver's latest grant; ``levels``: each packet's priority level, in the order
+        sent (CadentFlow; 0 is the most urgent), or None."""
         with self.changes:
-            turn = Turn(self, left_bytes, grant_of, next(self._arrivals))
+            turn = Turn(self, left_bytes, grant_of, next(self._arrivals), levels)
+            turn.link_was_idle = not self._turns
             self._turns.append(turn)
             return turn
 
@@ -83,16 +101,12 @@ class LinkSchedule:
     def changed(self) -> None:
         """A grant moved or a message is DONE: the waiting passes look again."""
         with self.changes:
-            self.changes.notify_all()
+            if len(self._turns) > 1:
+                self.changes.notify_all()
 
     def rate_bit(self, turn: Turn) -> float | None:
         with self.changes:
             return self._rate_bit(turn)
-
-    def wait(self, turn: Turn, timeout_s: float) -> None:
-        with self.changes:
-            if self._rate_bit(turn) == 0.0:
-                self.changes.wait(timeout_s)
 
     @property
     def sending(self) -> int:
@@ -102,12 +116,12 @@ class LinkSchedule:
     def _rate_bit(self, turn: Turn) -> float | None:
         if self.link_bit is None:
             grant = turn.grant_of()
-            return None if grant is None else max(MIN_RATE_BIT, grant)
+            return None if grant is None else max(self.floor_bit, grant)
         left = self.link_bit
-        for other in sorted(self._turns, key=lambda t: (t.left_bytes, t.arrival)):
+        for other in sorted(self._turns, key=lambda t: (t.level, t.left_bytes, t.arrival)):
             grant = other.grant_of()
-            take = left if grant is None else min(left, max(MIN_RATE_BIT, grant))
-            if take < MIN_RATE_BIT:
+            take = left if grant is None else min(left, max(self.floor_bit, grant))
+            if take < self.floor_bit:
                 return 0.0   # the link is taken by the passes ahead
             if other is turn:
                 return take

@@ -41,9 +41,12 @@ def test_pace_sends_every_slot_once_in_order_then_stops_early_when_told() -> Non
                        None, "peer", lambda d, _a: None).sent == sender.BURST_PACKETS
 
 
-def test_a_pass_waits_for_its_turn_on_the_link_and_stops_there_when_done() -> None:
+def test_a_pass_waits_for_its_turn_on_the_link_and_stops_there_when_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass behind another on its sender's link (srpt.py) sends nothing until that
-    one leaves; one DONE while it waits sends nothing at all."""
+    one leaves; one DONE while it waits sends nothing at all. (The wait's own timeout
+    is out of the way: only the wake-ups end the waits.)"""
+    monkeypatch.setattr(sender, "TURN_WAIT_S", 30.0)
     packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 100)
     link = srpt.LinkSchedule(1e9)
     ahead = link.enter(1, lambda: None)
@@ -53,21 +56,24 @@ def test_a_pass_waits_for_its_turn_on_the_link_and_stops_there_when_done() -> No
 
     def behind() -> None:
         turn = link.enter(10**6, lambda: None)
-        result.append(sender.pace(None, ("127.0.0.1", 9), packets, np.arange(10),  # type: ignore
-                                  None, stop, None, "peer", lambda d, _a: out.append(d),
-                                  turn=turn))
-        link.leave(turn)
+        try:
+            result.append(sender.pace(None, ("127.0.0.1", 9), packets,  # type: ignore
+                                      np.arange(10), None, stop, None, "peer",
+                                      lambda d, _a: out.append(d), turn=turn))
+        finally:
+            link.leave(turn)
 
-    t = threading.Thread(target=behind)
+    t = threading.Thread(target=behind, daemon=True)
     t.start()
     t.join(0.2)
     assert t.is_alive() and out == []   # waiting for the link
     link.leave(ahead)
     t.join(5)
     assert result == [sender.Pass(sent=10)]
-    ahead = link.enter(1, lambda: None)
-    t = threading.Thread(target=behind)
+    link.enter(1, lambda: None)
+    t = threading.Thread(target=behind, daemon=True)
     t.start()
+    t.join(0.2)
     stop.set()
     link.changed()   # what a DONE does (datagram.py)
     t.join(5)

@@ -1,5 +1,6 @@
 """A sender's own link, shared by the messages it sends at once: shortest remaining
-first, at most each one's grant, what a grant leaves going to the next."""
+first, at most each one's grant, what a grant leaves going to the next; under
+CadentFlow the most urgent level first."""
 
 import threading
 import time
@@ -26,8 +27,9 @@ def test_equal_messages_go_in_the_order_they_started_and_the_first_stays_ahead()
     link = srpt.LinkSchedule(GBIT)
     first, second = link.enter(260_000, lambda: None), link.enter(260_000, lambda: None)
     assert (first.rate_bit(), second.rate_bit()) == (GBIT, 0.0)
-    first.sent(100_000)
+    first.sent(100_000, 60)
     assert (first.rate_bit(), second.rate_bit()) == (GBIT, 0.0)
+    assert first.link_was_idle and not second.link_was_idle   # who gets the start credit
 
 
 def test_what_a_grant_leaves_of_the_link_goes_to_the_next_message() -> None:
@@ -43,6 +45,21 @@ def test_what_a_grant_leaves_of_the_link_goes_to_the_next_message() -> None:
     assert a.rate_bit() == MIN_RATE_BIT
 
 
+def test_a_link_slower_than_the_grant_floor_still_sends_at_its_own_rate() -> None:
+    link = srpt.LinkSchedule(5e5)   # 500 kbit/s: below MIN_RATE_BIT
+    only = link.enter(1_000, lambda: 0.0)
+    assert only.rate_bit() == 5e5
+
+
+def test_the_most_urgent_level_goes_first_then_the_shortest() -> None:
+    link = srpt.LinkSchedule(GBIT)
+    bulk = link.enter(1_000, lambda: None, levels=[2, 2])
+    urgent = link.enter(50_000, lambda: None, levels=[0, 0, 1, 2])
+    assert (urgent.rate_bit(), bulk.rate_bit()) == (GBIT, 0.0)
+    urgent.sent(20_000, 3)   # its next packet is bulk too: now the shorter goes
+    assert (urgent.rate_bit(), bulk.rate_bit()) == (0.0, GBIT)
+
+
 def test_an_unshaped_link_orders_nothing_and_paces_at_the_grant_if_any() -> None:
     link = srpt.LinkSchedule(None)
     a, b = link.enter(1, lambda: None), link.enter(2, lambda: 5e8)
@@ -50,20 +67,45 @@ def test_an_unshaped_link_orders_nothing_and_paces_at_the_grant_if_any() -> None
     assert b.rate_bit() == 5e8
 
 
-def test_a_waiting_message_wakes_when_the_one_ahead_leaves() -> None:
-    link = srpt.LinkSchedule(GBIT)
-    ahead, behind = link.enter(1, lambda: None), link.enter(2, lambda: None)
+def _waiting(turn: srpt.Turn, stop: threading.Event) -> tuple[threading.Thread, threading.Event]:
     woke = threading.Event()
 
     def wait() -> None:
-        behind.wait(30)
+        turn.wait(30, stop)
         woke.set()
 
-    t = threading.Thread(target=wait)
+    t = threading.Thread(target=wait, daemon=True)
     t.start()
     time.sleep(0.05)
+    return t, woke
+
+
+def test_a_waiting_message_wakes_when_the_one_ahead_leaves_or_its_grant_leaves_room() -> None:
+    grant = {"ahead": None}
+    link = srpt.LinkSchedule(GBIT)
+    ahead = link.enter(1, lambda: grant["ahead"])
+    behind = link.enter(2, lambda: None)
+    t, woke = _waiting(behind, threading.Event())
+    assert not woke.is_set()
+    grant["ahead"] = 0.5 * GBIT
+    link.changed()            # what a GRANT does (datagram.py)
+    assert woke.wait(5)       # well before the 30 s timeout
+    assert behind.rate_bit() == pytest.approx(0.5 * GBIT)
+    grant["ahead"] = None
+    t, woke = _waiting(behind, threading.Event())
     assert not woke.is_set()
     link.leave(ahead)
-    assert woke.wait(5)   # well before the 30 s timeout
-    t.join()
+    assert woke.wait(5)
     assert behind.rate_bit() == GBIT and link.sending == 1
+
+
+def test_a_waiting_message_wakes_when_its_done_comes() -> None:
+    link = srpt.LinkSchedule(GBIT)
+    link.enter(1, lambda: None)
+    behind = link.enter(2, lambda: None)
+    stop = threading.Event()
+    t, woke = _waiting(behind, stop)
+    assert not woke.is_set()
+    stop.set()
+    link.changed()            # what a DONE does (datagram.py)
+    assert woke.wait(5)
