@@ -3,8 +3,9 @@
 Data goes as range-indexed UDP packets (wire.py); everything about a message that is
 not its values goes over one TCP connection per peer, so it is never lost:
 
-    SETUP  both ways at connect: the connector's UDP port (count), the peer id the
-           listener gives it (message)
+    SETUP  both ways at connect: the connector's UDP port (count) and the connection
+           id it wants on the listener's message ids (message; 0: the listener's own),
+           then the connection id the listener gives it, for its message ids (message)
     MSG    a whole message that carries no vector (HELLO, STOP): kind, iteration, sender
     BEGIN  sender -> receiver before the packets: message id, kind, iteration, sender,
            total elements (count), sent_at_ns; for a CadentFlow-tagged message the

@@ -139,11 +139,16 @@ class DatagramConnection(base.Connection):
     is tagged."""
 
     def __init__(self, transport: DatagramTransport, channel: control.Channel, peer_id: int,
-                 udp_addr: tuple[str, int]) -> None:
+                 udp_addr: tuple[str, int], send_id: int | None = None) -> None:
         self.transport = transport
         self.channel = channel
         self.peer = channel.peer
+        # Message ids carry a connection id in their top 16 bits, each side's own: the
+        # peer's messages carry ``peer_id`` (given by this side, unique among its
+        # connections), this side's carry ``send_id`` (given by the peer). One id both
+        # ways collided at a worker connected to two PS shards (both gave it id 1).
         self.peer_id = peer_id
+        self.send_id = peer_id if send_id is None else send_id
         self.udp_addr = udp_addr
         # SimpleQueues: a fraction of a Queue's cost, paid per message on every side.
         self.inbox: queue.SimpleQueue[tuple[Message, dict[str, Any] | None] |
@@ -188,7 +193,7 @@ class DatagramConnection(base.Connection):
 
     def _next_id(self) -> int:
         self._counter = (self._counter + 1) & 0xFFFF
-        return (self.peer_id << 16) | self._counter
+        return (self.send_id << 16) | self._counter
 
     def send(self, msg: Message, timeout_s: float | None = None) -> None:
         """Send ``msg``: a message without a vector at once on the control channel; a
@@ -315,6 +320,7 @@ class DatagramTransport(base.Transport):
         self._recv = receiver.Receiver(self.job_id, self.stride, self.p, self.bounded,
                                        False, max_elements, self.stats)
         self._udp: socket.socket | None = None
+        self._conn_ids = 0  # the last connection id given (_new_conn_id)
         self._threads: list[threading.Thread] = []
         self._running = False
         self._pace_bit: float | None = None  # this sender's link (or the spec's rate)
@@ -365,10 +371,13 @@ class DatagramTransport(base.Transport):
                     channel.close()
                     raise base.ProtocolError(f"{channel.peer}: expected SETUP with a UDP port, "
                                              f"got {hello.type.name} count={hello.count}")
-                peer_id = len(conns) + 1
+                peer_id = self._new_conn_id()
                 channel.send(Frame(FrameType.SETUP, message=peer_id))
                 sock.settimeout(None)
-                conns.append(self._add_conn(channel, peer_id, (addr[0], hello.count)))
+                # hello.message: the id the peer wants on our messages (0: an older
+                # peer, which takes ours both ways)
+                conns.append(self._add_conn(channel, peer_id, (addr[0], hello.count),
+                                            hello.message or peer_id))
             self._start(host)
         except BaseException:
             for conn in conns:
@@ -384,12 +393,15 @@ class DatagramTransport(base.Transport):
         sock = base.connect_tcp(host, port, timeout_s, retry_any_error=True)
         local_ip = sock.getsockname()[0]
         try:
-            self._open_udp(local_ip, 0)
+            if self._udp is None:   # the first connection (a worker may have several)
+                self._open_udp(local_ip, 0)
+                self._start(local_ip)
             assert self._udp is not None
-            self._start(local_ip)
             channel = control.Channel(sock, f"{host}:{port}")
             sock.settimeout(max(base.remaining(deadline) or 0.0, 1e-6))
-            channel.send(Frame(FrameType.SETUP, count=self._udp.getsockname()[1]))
+            local_id = self._new_conn_id()
+            channel.send(Frame(FrameType.SETUP, message=local_id,
+                               count=self._udp.getsockname()[1]))
             try:
                 reply = channel.read()
             except TimeoutError:
@@ -401,7 +413,8 @@ class DatagramTransport(base.Transport):
             sock.settimeout(None)
             # The PS's datagrams come from its address, whatever name reached it (on
             # Kubernetes, ps-0.<job> through the job's headless service).
-            return self._add_conn(channel, reply.message, (sock.getpeername()[0], port))
+            return self._add_conn(channel, local_id, (sock.getpeername()[0], port),
+                                  reply.message)
         except BaseException:
             sock.close()
             self.close()
@@ -447,9 +460,17 @@ class DatagramTransport(base.Transport):
     def _attach(self, local_ip: str, port: int) -> None:
         """The udp transport counts nothing in XDP; bounded-loss overrides this."""
 
+    def _new_conn_id(self) -> int:
+        """An id for a new connection, unique among this transport's (1..0xFFFF)."""
+        with self._lock:
+            self._conn_ids += 1
+            if self._conn_ids > 0xFFFF:
+                raise base.TransportError("more than 65535 connections on one transport")
+            return self._conn_ids
+
     def _add_conn(self, channel: control.Channel, peer_id: int,
-                  udp_addr: tuple[str, int]) -> DatagramConnection:
-        conn = DatagramConnection(self, channel, peer_id, udp_addr)
+                  udp_addr: tuple[str, int], send_id: int | None = None) -> DatagramConnection:
+        conn = DatagramConnection(self, channel, peer_id, udp_addr, send_id)
         with self._lock:
             self._recv.peers[peer_id] = (conn, batch.ipv4(udp_addr[0]))
         return conn

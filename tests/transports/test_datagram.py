@@ -700,3 +700,38 @@ def test_replies_to_two_peers_at_once_go_one_after_the_other_over_a_shaped_link(
         for c in clients:
             c.close()
         server.close()
+
+
+def test_a_worker_connected_to_two_ps_shards_gets_and_sends_each_its_own_messages() -> None:
+    """One transport connects twice (a worker of two PS shards): one UDP socket, and
+    message ids that do not collide although each shard gives the worker the same
+    connection id."""
+    shards = [transports.get("bounded-loss", p=1.0, xdp=False, job="bl-shards")
+              for _ in range(2)]
+    worker = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-shards")
+    got: list[list[base.Connection]] = [[], []]
+    threads = [threading.Thread(target=lambda i=i: got[i].extend(
+        shards[i].listen("127.0.0.1", 27216 + i, 1, 10))) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        conns = [worker.connect("127.0.0.1", 27216 + i, 10) for i in range(2)]
+        for t in threads:
+            t.join()
+        ps_side = [g[0] for g in got]
+        assert ps_side[0].peer_id == ps_side[1].peer_id == 1   # what each shard gave it
+        assert len({c.peer_id for c in conns}) == 2
+        for i, conn in enumerate(ps_side):
+            conn.send(Message(Kind.PARAMS, 0, -1, VECTOR * (i + 1)), 10)
+        for i, conn in enumerate(conns):
+            conn.send(Message(Kind.PUSH, 0, 0, VECTOR * (i + 3)), 10)
+        for i, conn in enumerate(conns):
+            assert np.array_equal(conn.recv(10).values, VECTOR * (i + 1))
+        for i, conn in enumerate(ps_side):
+            assert np.array_equal(conn.recv(10).values, VECTOR * (i + 3))
+    finally:
+        for t in threads:
+            t.join()
+        worker.close()
+        for s in shards:
+            s.close()
