@@ -225,6 +225,11 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                        lossless_path=not any(
                            shaping.link_drops(link) for link in (
                                job.spec.network.access_link, job.spec.network.uplink)),
+                       # The shallowest switch buffer on the path bounds a message's
+                       # start credit (tailcut.transports.sender).
+                       switch_buffer_bytes=shaping.smallest_buffer_bytes(
+                           [job.spec.network.access_link, job.spec.network.uplink],
+                           job.spec.network.mtu),
                        # Every pod's own end of its link is shaped at this rate
                        # (tailcut.net.shaping): no need to read it back from the kernel.
                        link_mbit=job.spec.network.access_link.bandwidth / 1e6)

@@ -131,6 +131,17 @@ def test_a_path_is_lossless_for_the_senders_bursts_only_without_loss_or_a_buffer
         assert options["lossless_path"] is lossless, network
 
 
+def test_the_senders_know_the_shallowest_switch_buffer_on_the_path() -> None:
+    """It bounds a message's start credit (tailcut.transports.sender)."""
+    kind = {"type": "bounded-loss", "p": 0.9}
+    for network, smallest in (({}, None), ({"accessLink": {"bufferBytes": 85000}}, 85000),
+                              ({"accessLink": {"bufferBytes": 85000},
+                                "uplink": {"bufferPackets": 20}}, 20 * 1514)):
+        j = job(network=network, transport=kind)
+        options = plan.transport_options(j, topology.plan(j).pod("worker-0"))
+        assert options["switch_buffer_bytes"] == smallest, network
+
+
 @pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
 def test_datagram_transports_use_udp_gso_unless_the_pods_own_end_drops_at_random(transport):
     """A dropper at the pod's own end would drop a whole 64 KiB GSO message at once;

@@ -169,6 +169,14 @@ def plan(link: Link, has_netem: bool, field: str, mtu: int = DEFAULT_MTU) -> lis
     return ops
 
 
+def smallest_buffer_bytes(links: list[Link], mtu: int = DEFAULT_MTU) -> Optional[int]:
+    """The smallest switch buffer of ``links`` in bytes (a buffer in packets counted
+    as full frames of ``mtu``); None where every one has the kernel's deep default."""
+    sizes = [q.limit * (mtu + 14) if q.unit == "packets" else q.limit
+             for q in (buffer(link) for link in links) if q is not None]
+    return min(sizes) if sizes else None
+
+
 def link_drops(link: Link) -> bool:
     """Whether `link` loses packets at its switch ports: random loss, or a buffer that
     can overflow (what drops_packets says of the ops made from it)."""

@@ -33,7 +33,9 @@ CATCH_UP_S = 0.004  # most link time a late sender sends at once (330 packets at
 # token bucket lets through unqueued after an idle spell (HTB's burst is 1 ms at line
 # rate, tailcut.net.shaping.Htb), which a TCP sender uses at the start of every
 # message. Only a pass that finds its sender's link idle (srpt.Turn.link_was_idle)
-# takes it: one handed the link by another pass, or sent next to one, does not.
+# takes it: one handed the link by another pass, or sent next to one, does not. On a
+# path with shallow switch buffers it is at most half the smallest (the pod's HTB
+# lets the credit out at once, faster than the switch port drains it).
 START_CREDIT_S = 0.001
 # Longest wait for a turn on the sender's link without a look at the deadline (a
 # turn's end, a grant or a DONE wakes the wait at once).
@@ -157,7 +159,7 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
          tos: np.ndarray | None = None, gso: bool = False,
          burst_packets: int = BURST_PACKETS, outage: Outage | None = None,
-         turn: srpt.Turn | None = None) -> Pass:
+         turn: srpt.Turn | None = None, credit_bytes: float | None = None) -> Pass:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
     is asked again after every burst, so a grant or a change in what else is being sent
     takes effect within a burst), in bursts of at least ``burst_packets``; return early
@@ -167,7 +169,8 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     error, until ``outage`` (the connection's record of refusals in a row) has lasted
     PATH_DOWN_GRACE_S. ``sendto`` replaces sendmmsg with one call per datagram (a
     test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of slot's datagram.
-    ``gso``: bursts go out as UDP GSO messages (batch.py says where that is right)."""
+    ``gso``: bursts go out as UDP GSO messages (batch.py says where that is right).
+    ``credit_bytes`` caps the start credit (None: START_CREDIT_S of link time)."""
     batch = packets.batch(sock, order, addr, tos, gso) if sendto is None else None
     tagged = [0]  # the TOS the per-datagram path left on the socket
     rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
@@ -175,7 +178,7 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
         return _pace(packets, order, rate_of if turn is None else turn.rate_bit, stop,
                      deadline, peer, batch,
                      lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged),
-                     burst_packets, outage or Outage(), turn)
+                     burst_packets, outage or Outage(), turn, credit_bytes)
     finally:
         if tagged[0]:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0)
@@ -196,13 +199,15 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | None, send_one: Callable[[int], None],
-          burst_packets: int, outage: Outage, turn: srpt.Turn | None = None) -> Pass:
+          burst_packets: int, outage: Outage, turn: srpt.Turn | None = None,
+          credit_bytes: float | None = None) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
     outcome = Pass()
     sent_bytes = wire_bytes_before(packets, order)
     rate_bit = rate_of()
-    # When the link has carried what was sent so far, a little in the past at first.
-    due = time.monotonic() - START_CREDIT_S
+    # When the link has carried what was sent so far: set at the first burst, in the
+    # past by the start credit if the pass gets one.
+    due: float | None = None
     idle_link = turn is None or turn.link_was_idle
     first = 0
     while first < len(order):
@@ -215,14 +220,19 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             if deadline is not None and time.monotonic() > deadline:
                 raise base.TransportTimeout(f"sending to {peer} ran out of time")
             rate_bit = rate_of()
-            due, idle_link = time.monotonic(), False
+            due, idle_link = None, False
             continue
         count = burst_packets
         if rate_bit:
             count = max(count, min(MAX_BURST_PACKETS, int(
                 rate_bit * BURST_S / 8 / (sent_bytes[1] - sent_bytes[0]))))
-            if first == 0 and idle_link:  # the credit goes out at once
-                count = max(count, int(rate_bit * START_CREDIT_S / 8 / sent_bytes[1]))
+        if due is None:
+            credit_s = START_CREDIT_S if idle_link and first == 0 else 0.0
+            if rate_bit and credit_bytes is not None:
+                credit_s = min(credit_s, 8 * credit_bytes / rate_bit)
+            due = time.monotonic() - credit_s
+            if rate_bit:  # the credit goes out at once
+                count = max(count, int(rate_bit * credit_s / 8 / sent_bytes[1]))
         count = min(count, len(order) - first)
         try:
             if batch is not None:
@@ -247,7 +257,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
         rate_bit = rate_of()
         now = time.monotonic()
-        if not rate_bit:  # as fast as the CPU allows, or (0) wait for the turn
+        if not rate_bit or due is None:  # as fast as the CPU allows, or (0) wait
             due = now
             continue
         # Paced against the running total, not burst by burst: a late wake-up (sleep

@@ -47,6 +47,7 @@ def test_no_sender_gets_a_static_share_unless_the_spec_sets_a_rate() -> None:
                   "rate_mbit": None, "seed": 0, "p": 0.9, "xdp_mode": "generic",
                   "gso": False,   # 1% loss at the pods' own ends
                   "lossless_path": False,
+                  "switch_buffer_bytes": None,   # the kernel's deep queues
                   "link_mbit": 1000.0}   # the link's rate, which grants share: no cap
     assert w["rate_mbit"] is None and w["seed"] == 3
     capped = load("spec: {transport: {type: udp, rateMbit: 300}}")

@@ -80,6 +80,35 @@ def test_a_pass_waits_for_its_turn_on_the_link_and_stops_there_when_done(
     assert not t.is_alive() and result[-1] == sender.Pass(sent=0)
 
 
+def test_the_start_credit_goes_out_at_once_but_within_half_the_switch_buffer() -> None:
+    """A pass that finds its link idle sends 1 ms of link time in its first burst;
+    behind a 30 KB switch buffer only an ordinary burst (0.4 ms); a pass sent next to
+    another, too."""
+    packets = sender.Packets(np.zeros(200 * 360, np.float32), 5, 6, int(Kind.PUSH), 360)
+    frame = int(packets.lengths[0]) + wire.IP_UDP_BYTES + sender.ETH_BYTES
+
+    def first_burst(credit_bytes: float | None, idle: bool) -> int:
+        link = srpt.LinkSchedule(1e9)
+        if not idle:
+            link.enter(1, lambda: 1e6)   # ahead of it, granted 1 Mbit/s
+        turn = link.enter(10**6, lambda: None)
+        stop = threading.Event()
+        sent: list[bytes] = []
+
+        def send(d: bytes, _a: object) -> None:
+            sent.append(d)
+            stop.set()   # looked at after each burst: the pass ends after the first
+
+        sender.pace(None, ("127.0.0.1", 9), packets, np.arange(len(packets)),  # type: ignore
+                    None, stop, None, "peer", send, turn=turn, credit_bytes=credit_bytes)
+        return len(sent)
+
+    assert first_burst(None, True) == int(1e9 * sender.START_CREDIT_S / 8 / frame)   # 82
+    burst = int(1e9 * sender.BURST_S / 8 / frame)                                    # 33
+    assert first_burst(15_000, True) == burst
+    assert first_burst(None, False) == int((1e9 - 1e6) * sender.BURST_S / 8 / frame)
+
+
 def test_a_burst_refused_because_the_path_is_down_is_lost_and_the_pass_goes_on() -> None:
     """ENETUNREACH (the pod's link removed for a moment) loses that burst; any other
     error is still raised."""
