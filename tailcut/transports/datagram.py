@@ -374,10 +374,13 @@ class DatagramTransport(base.Transport):
                 except TimeoutError:
                     channel.close()
                     raise base.TransportTimeout(f"{channel.peer} sent no SETUP in time") from None
-                if hello.type != FrameType.SETUP or not 1 <= hello.count <= 65535:
+                if hello.type != FrameType.SETUP or not 1 <= hello.count <= 65535 \
+                        or not 0 <= hello.message <= 0xFFFF:
                     channel.close()
-                    raise base.ProtocolError(f"{channel.peer}: expected SETUP with a UDP port, "
-                                             f"got {hello.type.name} count={hello.count}")
+                    raise base.ProtocolError(
+                        f"{channel.peer}: expected SETUP with a UDP port and a connection id "
+                        f"(0-65535), got {hello.type.name} count={hello.count} "
+                        f"message={hello.message}")
                 peer_id = self._new_conn_id()
                 channel.send(Frame(FrameType.SETUP, message=peer_id))
                 sock.settimeout(None)

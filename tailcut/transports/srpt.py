@@ -16,6 +16,12 @@ next packet is of the most urgent level goes first, and shortest remaining only
 among passes at the same level, so every worker's most urgent tensors still leave
 before anybody's bulk.
 
+A pass waits no longer than the passes ahead of it should take at their rates (and
+OVERDUE_SLACK of that, at least OVERDUE_MIN_S): on two cores shared by several roles
+a sender thread often waits for the CPU, and the link would idle behind it. A pass
+whose wait ran out is overdue and goes at an equal share of the link next to the
+ones ahead (as every pass did before this schedule) until it is first.
+
 With no link rate (an unshaped interface and no ``rateMbit``) there is nothing to
 order: every message goes as fast as its grant, or the CPU, allows.
 """
@@ -27,6 +33,9 @@ import threading
 from collections.abc import Callable, Sequence
 
 from tailcut.transports.congestion import MIN_RATE_BIT
+
+OVERDUE_SLACK = 1.25  # how much longer than their rates say the passes ahead may take
+OVERDUE_MIN_S = 0.002
 
 # The receiver's latest grant of the message, bit/s (None: none yet). Called with the
 # schedule's lock held: it must only read.
@@ -46,6 +55,7 @@ class Turn:
         self._levels = levels
         self.level = levels[0] if levels else 0
         self.link_was_idle = False  # set by enter(): nothing else was being sent
+        self.overdue = False  # its wait ran out: it shares the link with those ahead
 
     def rate_bit(self) -> float | None:
         """The rate to pace at now; 0.0: another message goes first (wait()); None: as
@@ -65,8 +75,13 @@ class Turn:
         came: LinkSchedule.changed), at most ``timeout_s``."""
         schedule = self._schedule
         with schedule.changes:
-            schedule.changes.wait_for(lambda: stop.is_set() or schedule._rate_bit(self) != 0.0,
-                                      timeout_s)
+            ahead_s = schedule._time_ahead_s(self)
+            if ahead_s is not None:
+                timeout_s = min(timeout_s, max(OVERDUE_MIN_S, OVERDUE_SLACK * ahead_s))
+            if not schedule.changes.wait_for(
+                    lambda: stop.is_set() or schedule._rate_bit(self) != 0.0, timeout_s) \
+                    and ahead_s is not None:
+                self.overdue = True
 
 
 class LinkSchedule:
@@ -118,12 +133,36 @@ class LinkSchedule:
             grant = turn.grant_of()
             return None if grant is None else max(self.floor_bit, grant)
         left = self.link_bit
+        for other, take in self._takes():
+            if other is turn:
+                if take >= self.floor_bit:
+                    return take
+                if not turn.overdue:
+                    return 0.0   # the link is taken by the passes ahead
+                share = self.link_bit / len(self._turns)
+                grant = turn.grant_of()
+                return share if grant is None else min(share, max(self.floor_bit, grant))
+        raise ValueError("a pass not in the schedule (left already)")
+
+    def _takes(self) -> list[tuple[Turn, float]]:
+        """Each pass, first to last, with the rate the link has for it (0: none)."""
+        assert self.link_bit is not None
+        left, takes = self.link_bit, []
         for other in sorted(self._turns, key=lambda t: (t.level, t.left_bytes, t.arrival)):
             grant = other.grant_of()
             take = left if grant is None else min(left, max(self.floor_bit, grant))
-            if take < self.floor_bit:
-                return 0.0   # the link is taken by the passes ahead
-            if other is turn:
-                return take
+            take = take if take >= self.floor_bit else 0.0
+            takes.append((other, take))
             left -= take
-        raise ValueError("a pass not in the schedule (left already)")
+        return takes
+
+    def _time_ahead_s(self, turn: Turn) -> float | None:
+        """How long the passes ahead of ``turn`` take at their rates (None: unshaped)."""
+        if self.link_bit is None:
+            return None
+        total = 0.0
+        for other, take in self._takes():
+            if other is turn:
+                return total
+            total += 8 * other.left_bytes / (take or self.link_bit)
+        return total

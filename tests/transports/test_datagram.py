@@ -735,3 +735,41 @@ def test_a_worker_connected_to_two_ps_shards_gets_and_sends_each_its_own_message
         worker.close()
         for s in shards:
             s.close()
+
+
+@pytest.mark.parametrize("hello", [
+    control.Frame(control.FrameType.SETUP, message=0x10000, count=4000),   # id too large
+    control.Frame(control.FrameType.SETUP, message=1, count=0),            # no UDP port
+    control.Frame(control.FrameType.BEGIN, message=1, count=4000),         # not a SETUP
+])
+def test_a_bad_setup_is_refused_naming_what_is_wrong(hello: control.Frame) -> None:
+    server = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-setup")
+    got: dict[str, BaseException] = {}
+
+    def listen() -> None:
+        try:
+            server.listen("127.0.0.1", 27218, 1, 10)
+        except BaseException as err:
+            got["error"] = err
+
+    t = threading.Thread(target=listen)
+    t.start()
+    try:
+        conn: list[socket.socket] = []
+        assert waiting.until(lambda: _connect("127.0.0.1", 27218, conn), 10)
+        with conn[0] as sock:
+            sock.sendall(hello.encode())
+            t.join(10)
+    finally:
+        t.join()
+        server.close()
+    assert isinstance(got.get("error"), base.ProtocolError)
+    assert "expected SETUP with a UDP port and a connection id" in str(got["error"])
+
+
+def _connect(host: str, port: int, into: list[socket.socket]) -> bool:
+    try:
+        into.append(socket.create_connection((host, port), timeout=1))
+        return True
+    except OSError:
+        return False

@@ -49,13 +49,13 @@ def test_a_pass_waits_for_its_turn_on_the_link_and_stops_there_when_done(
     monkeypatch.setattr(sender, "TURN_WAIT_S", 30.0)
     packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 100)
     link = srpt.LinkSchedule(1e9)
-    ahead = link.enter(1, lambda: None)
+    ahead = link.enter(10**9, lambda: None)   # 8 s of link time: the wait never runs out
     out: list[bytes] = []
     stop = threading.Event()
     result: list[sender.Pass] = []
 
     def behind() -> None:
-        turn = link.enter(10**6, lambda: None)
+        turn = link.enter(10**9, lambda: None)
         try:
             result.append(sender.pace(None, ("127.0.0.1", 9), packets,  # type: ignore
                                       np.arange(10), None, stop, None, "peer",
@@ -70,7 +70,7 @@ def test_a_pass_waits_for_its_turn_on_the_link_and_stops_there_when_done(
     link.leave(ahead)
     t.join(5)
     assert result == [sender.Pass(sent=10)]
-    link.enter(1, lambda: None)
+    link.enter(10**9, lambda: None)
     t = threading.Thread(target=behind, daemon=True)
     t.start()
     t.join(0.2)

@@ -83,8 +83,8 @@ def _waiting(turn: srpt.Turn, stop: threading.Event) -> tuple[threading.Thread, 
 def test_a_waiting_message_wakes_when_the_one_ahead_leaves_or_its_grant_leaves_room() -> None:
     grant = {"ahead": None}
     link = srpt.LinkSchedule(GBIT)
-    ahead = link.enter(1, lambda: grant["ahead"])
-    behind = link.enter(2, lambda: None)
+    ahead = link.enter(10**9, lambda: grant["ahead"])   # 8 s of link time: never overdue
+    behind = link.enter(2 * 10**9, lambda: None)
     t, woke = _waiting(behind, threading.Event())
     assert not woke.is_set()
     grant["ahead"] = 0.5 * GBIT
@@ -101,11 +101,24 @@ def test_a_waiting_message_wakes_when_the_one_ahead_leaves_or_its_grant_leaves_r
 
 def test_a_waiting_message_wakes_when_its_done_comes() -> None:
     link = srpt.LinkSchedule(GBIT)
-    link.enter(1, lambda: None)
-    behind = link.enter(2, lambda: None)
+    link.enter(10**9, lambda: None)
+    behind = link.enter(2 * 10**9, lambda: None)
     stop = threading.Event()
     t, woke = _waiting(behind, stop)
     assert not woke.is_set()
     stop.set()
     link.changed()            # what a DONE does (datagram.py)
     assert woke.wait(5)
+
+
+def test_a_pass_whose_wait_outlasts_the_ones_ahead_shares_the_link_with_them() -> None:
+    """The pass ahead should be done in 1 ms (its thread lost its core, say): the one
+    behind waits about that long, then goes at half the link next to it."""
+    link = srpt.LinkSchedule(GBIT)
+    ahead = link.enter(125_000, lambda: None)
+    behind = link.enter(250_000, lambda: None)
+    started = time.monotonic()
+    behind.wait(30, threading.Event())
+    assert time.monotonic() - started < 5      # not the 30 s timeout
+    assert behind.overdue and behind.rate_bit() == GBIT / 2
+    assert ahead.rate_bit() == GBIT
