@@ -227,7 +227,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             count = max(count, min(MAX_BURST_PACKETS, int(
                 rate_bit * BURST_S / 8 / (sent_bytes[1] - sent_bytes[0]))))
         if due is None:
-            credit_s = START_CREDIT_S if idle_link and first == 0 else 0.0
+            credit_s = START_CREDIT_S if idle_link else 0.0  # (False once it waited)
             if rate_bit and credit_bytes is not None:
                 credit_s = min(credit_s, 8 * credit_bytes / rate_bit)
             due = time.monotonic() - credit_s
@@ -257,7 +257,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
         rate_bit = rate_of()
         now = time.monotonic()
-        if not rate_bit or due is None:  # as fast as the CPU allows, or (0) wait
+        if not rate_bit:  # as fast as the CPU allows, or (0) wait for the turn
             due = now
             continue
         # Paced against the running total, not burst by burst: a late wake-up (sleep

@@ -128,20 +128,22 @@ class LinkSchedule:
         with self.changes:
             return len(self._turns)
 
+    def _granted(self, turn: Turn, rate_bit: float | None) -> float | None:
+        """``rate_bit`` at most the turn's grant (never below the floor)."""
+        grant = turn.grant_of()
+        if grant is None:
+            return rate_bit
+        grant = max(self.floor_bit, grant)
+        return grant if rate_bit is None else min(rate_bit, grant)
+
     def _rate_bit(self, turn: Turn) -> float | None:
         if self.link_bit is None:
-            grant = turn.grant_of()
-            return None if grant is None else max(self.floor_bit, grant)
-        left = self.link_bit
+            return self._granted(turn, None)
         for other, take in self._takes():
             if other is turn:
-                if take >= self.floor_bit:
-                    return take
-                if not turn.overdue:
-                    return 0.0   # the link is taken by the passes ahead
-                share = self.link_bit / len(self._turns)
-                grant = turn.grant_of()
-                return share if grant is None else min(share, max(self.floor_bit, grant))
+                if take or not turn.overdue:
+                    return take   # 0.0: the link is taken by the passes ahead
+                return self._granted(turn, self.link_bit / len(self._turns))
         raise ValueError("a pass not in the schedule (left already)")
 
     def _takes(self) -> list[tuple[Turn, float]]:
@@ -149,8 +151,8 @@ class LinkSchedule:
         assert self.link_bit is not None
         left, takes = self.link_bit, []
         for other in sorted(self._turns, key=lambda t: (t.level, t.left_bytes, t.arrival)):
-            grant = other.grant_of()
-            take = left if grant is None else min(left, max(self.floor_bit, grant))
+            take = self._granted(other, left)
+            assert take is not None
             take = take if take >= self.floor_bit else 0.0
             takes.append((other, take))
             left -= take
