@@ -214,19 +214,15 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
         options.update(job=job.name, mtu=job.spec.network.mtu, rate_mbit=t.rate_mbit,
                        seed=job.spec.training.seed
                        + pod.index + (0 if pod.role == "ps" else 1),
-                       # UDP GSO unless the pod's own end drops at random: there a
-                       # dropper would lose a whole 64 KiB message at once. A path
-                       # that drops further on has its pods cut GSO messages at their
-                       # own interface (tailcut.net.build); on a clean one they reach
-                       # the receiver whole (docs/bounded-loss.md).
-                       gso=job.spec.network.access_link.loss == 0,
-                       # Nothing on the path drops (no loss, no finite switch buffer):
-                       # bursts may be whole GSO messages (tailcut.transports.sender).
-                       lossless_path=not any(
-                           shaping.link_drops(link) for link in (
-                               job.spec.network.access_link, job.spec.network.uplink)),
+                       # UDP GSO: a path that drops anywhere has its pods cut GSO
+                       # messages at their own interface, after their shaper and
+                       # before any dropper or switch queue (tailcut.net.build,
+                       # shaping.wire_end); on a clean one they reach the receiver
+                       # whole (docs/bounded-loss.md).
+                       gso=True,
                        # The shallowest switch buffer on the path bounds a message's
-                       # start credit (tailcut.transports.sender).
+                       # start credit, and with none a burst may be a whole GSO
+                       # message (tailcut.transports.sender).
                        switch_buffer_bytes=shaping.smallest_buffer_bytes(
                            [job.spec.network.access_link, job.spec.network.uplink],
                            job.spec.network.mtu),

@@ -6,6 +6,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 from tailcut.net import netns
 from tailcut.runtime import procs
@@ -130,6 +131,41 @@ def udp_burst_received(src_ns: str, dst_ns: str, dst_ip: str, count: int,
         rx.close()
         tx.close()
     return len(seen)
+
+
+SOL_UDP, UDP_SEGMENT = 17, 103   # <linux/udp.h>: cut each send into datagrams of this size
+
+
+def udp_gso_received(src_ns: str, dst_ns: str, dst_ip: str, messages: int, segments: int,
+                     segment_bytes: int = 1400, port: int = 5206) -> list[int]:
+    """Send `messages` UDP GSO messages of `segments` numbered datagrams each (one
+    sendto each, cut by the kernel), paced; return how many datagrams of each message
+    a receiver in `dst_ns` got."""
+    with netns.entered(dst_ns):
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with netns.entered(src_ns):
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    got = [0] * messages
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
+        rx.bind((dst_ip, port))
+        rx.settimeout(1.0)
+        tx.setsockopt(SOL_UDP, UDP_SEGMENT, segment_bytes)
+        pad = bytes(segment_bytes - 8)
+        for m in range(messages):
+            tx.sendto(b"".join(struct.pack("!II", m, i) + pad for i in range(segments)),
+                      (dst_ip, port))
+            if m % 20 == 19:
+                time.sleep(0.002)  # pace: no queue may drop what the link's loss spares
+        try:
+            while True:
+                got[struct.unpack_from("!I", rx.recv(65536))[0]] += 1
+        except socket.timeout:
+            pass
+    finally:
+        rx.close()
+        tx.close()
+    return got
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from tailcut import plan, spec, transports
 from tailcut.errors import SpecError
 from tailcut.ml import models, torchmodel
 from tailcut.net import topology
+from tailcut.transports import sender
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -118,17 +119,20 @@ def test_the_stream_transports_take_no_mtu(transport):
 
 
 @pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
-def test_a_path_is_lossless_for_the_senders_bursts_only_without_loss_or_a_buffer(transport):
-    """Loss or a finite switch buffer anywhere (access links or uplinks) makes the path
-    lossy: its senders' bursts stay small (tailcut.transports.sender.burst_floor)."""
+def test_senders_burst_whole_gso_messages_only_where_no_switch_buffer_is_finite(transport):
+    """A finite switch buffer anywhere (access links or uplinks) keeps the senders'
+    bursts small (tailcut.transports.sender.burst_floor); random loss does not."""
     kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
-    for network, lossless in (({}, True), ({"uplink": {"loss": 0.01}}, False),
-                              ({"accessLink": {"bufferBytes": 85000}}, False),
-                              ({"uplink": {"bufferPackets": 64}}, False),
-                              ({"accessLink": {"delayMs": 5}}, True)):
+    for network, whole in (({}, True), ({"uplink": {"loss": 0.01}}, True),
+                           ({"accessLink": {"bufferBytes": 85000}}, False),
+                           ({"uplink": {"bufferPackets": 64}}, False),
+                           ({"accessLink": {"delayMs": 5}}, True)):
         j = job(network=network, transport=kind)
         options = plan.transport_options(j, topology.plan(j).pod("worker-0"))
-        assert options["lossless_path"] is lossless, network
+        t = transports.get(options["type"], **{k: v for k, v in options.items()
+                                               if k != "type"})
+        t.close()  # (its eventfd)
+        assert (t.burst_packets > sender.BURST_PACKETS) is whole, network
 
 
 def test_the_senders_know_the_shallowest_switch_buffer_on_the_path() -> None:
@@ -143,13 +147,13 @@ def test_the_senders_know_the_shallowest_switch_buffer_on_the_path() -> None:
 
 
 @pytest.mark.parametrize("transport", ["udp", "bounded-loss"])
-def test_datagram_transports_use_udp_gso_unless_the_pods_own_end_drops_at_random(transport):
-    """A dropper at the pod's own end would drop a whole 64 KiB GSO message at once;
-    loss or a buffer elsewhere is past the kernel's cut (net/build.py's gso_max_segs)."""
+def test_datagram_transports_use_udp_gso_on_lossy_paths_too(transport):
+    """Loss and buffers act past the kernel's cut of a GSO message (net/build.py's
+    gso_max_segs, and a pod's own direction loses at its switch port's ingress)."""
     kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
     for network, gso in (({}, True), ({"uplink": {"loss": 0.01}}, True),
                          ({"accessLink": {"bufferBytes": 85000}}, True),
-                         ({"accessLink": {"loss": 0.01}}, False)):
+                         ({"accessLink": {"loss": 0.01}}, True)):
         j = job(network=network, transport=kind)
         assert plan.transport_options(j, topology.plan(j).pod("worker-0"))["gso"] is gso, network
 

@@ -27,7 +27,7 @@ PortKind = Literal["worker", "ps"]
 
 STEM = "agg"
 FUNCTION = "tailcut_agg"   # the name bpftool shows
-FILTER_PRIO = 2            # ingress, beside the hot-parameter store's prio 1
+FILTER_PRIO = 3            # ingress, after the dropper's 1 and the hot store's 2
 _KINDS = {"worker": fmt.const("PORT_WORKER"), "ps": fmt.const("PORT_PS")}
 
 

@@ -29,7 +29,7 @@ PortKind = Literal["worker", "ps"]
 
 STEM = "mcast"
 FUNCTION = "tailcut_mcast"   # the name bpftool shows
-FILTER_PRIO = 3              # ingress, after the hot store's 1 and aggregation's 2
+FILTER_PRIO = 4              # ingress, after the dropper's 1, hot store's 2, aggregation's 3
 _KINDS = {"worker": fmt.const("PORT_WORKER"), "ps": fmt.const("PORT_PS")}
 MAX_WORKERS = 256            # the header's worker byte
 

@@ -33,7 +33,7 @@ PortKind = Literal["worker", "ps", "uplink"]
 
 STEM = "tor"
 FUNCTION = "tailcut_tor"   # the name bpftool shows
-FILTER_PRIO = 1            # ingress; in-network aggregation's is prio 2
+FILTER_PRIO = 2            # ingress, after the loss dropper (1); aggregation's is 3
 _KINDS = {"worker": fmt.const("PORT_WORKER"), "ps": fmt.const("PORT_PS"),
           "uplink": fmt.const("PORT_UPLINK")}
 

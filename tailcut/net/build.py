@@ -83,6 +83,7 @@ class Network:
     access_ops: list[shaping.Op] = field(default_factory=list)   # the rack's port
     uplink_ops: list[shaping.Op] = field(default_factory=list)
     pod_end_ops: list[shaping.Op] = field(default_factory=list)  # the pod's own end
+    wire_end_ops: list[shaping.Op] = field(default_factory=list)  # the port's ingress
     applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
     droppers: list[object] = field(default_factory=list)    # on the fabric's links
     pods: dict[str, str] = field(default_factory=dict)      # wired pod -> its namespace
@@ -135,6 +136,13 @@ class Network:
                         out[f"{ns}/{ifname}"] = drops
         return out
 
+    def access_link_summary(self, pod: Pod) -> str:
+        """How `pod`'s access link is shaped, its own end and its switch port's, in words."""
+        rack = self.topology.racks[pod.rack]
+        own = self.pods.get(pod.name, pod.netns)
+        return (f"pod end {self.applied[f'{own}/{self.wiring.ifname}']}; switch port "
+                f"{self.applied[f'{rack.netns}/{naming.rack_port(pod.slot)}']}")
+
     def pod_link_bytes(self) -> dict[str, dict[str, int]]:
         """Per wired pod, what its end of the access link sent and received so far
         (the kernel's counters of its interface): the bytes on each pod's link."""
@@ -159,6 +167,7 @@ def _network(topo: Topology, has_netem: bool, wiring: PodWiring) -> Network:
         topology=topo, wiring=wiring,
         access_ops=shaping.plan(topo.access_link, has_netem, field, mtu),
         pod_end_ops=shaping.plan(shaping.host_end(topo.access_link), has_netem, field, mtu),
+        wire_end_ops=shaping.wire_end(topo.access_link),
         uplink_ops=shaping.plan(topo.uplink, has_netem, "spec.network.uplink", mtu))
 
 
@@ -349,10 +358,15 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
     shaping.add_requests(ports, network.access_ops, port_index)
     droppers += shaping.add_dropper_requests(ports, network.access_ops, rack.netns, port,
                                              port_index)
+    droppers += shaping.add_dropper_requests(ports, network.wire_end_ops, rack.netns, port,
+                                             port_index, "ingress")
     ports.send(rack_sock)
     for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
                             (rack.netns, port, network.access_ops)):
         network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
+    if network.wire_end_ops:
+        network.applied[f"{rack.netns}/{port}"] += \
+            f", ingress: {shaping.describe(network.wire_end_ops)}"
     if drops:
         network.applied[f"{pod_ns}/{wiring.ifname}"] += ", gso_max_segs 1"
     if pin:

@@ -138,8 +138,22 @@ def host_end(link: Link) -> Link:
     a switch port, so it keeps the kernel's queue whatever buffer the link's switch
     ports have. (A shallow queue there drops a sender's own bursts before the switch
     sees them, and the kernel tells a local TCP sender of such a drop at once, so it
-    never waits for a retransmission timeout: not what a switch buffer does.)"""
-    return link.model_copy(update={"buffer_packets": None, "buffer_bytes": None})
+    never waits for a retransmission timeout: not what a switch buffer does.) Its
+    random loss is not applied there either but where its wire ends (`wire_end`)."""
+    return link.model_copy(update={"buffer_packets": None, "buffer_bytes": None,
+                                   "loss": 0.0})
+
+
+def wire_end(link: Link) -> list[Op]:
+    """What `link` loses at random on its way from a pod, applied on the ingress of the
+    switch port the pod's wire ends at: an eBPF dropper (on every kernel, netem or not).
+    There every packet is a wire packet: the pod's interface cuts a UDP GSO message
+    (a datagram sender hands the kernel up to 64 KiB at once) after its own shaper, so
+    loss acts on datagrams, not on whole GSO messages, and the sender keeps GSO's
+    one-skb-per-burst cost under loss. A TCP sender's retransmission counts are the
+    same as with the loss on its own egress (measured: 768 of 768 and 741 of 741
+    drops retransmitted, 5% loss, 20 MB)."""
+    return [Drop(loss=link.loss)] if link.loss > 0 else []
 
 
 def plan(link: Link, has_netem: bool, field: str, mtu: int = DEFAULT_MTU) -> list[Op]:
@@ -264,15 +278,17 @@ def attach_droppers(ops: list[Op], netns_name: str, ifname: str) -> list[object]
 
 
 def add_dropper_requests(batch: rtnl.Batch, ops: list[Op], netns_name: str, ifname: str,
-                         ifindex: int) -> list[object]:
+                         ifindex: int, direction: Literal["egress", "ingress"] = "egress",
+                         ) -> list[object]:
     """attach_droppers for an interface just created, as requests added to `batch`
-    (the caller sends it, and releases the returned droppers if that fails)."""
+    (the caller sends it, and releases the returned droppers if that fails); on its
+    ingress for `wire_end`'s ops."""
     attached: list[object] = []
     for op in ops:
         if isinstance(op, Drop):
             from tailcut.datapath import dropper  # BCC loads only when a link drops
             attached.append(dropper.attach_in_batch(batch, netns_name, ifname, ifindex,
-                                                    op.loss))
+                                                    op.loss, direction))
     return attached
 
 

@@ -93,7 +93,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         phases.add("network_build", time.monotonic() - setup_started)
         datapath_started = time.monotonic()
         first_pod, first_rack = topo.pods[0], topo.racks[0]
-        progress(f"access links: {network.applied[f'{first_pod.netns}/eth0']}; uplinks: "
+        progress(f"access links: {network.access_link_summary(first_pod)}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
         running: list[procs.Process] = []
         bg: Optional[background.Background] = None

@@ -39,7 +39,7 @@ def up(job: TrainingJob, progress: Callable[[str], None] = print) -> Built:
     took = time.monotonic() - started
     first_pod, first_rack = topo.pods[0], topo.racks[0]
     progress(f"{job.name}: {len(topo.pods)} pods in {len(topo.racks)} rack(s) up in "
-             f"{took:.2f} s; access links: {network.applied[f'{first_pod.netns}/eth0']}; "
+             f"{took:.2f} s; access links: {network.access_link_summary(first_pod)}; "
              f"uplinks: {network.applied[f'{first_rack.netns}/up']}")
     for line in _table(topo, SHOWN_PODS):
         progress(line)

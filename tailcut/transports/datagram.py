@@ -286,7 +286,7 @@ class DatagramTransport(base.Transport):
                  rate_mbit: float | None = None, end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
                  gso: bool = False, link_mbit: float | None = None,
-                 lossless_path: bool = False, switch_buffer_bytes: int | None = None) -> None:
+                 switch_buffer_bytes: int | None = None) -> None:
         super().__init__()
         if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and rate_mbit > 0):
             raise ValueError(f"rate_mbit={rate_mbit!r}: must be > 0, or unset for the link's rate")
@@ -307,10 +307,10 @@ class DatagramTransport(base.Transport):
         # UDP GSO (batch.py): only where the path acts per packet after the kernel's
         # cut, which the plan knows (tailcut.plan.transport_options).
         self.gso = bool(gso)
-        # A path that loses nothing (no random loss, no switch buffer that overflows):
-        # a burst then waits in the sender's own link shaper, whatever its size, so it
-        # may be a whole GSO message (sender.burst_floor). The plan knows.
-        self.burst_packets = sender.burst_floor(self.gso and lossless_path, mtu)
+        # A path with no finite switch buffer: a burst then waits in the sender's own
+        # link shaper, whatever its size, so it may be a whole GSO message
+        # (sender.burst_floor). Random loss acts per datagram whatever the burst.
+        self.burst_packets = sender.burst_floor(self.gso and switch_buffer_bytes is None, mtu)
         # The smallest switch buffer on the path (None: deep): a pass's start credit,
         # which the pod's shaper lets out at once, stays within half of it.
         if switch_buffer_bytes is not None and not (
@@ -932,14 +932,14 @@ class BoundedLossTransport(DatagramTransport):
                  xdp_mode: str = "generic", end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
                  min_p: float | None = None, gso: bool = False,
-                 link_mbit: float | None = None, lossless_path: bool = False,
+                 link_mbit: float | None = None,
                  switch_buffer_bytes: int | None = None) -> None:
         """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
         and whose packets have stopped coming is handed over below p with what
         arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
         super().__init__(job=job, mtu=mtu, rate_mbit=rate_mbit, end_grace_ms=end_grace_ms,
                          max_elements=max_elements, seed=seed, gso=gso, link_mbit=link_mbit,
-                         lossless_path=lossless_path, switch_buffer_bytes=switch_buffer_bytes)
+                         switch_buffer_bytes=switch_buffer_bytes)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver at least "
                              "90% of every message)")

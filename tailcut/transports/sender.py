@@ -142,13 +142,14 @@ def wire_bytes_before(packets: Packets, order: np.ndarray) -> list[int]:
     return before
 
 
-def burst_floor(lossless_gso: bool, mtu: int) -> int:
+def burst_floor(whole_gso: bool, mtu: int) -> int:
     """The fewest packets a burst holds. BURST_PACKETS keeps what several senders'
-    bursts put in one switch queue at once under a shallow buffer's size. On a path
-    that loses nothing, and with UDP GSO, a burst is one whole GSO message of full
-    datagrams: it waits in the sender's own link shaper and leaves it at line rate, and
-    a message then costs a third of the wake-ups and system calls (bench/bl_conditions.py)."""
-    if not lossless_gso:
+    bursts put in one switch queue at once under a shallow buffer's size. With
+    ``whole_gso`` (UDP GSO, and no finite switch buffer on the path) a burst is one
+    whole GSO message of full datagrams: it waits in the sender's own link shaper and
+    leaves it at line rate, and a message then costs a third of the wake-ups and
+    system calls (bench/bl_conditions.py)."""
+    if not whole_gso:
         return BURST_PACKETS
     full = wire.HEADER_BYTES + 4 * wire.elements_per_packet(mtu)
     return max(BURST_PACKETS, min(batch_mod.UDP_MAX_SEGMENTS, batch_mod.MAX_UDP_PAYLOAD // full))

@@ -94,7 +94,7 @@ def test_both_directions_of_a_link_are_shaped(built):
 def test_a_5_percent_loss_link_drops_5_percent_of_20000_packets(built):
     net = built(job("loss", "{accessLink: {loss: 0.05}}", workers=1))
     ps = net.topology.pod("ps-0")
-    # Pod -> spine crosses exactly one lossy egress (the pod's own eth0).
+    # Pod -> spine crosses exactly one lossy point (its rack port's ingress).
     got = netutil.udp_delivered(ps.netns, net.topology.spine_netns,
                                 net.topology.racks[0].gateway, 20_000)
     dropped = 20_000 - got
@@ -103,6 +103,28 @@ def test_a_5_percent_loss_link_drops_5_percent_of_20000_packets(built):
     assert abs(dropped - 1000) <= 4 * sigma
     passed, bpf_dropped = net.dropper_counts()
     assert bpf_dropped >= dropped  # ARP and the like may be dropped too
+
+
+@pytest.mark.bpf
+def test_a_lossy_access_link_loses_datagrams_of_a_pods_udp_gso_messages_not_whole_ones(
+        built):
+    net = built(job("gsoloss", "{accessLink: {loss: 0.05}}", workers=1))
+    ps, rack = net.topology.pod("ps-0"), net.topology.racks[0]
+    port = f"{rack.netns}/{naming.rack_port(ps.slot)}"
+    assert net.applied[port].endswith("ingress: ebpf dropper loss 0.05")
+    assert "dropper" not in net.applied[f"{ps.netns}/eth0"]
+    # 500 messages of 20 datagrams, pod -> spine: one lossy point, the port's ingress.
+    got = netutil.udp_gso_received(ps.netns, net.topology.spine_netns, rack.gateway,
+                                   500, 20)
+    lost = 10_000 - sum(got)
+    sigma = math.sqrt(10_000 * 0.05 * 0.95)
+    partial = sum(0 < g < 20 for g in got)
+    print(f"lost {lost} of 10000 datagrams (expected 500 +- {sigma:.0f}); "
+          f"{partial} of 500 messages arrived in part")
+    assert abs(lost - 500) <= 4 * sigma
+    # A dropper that saw whole GSO messages would lose all of a message or none of it;
+    # per datagram, 1 - 0.95^20 - 0.05^20 = 64% of them lose some but not all.
+    assert partial >= 250
 
 
 @pytest.mark.bpf
@@ -138,7 +160,8 @@ def test_queue_drops_are_counted_apart_from_the_droppers_random_loss(built):
     topo = net.topology
     ps, rack = topo.pod("ps-0"), topo.racks[0]
     end = f"{rack.netns}/{naming.rack_port(ps.slot)}"
-    dropper = next(d for d in net.pod_droppers["ps-0"] if d.netns == rack.netns)
+    dropper = next(d for d in net.pod_droppers["ps-0"]
+                   if d.netns == rack.netns and d.direction == "egress")
     # Only the burst on the rack's port: no IPv6 (router solicitations, MLD) from now on.
     for ns in (ps.netns, rack.netns, topo.spine_netns):
         with netns.entered(ns), open("/proc/sys/net/ipv6/conf/all/disable_ipv6", "w") as f:

@@ -110,3 +110,12 @@ def test_priority_classes_of_a_jumbo_link_hold_a_frame_of_its_mtu():
     classes = shaping.plan_priorities(10**9, 3, mtu=9000)
     assert all(c.burst_bytes == 9014 and c.quantum_bytes >= 9014 for c in classes)
     assert all(c.cburst_bytes == 10**9 // 8 // 1000 for c in classes)
+
+
+def test_a_pods_own_direction_loses_at_its_wire_end_not_at_the_pods_interface():
+    link = Link(loss=0.02, delay_ms=3, buffer_bytes=85_000)
+    own = shaping.host_end(link)
+    assert (own.loss, own.buffer_bytes, own.delay_ms) == (0.0, None, 3)
+    assert not shaping.drops_packets(shaping.plan(own, has_netem=True, field="f"))
+    assert shaping.wire_end(link) == [shaping.Drop(loss=0.02)]
+    assert shaping.wire_end(Link()) == []

@@ -45,8 +45,7 @@ def test_no_sender_gets_a_static_share_unless_the_spec_sets_a_rate() -> None:
     w = plan.transport_options(job, topo.pod("worker-2"))
     assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "mtu": 1500,
                   "rate_mbit": None, "seed": 0, "p": 0.9, "xdp_mode": "generic",
-                  "gso": False,   # 1% loss at the pods' own ends
-                  "lossless_path": False,
+                  "gso": True,    # lossy: the pods' interfaces cut it (net/build.py)
                   "switch_buffer_bytes": None,   # the kernel's deep queues
                   "link_mbit": 1000.0}   # the link's rate, which grants share: no cap
     assert w["rate_mbit"] is None and w["seed"] == 3
