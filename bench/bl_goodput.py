@@ -91,7 +91,8 @@ def main() -> None:
     ap.add_argument("--no-gso-too", action="store_true",
                     help="also this tree without UDP GSO (one datagram per sendmmsg entry)")
     ap.add_argument("--short-bursts-too", action="store_true",
-                    help="also this tree with GSO but bursts of BURST_S, as on a lossy path")
+                    help="also this tree with GSO but bursts of BURST_S, as behind a "
+                         "finite switch buffer")
     args = ap.parse_args()
     # label -> (tree, UDP GSO, whole-GSO bursts): on a path without a finite switch
     # buffer tailcut run turns on both.

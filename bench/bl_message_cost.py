@@ -54,7 +54,9 @@ def load() -> str:
 
 def one(transport: str, p: float, args: argparse.Namespace, port: int,
         tree: Path | None, traced: bool = False) -> dict[str, Any]:
-    # UDP GSO, as tailcut.plan.transport_options sets it on a path without random loss.
+    # UDP GSO, as tailcut.plan.transport_options sets it on every path; with no
+    # switch_buffer_bytes a burst is a whole GSO message (44 datagrams; 16 before Nov
+    # 27, so this bench's figures from before then are not comparable).
     options: dict[str, Any] = {} if transport == "tcp" else {"job": "bl-bench-cost",
                                                             "gso": True}
     if transport == "bounded-loss":

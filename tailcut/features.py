@@ -137,7 +137,8 @@ def _qdisc(kind: str, yes: str, no: str, **options: object) -> Feature:
 
 @functools.cache
 def netem() -> Feature:
-    return _qdisc("netem", "a link's loss, delay and jitter are applied by netem",
+    return _qdisc("netem", "delay, jitter and the loss towards a pod or on an uplink are "
+                  "applied by netem (a pod's own direction always loses at the eBPF dropper)",
                   "loss falls back to the eBPF dropper; delay and jitter are refused")
 
 
@@ -164,7 +165,8 @@ def clsact_bpf() -> Feature:
         return "added a clsact qdisc and a direct-action bpf filter to a veth"
     return _probe("clsact_bpf", body,
                   "the loss dropper and the flow-tag classifier can run at tc",
-                  "loss needs netem, and flow tags cannot be mapped to priority classes")
+                  "no loss on a pod's own direction (loss elsewhere needs netem), and flow "
+                  "tags cannot be mapped to priority classes")
 
 
 def _xdp(mode: str, yes: str, no: str) -> Feature:
@@ -228,8 +230,8 @@ def bcc() -> Feature:
                 f"{time.monotonic() - started:.2f} s")
     return _probe("bcc", body,
                   "BPF programs (loss dropper, XDP counter) can be compiled and loaded",
-                  "no BPF program can be built: no loss without netem, no bounded-loss "
-                  "transport")
+                  "no BPF program can be built: no loss on a pod's own direction (nor "
+                  "elsewhere without netem), no bounded-loss transport")
 
 
 @functools.cache

@@ -10,6 +10,7 @@ import time
 
 from tailcut.net import netns
 from tailcut.runtime import procs
+from tailcut.transports import batch
 
 TCP_RECEIVER = """
 import socket, sys, time
@@ -133,9 +134,6 @@ def udp_burst_received(src_ns: str, dst_ns: str, dst_ip: str, count: int,
     return len(seen)
 
 
-SOL_UDP, UDP_SEGMENT = 17, 103   # <linux/udp.h>: cut each send into datagrams of this size
-
-
 def udp_gso_received(src_ns: str, dst_ns: str, dst_ip: str, messages: int, segments: int,
                      segment_bytes: int = 1400, port: int = 5206) -> list[int]:
     """Send `messages` UDP GSO messages of `segments` numbered datagrams each (one
@@ -150,7 +148,7 @@ def udp_gso_received(src_ns: str, dst_ns: str, dst_ip: str, messages: int, segme
         rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
         rx.bind((dst_ip, port))
         rx.settimeout(1.0)
-        tx.setsockopt(SOL_UDP, UDP_SEGMENT, segment_bytes)
+        tx.setsockopt(batch.SOL_UDP, batch.UDP_SEGMENT, segment_bytes)  # the kernel cuts
         pad = bytes(segment_bytes - 8)
         for m in range(messages):
             tx.sendto(b"".join(struct.pack("!II", m, i) + pad for i in range(segments)),

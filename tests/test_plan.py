@@ -124,6 +124,7 @@ def test_senders_burst_whole_gso_messages_only_where_no_switch_buffer_is_finite(
     bursts small (tailcut.transports.sender.burst_floor); random loss does not."""
     kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
     for network, whole in (({}, True), ({"uplink": {"loss": 0.01}}, True),
+                           ({"accessLink": {"loss": 0.01}}, True),
                            ({"accessLink": {"bufferBytes": 85000}}, False),
                            ({"uplink": {"bufferPackets": 64}}, False),
                            ({"accessLink": {"delayMs": 5}}, True)):

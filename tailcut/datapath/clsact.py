@@ -1,9 +1,10 @@
 """tc BPF filters on an interface's clsact hooks, with one record of who added the clsact.
 
-The loss dropper (pref 1) and the CadentFlow classifier (pref 2) hang off the same
-clsact qdisc of an interface. The qdisc is added by whichever comes first and must be
+The loss dropper (pref 1 on either hook), the CadentFlow classifier (egress, pref 2)
+and the ToR programs (a rack port's ingress, pref 2 to 4) hang off the same clsact
+qdisc of an interface. The qdisc is added by whichever comes first and must be
 removed by whichever leaves last, so the record of which clsact qdiscs tailcut added
-lives here, shared by both; a clsact someone else added is never removed.
+lives here, shared by all; a clsact someone else added is never removed.
 """
 
 from __future__ import annotations

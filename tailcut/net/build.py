@@ -145,7 +145,9 @@ class Network:
 
     def pod_link_bytes(self) -> dict[str, dict[str, int]]:
         """Per wired pod, what its end of the access link sent and received so far
-        (the kernel's counters of its interface): the bytes on each pod's link."""
+        (the kernel's counters of its interface): the bytes on each pod's link. What
+        the pod sent counts the packets its direction's random loss drops later, at
+        the switch port (shaping.wire_end)."""
         out = {}
         for pod, ns in self.pods.items():
             with netns.ipr(ns) as ipr:

@@ -191,12 +191,6 @@ def smallest_buffer_bytes(links: list[Link], mtu: int = DEFAULT_MTU) -> Optional
     return min(sizes) if sizes else None
 
 
-def link_drops(link: Link) -> bool:
-    """Whether `link` loses packets at its switch ports: random loss, or a buffer that
-    can overflow (what drops_packets says of the ops made from it)."""
-    return link.loss > 0 or buffer(link) is not None
-
-
 def drops_packets(ops: list[Op]) -> bool:
     """Whether these ops lose packets (random loss, or a buffer that overflows). Such
     a path needs its senders to hand the kernel one wire packet per skb: loss acts on

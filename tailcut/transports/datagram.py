@@ -304,8 +304,8 @@ class DatagramTransport(base.Transport):
         self.link_mbit = link_mbit
         self.end_grace_s = end_grace_ms / 1e3
         self.max_elements = max_elements
-        # UDP GSO (batch.py): only where the path acts per packet after the kernel's
-        # cut, which the plan knows (tailcut.plan.transport_options).
+        # UDP GSO (batch.py): every path acts per packet after the kernel's cut
+        # (tailcut.plan.transport_options); off for a test's own links.
         self.gso = bool(gso)
         # A path with no finite switch buffer: a burst then waits in the sender's own
         # link shaper, whatever its size, so it may be a whole GSO message

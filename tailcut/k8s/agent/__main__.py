@@ -60,7 +60,7 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        # Leave no link, classifier or dropper of ours in pods the next agent may
+        # Leave no link, classifier or dropper of ours on pods the next agent may
         # never see (the chart uninstalled); one that comes back wires them again.
         agent.release_all()
     return 0
