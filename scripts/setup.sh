@@ -76,7 +76,8 @@ fi
 pip_pid=$!
 trap '[ -z "$pip_pid" ] || kill "$pip_pid" 2>/dev/null || true' EXIT   # apt failed: stop it
 
-apt_install python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2 tcpdump
+# gcc: the bounded-loss receive path's compiled steps (tailcut/transports/rxfast.c)
+apt_install python3-bpfcc bpfcc-tools linux-headers-amd64 bpftool iproute2 tcpdump gcc
 if [ $cluster = 1 ]; then
   # the Kubernetes cluster on this host (tailcut cluster up): container runtime, CNI
   # plugins, kube-proxy's and the kubelet's packet filters, the overlay's nftables
@@ -114,6 +115,9 @@ fi
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 .venv/bin/python -c 'import bcc' || { echo "setup: bcc does not import in .venv" >&2; exit 1; }
+# Compiled once here rather than in a job's first run; it prints which receive path
+# bounded-loss jobs will use (numpy, and why, if the C one cannot be built).
+.venv/bin/python -m tailcut.transports.rxfast
 # PyTorch, for torch models and the allreduce (DDP/Gloo) baseline: Debian's CPU-only
 # build, chosen by measurement (docs/pytorch.md: 151 MB to download, no GPU
 # libraries), linked into the venv as bcc is. Without it tailcut refuses torch jobs,

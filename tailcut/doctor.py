@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from tailcut import features
 from tailcut.features import Feature
+from tailcut.transports import rxfast
 
 # Column widths of the table; the last two wrap.
 _DETAIL_WIDTH = 48
@@ -28,7 +29,20 @@ def _collect() -> tuple[list[Feature], list[str]]:
             found.append(Feature(name, False, f"probe failed: {type(err).__name__}: {err}",
                                  "unknown: the probe itself failed (a tailcut bug or an "
                                  "unusual machine); please report it"))
+    found.append(_receive_path())
     return found, broken
+
+
+def _receive_path() -> Feature:
+    """Whether bounded-loss receivers run rxfast.c (not a kernel feature, but what a
+    bounded-loss job's CPU depends on most after the kernel's)."""
+    lib = rxfast.library()
+    return Feature("compiled_receive_path", lib is not None, rxfast.status(),
+                   "bounded-loss and udp receivers check and place datagrams in C"
+                   if lib is not None else
+                   "bounded-loss and udp receivers use numpy for every batch: 1.7x "
+                   "their receive threads' CPU in the quickstart (install gcc; "
+                   "docs/bounded-loss.md)")
 
 
 def run() -> list[Feature]:

@@ -6,6 +6,13 @@
 # Every step is workers/Dockerfile's, character for character
 # (tests/k8s/test_images.py checks it), with PyTorch's step before the code.
 ARG BASE=debian:12-slim
+# The receive path's compiled steps (tailcut/transports/rxfast.c), built in a stage of
+# their own so that the image carries the library and no compiler.
+FROM ${BASE} AS rxfast
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*
+COPY tailcut/transports/rxfast.c ebpf/partial.h /src/
+RUN cc -O2 -shared -fPIC -Wall -I/src -o /src/rxfast.so /src/rxfast.c
 FROM ${BASE}
 # BCC (Debian's python3-bpfcc, linked into the venv): bounded-loss receivers compile
 # and attach the XDP counter in their own pod (the chart's workers.xdp says why).
@@ -38,9 +45,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
 # The settings before the code: each step is a layer of its own, and those after the
 # code are redone whenever it changes.
 ENV PATH=/venv/bin:$PATH PYTHONPATH=/app OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
-    TAILCUT_RESULTS_DIR=/tmp
+    TAILCUT_RESULTS_DIR=/tmp TAILCUT_RXFAST_LIB=/usr/local/lib/tailcut/rxfast.so
 WORKDIR /app
 ENTRYPOINT ["python", "/app/workers/entrypoint.py"]
+COPY --from=rxfast /src/rxfast.so /usr/local/lib/tailcut/rxfast.so
 # tailcut's code, imported from /app; the BPF programs and their headers where an
 # installed package keeps them (tailcut/ebpf/). Compiled here: uid 65532 cannot write
 # __pycache__ under /app and would compile every module on every start.

@@ -24,6 +24,7 @@ from tailcut.errors import DatapathError, RunError
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut import innetwork, transports
+from tailcut.transports import rxfast
 from tailcut.datapath import bcc
 from tailcut.runtime import background, forked, overheads, procs, rolefork
 from tailcut.spec.model import TrainingJob
@@ -95,6 +96,8 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         first_pod, first_rack = topo.pods[0], topo.racks[0]
         progress(f"access links: {network.access_link_summary(first_pod)}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
+        if job.spec.transport.type in ("udp", "bounded-loss"):
+            progress(f"datagram receive path: {rxfast.status()}")
         running: list[procs.Process] = []
         bg: Optional[background.Background] = None
         # Teardown in reverse order of setup; each step runs even if one after it

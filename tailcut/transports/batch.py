@@ -28,6 +28,7 @@ The libc structs are ctypes Structures: ctypes lays them out, nothing here count
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import os
@@ -36,6 +37,8 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
+
+from tailcut.transports import rxfast
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -176,7 +179,9 @@ class Batch:
         self._msgs: np.ndarray | None = None  # one mmsghdr per datagram, made if needed
         self._gso: _Gso | None = None
         if gso_size is not None and n:
-            lengths = np.sum([piece.lengths for piece in pieces], axis=0)
+            lengths = pieces[0].lengths
+            for piece in pieces[1:]:
+                lengths = lengths + piece.lengths
             self._gso = _Gso(self._iov_rows, k, lengths, tos, gso_size, self._name)
 
     def _datagram_msgs(self) -> np.ndarray:
@@ -247,29 +252,34 @@ class _Gso:
         joins = lengths[:-1] == gso_size
         if tos is not None:
             joins &= tos[:-1] == tos[1:]
-        # Per datagram: one past the last datagram its run may take with it in one
-        # message (a run ends at a short datagram, which it includes, or before a new
-        # TOS). A list: a send walks it in a few Python steps.
-        ends = np.append(np.flatnonzero(~joins), n - 1)
-        self._run_stop = np.repeat(ends + 1, np.diff(np.append(0, ends + 1))).tolist()
-        self._ctrl = np.zeros(n, _CMSG_GSO)  # by a message's first datagram
+        # Where runs end: one past each datagram that may not be followed (a short one,
+        # or the last before a new TOS), and n. A sorted list: a send bisects it.
+        self._run_stops = (np.flatnonzero(~joins) + 1).tolist() + [n]
+        # The control messages: the cut size, and each datagram's TOS if it has one
+        # (one per datagram, found by a message's first); without TOS every message
+        # carries the same one, so there is one, pointed at once.
+        self._ctrl = np.zeros(n if tos is not None else 1, _CMSG_GSO)
         self._ctrl["cmsg_len"] = socket.CMSG_LEN(2)
         self._ctrl["cmsg_level"] = SOL_UDP
         self._ctrl["cmsg_type"] = UDP_SEGMENT
         self._ctrl["value"] = gso_size
         ctrl_bytes = socket.CMSG_SPACE(2)
+        ctrl_at = self._ctrl.ctypes.data
+        self._ctrl_at: np.ndarray | None = None
         if tos is not None:
             self._ctrl["tos"]["cmsg_len"] = socket.CMSG_LEN(4)
             self._ctrl["tos"]["cmsg_level"] = socket.IPPROTO_IP
             self._ctrl["tos"]["cmsg_type"] = socket.IP_TOS
             self._ctrl["tos"]["value"] = tos
             ctrl_bytes += socket.CMSG_SPACE(4)
-        self._ctrl_at = self._ctrl.ctypes.data + np.arange(n, dtype=np.int64) * self._ctrl.itemsize
+            self._ctrl_at = ctrl_at + np.arange(n, dtype=np.int64) * self._ctrl.itemsize
         self._msgs = np.zeros(n, _MMSG)
         hdr = self._msgs["msg_hdr"]
         hdr["msg_name"] = ctypes.addressof(name)
         hdr["msg_namelen"] = ctypes.sizeof(name)
         hdr["msg_controllen"] = ctrl_bytes
+        if self._ctrl_at is None:
+            hdr["msg_control"] = ctrl_at
         # The fields a send rewrites, as views made once.
         self._msg_iov, self._msg_iovlen = hdr["msg_iov"], hdr["msg_iovlen"]
         self._msg_control = hdr["msg_control"]
@@ -282,7 +292,8 @@ class _Gso:
         stop = first + count
         starts, sizes = [], []
         while first < stop:
-            end = min(stop, first + self.max_segments, self._run_stop[first])
+            run_stop = self._run_stops[bisect.bisect_right(self._run_stops, first)]
+            end = min(stop, first + self.max_segments, run_stop)
             starts.append(first)
             sizes.append(end - first)
             first = end
@@ -294,7 +305,8 @@ class _Gso:
         self._msg_iov[:m] = self._iov_rows[starts]
         self._msg_iovlen[:m] = sizes
         self._msg_iovlen[:m] *= self._k
-        self._msg_control[:m] = self._ctrl_at[starts]
+        if self._ctrl_at is not None:
+            self._msg_control[:m] = self._ctrl_at[starts]
         done = 0
         while done < m:
             sent = _required(_sendmmsg, "sendmmsg")(
@@ -312,6 +324,10 @@ class _Reads:
     """recvmmsg into preallocated mmsghdrs: message ``i`` lands in ``block_bytes`` of
     ``data`` from byte ``i * block_bytes``, with its source address and its control
     messages (a ``ctrl_dtype``). What Inbox and GroInbox share."""
+
+    # Where rows(n), lengths(n) and sources(n) always start, if they always start at
+    # the same place (receiver.Receiver.accept's ``addresses``); None: they do not.
+    addresses: tuple[int, int, int] | None = None
 
     def __init__(self, sock: socket.socket, count: int, data: np.ndarray, block_bytes: int,
                  ctrl_dtype: np.dtype) -> None:
@@ -419,17 +435,52 @@ class GroInbox(_Reads):
         super().__init__(sock, count, np.zeros((count * self._block, row_bytes), np.uint8),
                          self._block * row_bytes, _CMSG_TS_GRO)
         self._msg_len = self._msgs["msg_len"]
-        self._addresses = self._names["sin_addr"].view(">u4").reshape(count)
+        self._addresses: np.ndarray = self._names["sin_addr"].view(">u4").reshape(count)
         self.misfits = 0
         self.gso_messages = 0  # UDP GSO messages read whole (more than one datagram)
         self._rows = self.data[:0]
-        self._lengths = self._message = np.zeros(0, np.int64)
+        self._lengths = self._sources = self._arrivals = np.zeros(0, np.int64)
+        self._message: np.ndarray | None = self._lengths  # per row, its message (numpy's split)
+        # rxfast.c's split (None: numpy's): it moves the datagrams into the first rows
+        # and writes their lengths, sources and arrival times here.
+        self._native = rxfast.library()
+        self._out = np.zeros((3, count * self._block), np.int64)
+        self._counts = np.zeros(4, np.int64)
+        self._native_args = (self._msgs.ctypes.data, self._ctrl.ctypes.data,
+                             self._names.ctypes.data, self.data.ctypes.data, self._block,
+                             row_bytes, *(row.ctypes.data for row in self._out),
+                             self._counts.ctypes.data)
+        # After that split rows(n), lengths(n) and sources(n) start at the same place
+        # whatever n: the receiver hands them to C as they are (taking an address from
+        # an array costs more than C's work on a batch).
+        self.addresses = None if self._native is None else \
+            (self.data.ctypes.data, self._out[0].ctypes.data, self._out[1].ctypes.data)
 
     def recv(self) -> int:
         """Read what is waiting, up to ``count`` messages, without blocking; the number
         of datagrams they held (0: none). OSError when the socket is closed."""
         got = self._read()
-        return self._split(got) if got else 0
+        if not got:
+            return 0
+        return self._split(got) if self._native is None else self._split_native(got)
+
+    def _split_native(self, got: int) -> int:
+        """``_split`` in one call of rxfast.c; the rows then need no index."""
+        assert self._native is not None
+        msgs, ctrl, names, data, block, row_bytes, lengths, sources, arrivals, counts = \
+            self._native_args
+        self._counts[:] = 0
+        n = self._native.rxfast_gro_split(msgs, got, ctrl, names, data, block, row_bytes,
+                                          lengths, sources, arrivals, counts)
+        misfits, gso_messages, packets, _ = self._counts.tolist()
+        self.misfits += misfits
+        self.gso_messages += gso_messages
+        self.packets = packets
+        self._rows = self.data[:n]
+        self._lengths, self._sources, self._arrivals = \
+            self._out[0, :n], self._out[1, :n], self._out[2, :n]
+        self._message = None
+        return int(n)
 
     def _split(self, got: int) -> int:
         """Datagram rows of the ``got`` messages just read."""
@@ -462,14 +513,20 @@ class GroInbox(_Reads):
         return self._lengths[:n]
 
     def sources(self, n: int) -> np.ndarray:
-        return self._addresses[self._message[:n]].astype(np.int64)
+        if self._message is None:
+            return self._sources[:n]
+        return np.asarray(self._addresses[self._message[:n]], np.int64)
 
     def arrivals(self, n: int) -> np.ndarray:
+        if self._message is None:
+            return self._arrivals[:n]
         ctrl = self._ctrl[self._message[:n]]
         ok = (ctrl["ts_type"] == SO_TIMESTAMPNS) & (ctrl["ts_level"] == socket.SOL_SOCKET)
         return np.where(ok, ctrl["tv_sec"] * 1_000_000_000 + ctrl["tv_nsec"], 0)
 
     def arrival_ns(self, i: int) -> int | None:
+        if self._message is None:
+            return int(self._arrivals[i]) or None
         c = self._ctrl[self._message[i]]
         if c["ts_type"] != SO_TIMESTAMPNS or c["ts_level"] != socket.SOL_SOCKET:
             return None

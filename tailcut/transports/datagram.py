@@ -326,6 +326,8 @@ class DatagramTransport(base.Transport):
         self._lock = threading.Lock()
         self._recv = receiver.Receiver(self.job_id, self.stride, self.p, self.bounded,
                                        False, max_elements, self.stats)
+        # 1: batches are checked and placed by rxfast.c; 0: by numpy (rxfast.status()).
+        self.stats["compiled_receive_path"] = int(self._recv.native is not None)
         self._udp: socket.socket | None = None
         self._conn_ids = 0  # the last connection id given (_new_conn_id)
         self._threads: list[threading.Thread] = []
@@ -822,7 +824,7 @@ class DatagramTransport(base.Transport):
                 if n:
                     self._recv.accept(inbox.rows(n), inbox.lengths(n), inbox.sources(n),
                                       done, inbox.arrivals(n) if self._recv.early_close
-                                      else None)
+                                      else None, inbox.addresses)
                 for ev in events:
                     if ev.job == self.job_id:
                         self._recv.fired(ev.message, ev.ktime_ns, done)

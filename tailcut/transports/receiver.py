@@ -12,13 +12,14 @@ packet writes outside it; a slot is counted once however often it arrives.
 from __future__ import annotations
 
 import collections
+import ctypes
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from tailcut.transports import cutlayout, wire
+from tailcut.transports import cutlayout, rxfast, wire
 
 # Packets kept for messages whose BEGIN has not been read yet (the control channel can
 # lag the data); beyond this they are dropped and recovered as losses.
@@ -33,6 +34,8 @@ QUIET_GAPS = 16
 QUIET_MIN_NS = 200_000
 QUIET_MAX_NS = 2_000_000
 GAP_WEIGHT = 0.25  # of each batch's mean gap in the moving average
+_MESSAGE_AT: int = wire.header_type().message.offset
+_MESSAGE_BYTES = slice(_MESSAGE_AT, _MESSAGE_AT + 4)  # a row's message id (big-endian)
 
 
 class Peer(Protocol):
@@ -83,12 +86,27 @@ class Rx:
     elements: int = 0
     cut_missing: np.ndarray | None = None
     cut_done_ns: np.ndarray | None = None
+    # rxfast.c's view of it (an untagged message, with the library loaded), and the
+    # address to hand it over by.
+    native: rxfast.Message | None = None
+    native_at: int = 0
 
     def __post_init__(self) -> None:
         self.elements = self.total if self.layout is None else self.layout.elements
         if self.layout is not None:
             self.cut_missing = self.layout.slots_per_cut.copy()
             self.cut_done_ns = np.zeros(len(self.layout.cuts), np.int64)
+
+    def make_native(self, stride: int) -> None:
+        """rxfast.c's view of this message: its checks and its arrays (kept alive by
+        this Rx)."""
+        m = self.native = rxfast.Message()
+        m.template_words[:] = self.template.tolist()
+        m.shared_bits[:] = wire.shared_bits().tolist()
+        m.source, m.total, m.stride = self.source, self.total, stride
+        m.values, m.mask = self.values.ctypes.data, self.mask.ctypes.data
+        m.seen = self.seen.ctypes.data
+        self.native_at = ctypes.addressof(m)
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,9 @@ class Receiver:
         self._stashed = 0
         self._early_fired: dict[int, int] = {}
         self.finished: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.native = rxfast.library()  # None: numpy does every step
+        self._native_out = np.zeros(4, np.int64)
+        self._native_out_at = self._native_out.ctypes.data
 
     @property
     def early_close(self) -> bool:
@@ -150,6 +171,8 @@ class Receiver:
                 wire.template(self.job_id, message, kind, total), layout=layout)
         rx.min_threshold = rx.threshold if not self.early_close else \
             threshold_elements(self.min_p or self.p, elements)
+        if self.native is not None and layout is None:
+            rx.make_native(self.stride)
         done: list[Done] = []
         self.finished.pop(message, None)
         self.rx[message] = rx
@@ -183,13 +206,26 @@ class Receiver:
             rx.end_ns = time.time_ns()
 
     def accept(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
-               done: list[Done], arrivals: np.ndarray | None = None) -> None:
+               done: list[Done], arrivals: np.ndarray | None = None,
+               addresses: tuple[int, int, int] | None = None) -> None:
         """Datagrams ``data[i, :lengths[i]]`` from ``sources[i]``, which reached the
         host at ``arrivals[i]`` (kernel CLOCK_REALTIME ns, 0 or None: unknown): check
         them all, put the values of the new slots in place, count every reason a
-        packet is refused."""
-        if self._accept_run(data, lengths, sources, done, arrivals):
-            return
+        packet is refused. ``addresses``: where ``data``, ``lengths`` (int64) and
+        ``sources`` (int64) start in memory, if the caller knows (batch.GroInbox)."""
+        # Every message's completion is judged once the whole batch is in, whichever
+        # path took its packets (so the paths agree to the packet: test_rxfast.py).
+        touched: list[Rx] = []
+        if self.native is not None:
+            self._accept_native(data, lengths, sources, arrivals, addresses, touched)
+        elif not self._accept_run(data, lengths, sources, done, arrivals):
+            self._accept_checked(data, lengths, sources, arrivals, touched)
+        for rx in touched:
+            self.check(rx, done)
+
+    def _accept_checked(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
+                        arrivals: np.ndarray | None, touched: list[Rx]) -> None:
+        """``accept``'s general path: every check on every datagram, with its reason."""
         hdr = wire.headers(data)
         codes = wire.check_batch(hdr, lengths, self.max_elements)
         bad = codes != 0
@@ -215,7 +251,7 @@ class Receiver:
                 self._unbegun(message, idx, data, lengths, sources)
             else:
                 self._fill(rx, idx, hdr, data, lengths, sources, arrivals)
-                self.check(rx, done)
+                touched.append(rx)
 
     def _accept_run(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
                     done: list[Done], arrivals: np.ndarray | None) -> bool:
@@ -242,6 +278,55 @@ class Receiver:
         self._arrived(rx, idx, hdr, arrivals)
         self.check(rx, done)
         return True
+
+    def _accept_native(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
+                       arrivals: np.ndarray | None, addresses: tuple[int, int, int] | None,
+                       touched: list[Rx]) -> None:
+        """``accept`` run by run (a run: consecutive rows of one message from one
+        source, what one GSO message brings). A run of well-formed packets of a live
+        untagged message is taken by one call of rxfast.c; any other (a message not
+        begun or finished, a tagged one, a bad datagram and the rest of its run) by
+        ``_accept_checked``."""
+        assert self.native is not None
+        n = len(data)
+        if data.strides[1] != 1 or data.shape[1] < self.row_bytes \
+                or data.strides[0] < data.shape[1]:
+            self._accept_checked(data, lengths, sources, arrivals, touched)
+            return  # rows C cannot walk; numpy can
+        row_bytes = data.strides[0]
+        if addresses is None:
+            lengths = np.ascontiguousarray(lengths, np.int64)
+            sources = np.ascontiguousarray(sources, np.int64)
+            addresses = data.ctypes.data, lengths.ctypes.data, sources.ctypes.data
+        at, lengths_at, sources_at = addresses
+        out, out_at = self._native_out, self._native_out_at
+        hdr = wire.headers(data) if self.early_close else None
+        taken = 0
+        while taken < n:
+            rx = self.rx.get(int.from_bytes(data[taken, _MESSAGE_BYTES].tobytes(), "big"))
+            run = 0
+            if rx is not None and rx.native is not None:
+                run = self.native.rxfast_accept_run(
+                    at + taken * row_bytes, n - taken, row_bytes, lengths_at + 8 * taken,
+                    sources_at + 8 * taken, rx.native_at, out_at)
+            if run and rx is not None:
+                added, duplicates, elements, wire_bytes = out.tolist()
+                rx.count += elements
+                rx.wire_bytes += wire_bytes
+                if duplicates:
+                    self.stats["duplicate"] += duplicates
+                self.stats["accepted"] += added
+                if hdr is not None:
+                    self._arrived(rx, np.arange(taken, taken + run), hdr, arrivals)
+                touched.append(rx)
+            else:
+                run = self.native.rxfast_same_message(
+                    at + taken * row_bytes, n - taken, row_bytes, sources_at + 8 * taken)
+                end = taken + run
+                self._accept_checked(data[taken:end], lengths[taken:end], sources[taken:end],
+                                     None if arrivals is None else arrivals[taken:end],
+                                     touched)
+            taken += run
 
     def _unbegun(self, message: int, idx: np.ndarray, data: np.ndarray, lengths: np.ndarray,
                  sources: np.ndarray) -> None:
@@ -314,11 +399,11 @@ class Receiver:
              end: np.ndarray, data: np.ndarray, lengths: np.ndarray) -> None:
         """Put checked packets ``idx`` (slots ``slots``, ranges [start, end)) in place."""
         stride = self.stride
-        # Count each slot once: only if never seen, and one copy of it in this batch
-        # (the one whose position the scratch write kept, whichever that is).
+        # Count each slot once: only if never seen, and of its copies in this batch the
+        # first (written last into the scratch, so its position is the one kept there).
         new = np.flatnonzero(~rx.seen[slots])
         if new.size > 1:
-            rx.scratch[slots[new]] = new
+            rx.scratch[slots[new[::-1]]] = new[::-1]
             new = new[rx.scratch[slots[new]] == new]
         if new.size < idx.size:
             self.stats["duplicate"] += int(idx.size - new.size)

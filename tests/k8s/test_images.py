@@ -81,9 +81,17 @@ def left_out(dockerfile: str) -> set[str]:
     return set(re.findall(r"--without (\S+)", text)) - set(re.findall(r"--only (\S+)", text))
 
 
-def steps(dockerfile: str) -> list[str]:
+def steps(dockerfile: str, stage: str = "final") -> list[str]:
+    """The steps of the image (its last stage), or of the build stage named ``stage``."""
     text = (REPO / dockerfile).read_text().replace("\\\n", " ")   # join continued lines
-    return [line for line in text.splitlines() if line.startswith(("ARG", "FROM", "COPY", "RUN"))]
+    lines = [line for line in text.splitlines()
+             if line.startswith(("ARG", "FROM", "COPY", "RUN"))]
+    froms = [i for i, line in enumerate(lines) if line.startswith("FROM")]
+    if stage == "final":
+        return lines[:froms[0]] + lines[froms[-1]:]
+    start = next(i for i in froms if lines[i].endswith(f" AS {stage}"))
+    end = next((i for i in froms if i > start), len(lines))
+    return lines[start:end]
 
 
 @pytest.mark.parametrize("name", sorted(images.IMAGES))
@@ -110,10 +118,25 @@ def test_each_dockerfile_copies_the_code_after_installing_the_dependencies(name)
     pip = next(i for i, line in enumerate(lines) if "pip install" in line)
     code = next(i for i, line in enumerate(lines) if line.startswith("COPY tailcut"))
     assert pip < code
-    # what the cache key hashes is what the Dockerfile copies
-    sources = {part for line in lines if line.startswith("COPY")
-               for part in line.split()[1:-1]}
-    assert sources == set(copied)
+    # what the cache key hashes is what the Dockerfile copies, in any of its stages
+    text = (REPO / dockerfile).read_text().replace("\\\n", " ")
+    sources = {part for line in text.splitlines() if line.startswith("COPY ")
+               and "--from=" not in line for part in line.split()[1:-1]}
+    assert {s for s in sources if not any(s == c or s.startswith(c + "/") for c in copied)} \
+        == set()
+    assert {c for c in copied if not any(s == c or s.startswith(c + "/") for s in sources)} \
+        == set()
+
+
+@pytest.mark.parametrize("name", ["worker", "worker-torch"])
+def test_the_worker_images_carry_the_compiled_receive_path_and_no_compiler(name):
+    dockerfile, _ = images.IMAGES[name]
+    build, final = steps(dockerfile, "rxfast"), steps(dockerfile)
+    assert any("gcc" in line for line in build) and not any("gcc" in line for line in final)
+    assert any(line.startswith("COPY --from=rxfast") and "/usr/local/lib/tailcut/rxfast.so"
+               in line for line in final)
+    text = (REPO / dockerfile).read_text()
+    assert "TAILCUT_RXFAST_LIB=/usr/local/lib/tailcut/rxfast.so" in text
 
 
 def test_image_requirements_drop_what_is_asked_and_refuse_a_name_that_is_not_there():

@@ -7,6 +7,23 @@ from collections.abc import Iterator
 import pytest
 
 from tailcut.net import netns
+from tailcut.transports import rxfast
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def receive_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each receive step both ways: rxfast.c's, and the numpy code it stands in for
+    (what runs where no C compiler is)."""
+    if request.param == "compiled":
+        assert rxfast.library() is not None, rxfast.status()
+        yield "compiled"
+        return
+    mp = pytest.MonkeyPatch()
+    mp.setattr(rxfast, "library", lambda: None)
+    try:
+        yield "numpy"
+    finally:
+        mp.undo()
 
 
 @pytest.fixture

@@ -154,6 +154,7 @@ def test_a_gso_message_holds_at_most_64_kib_of_datagrams(
     assert sizes == [per_message * size, per_message * size, (n - 2 * per_message) * size]
 
 
+@pytest.mark.usefixtures("receive_path")  # rxfast.c and numpy
 def test_the_gro_inbox_reads_gso_messages_whole_and_gives_one_row_per_datagram(
         sockets: tuple[socket.socket, socket.socket]) -> None:
     """Two GSO messages (cut at the row size, the last datagram short) and a single
@@ -183,9 +184,13 @@ def test_the_gro_inbox_reads_gso_messages_whole_and_gives_one_row_per_datagram(
     assert before <= arrivals.min() and arrivals.max() <= time.time_ns()
     assert inbox.arrival_ns(n - 1) == arrivals[-1]
     assert inbox.gso_messages == 2  # read whole: the kernel did not cut them
+    if inbox.addresses is not None:  # where the receiver's C takes them from
+        assert inbox.addresses == (rows.ctypes.data, inbox.lengths(n).ctypes.data,
+                                   inbox.sources(n).ctypes.data)
     assert inbox.recv() == 0 and inbox.misfits == 0 and inbox.packets == 0
 
 
+@pytest.mark.usefixtures("receive_path")  # rxfast.c and numpy
 def test_the_gro_inbox_drops_a_gso_message_cut_at_another_size_and_counts_it(
         sockets: tuple[socket.socket, socket.socket]) -> None:
     """Rows are datagrams only if the message was cut at the row size: one cut at
@@ -202,6 +207,7 @@ def test_the_gro_inbox_drops_a_gso_message_cut_at_another_size_and_counts_it(
 
 
 @pytest.mark.parametrize("lengths", [[64, 64, 64, 20], [64, 64], [7]])
+@pytest.mark.usefixtures("receive_path")  # rxfast.c and numpy
 def test_one_message_read_alone_splits_as_it_does_among_others(
         sockets: tuple[socket.socket, socket.socket], lengths: list[int]) -> None:
     """The one-message shortcut gives the rows, lengths and sources the general split

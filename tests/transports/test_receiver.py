@@ -11,6 +11,9 @@ import pytest
 from tailcut.transports import receiver, sender, wire
 from tailcut.transports.base import Kind
 
+# Every test both ways: rxfast.c and numpy (conftest.py).
+pytestmark = pytest.mark.usefixtures("receive_path")
+
 JOB = 0x1234
 STRIDE = 360
 PEER_IP = 0x0A000001
