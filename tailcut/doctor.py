@@ -40,7 +40,7 @@ def _receive_path() -> Feature:
     return Feature("compiled_receive_path", lib is not None, rxfast.status(),
                    "bounded-loss and udp receivers check and place datagrams in C"
                    if lib is not None else
-                   "bounded-loss and udp receivers use numpy for every batch: 1.7x "
+                   "bounded-loss and udp receivers use numpy for every batch: 1.6-1.8x "
                    "their receive threads' CPU in the quickstart (install gcc; "
                    "docs/bounded-loss.md)")
 

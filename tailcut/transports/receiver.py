@@ -61,7 +61,6 @@ class Rx:
     values: np.ndarray
     mask: np.ndarray
     seen: np.ndarray  # per slot: counted already
-    scratch: np.ndarray  # per slot, to pick one copy of a slot within a batch
     template: np.ndarray  # its packets' header words under wire.shared_bits
     count: int = 0
     wire_bytes: int = 0
@@ -167,11 +166,13 @@ class Receiver:
         elements = total if layout is None else layout.elements
         rx = Rx(conn, source, message, kind, iteration, sender, total, sent_at_ns,
                 threshold_elements(self.p, elements), np.zeros(total, wire.VALUE_DTYPE),
-                np.zeros(total, bool), np.zeros(n_slots, bool), np.zeros(n_slots, np.int64),
+                np.zeros(total, bool), np.zeros(n_slots, bool),
                 wire.template(self.job_id, message, kind, total), layout=layout)
         rx.min_threshold = rx.threshold if not self.early_close else \
             threshold_elements(self.min_p or self.p, elements)
-        if self.native is not None and layout is None:
+        # (A kind or a total check_batch refuses keeps its packets on that path.)
+        if self.native is not None and layout is None and kind in wire.DATA_KINDS \
+                and total <= self.max_elements:
             rx.make_native(self.stride)
         done: list[Done] = []
         self.finished.pop(message, None)
@@ -216,8 +217,8 @@ class Receiver:
         # Every message's completion is judged once the whole batch is in, whichever
         # path took its packets (so the paths agree to the packet: test_rxfast.py).
         touched: list[Rx] = []
-        if self.native is not None:
-            self._accept_native(data, lengths, sources, arrivals, addresses, touched)
+        if self.native is not None and not self.early_close:
+            self._accept_native(data, lengths, sources, addresses, touched)
         elif not self._accept_run(data, lengths, sources, done, arrivals):
             self._accept_checked(data, lengths, sources, arrivals, touched)
         for rx in touched:
@@ -280,19 +281,20 @@ class Receiver:
         return True
 
     def _accept_native(self, data: np.ndarray, lengths: np.ndarray, sources: np.ndarray,
-                       arrivals: np.ndarray | None, addresses: tuple[int, int, int] | None,
-                       touched: list[Rx]) -> None:
+                       addresses: tuple[int, int, int] | None, touched: list[Rx]) -> None:
         """``accept`` run by run (a run: consecutive rows of one message from one
         source, what one GSO message brings). A run of well-formed packets of a live
         untagged message is taken by one call of rxfast.c; any other (a message not
         begun or finished, a tagged one, a bad datagram and the rest of its run) by
-        ``_accept_checked``."""
+        ``_accept_checked``. Not with early close: its gap estimate follows what each
+        batch brings per message, which runs would split."""
         assert self.native is not None
         n = len(data)
-        if data.strides[1] != 1 or data.shape[1] < self.row_bytes \
-                or data.strides[0] < data.shape[1]:
-            self._accept_checked(data, lengths, sources, arrivals, touched)
-            return  # rows C cannot walk; numpy can
+        if data.ndim != 2 or data.dtype != np.uint8 or data.strides[1] != 1 \
+                or data.shape[1] < self.row_bytes or data.strides[0] < data.shape[1] \
+                or len(lengths) < n or len(sources) < n:
+            self._accept_checked(data, lengths, sources, None, touched)
+            return  # rows C cannot walk, or too few lengths: numpy takes (or refuses) them
         row_bytes = data.strides[0]
         if addresses is None:
             lengths = np.ascontiguousarray(lengths, np.int64)
@@ -300,7 +302,6 @@ class Receiver:
             addresses = data.ctypes.data, lengths.ctypes.data, sources.ctypes.data
         at, lengths_at, sources_at = addresses
         out, out_at = self._native_out, self._native_out_at
-        hdr = wire.headers(data) if self.early_close else None
         taken = 0
         while taken < n:
             rx = self.rx.get(int.from_bytes(data[taken, _MESSAGE_BYTES].tobytes(), "big"))
@@ -315,17 +316,15 @@ class Receiver:
                 rx.wire_bytes += wire_bytes
                 if duplicates:
                     self.stats["duplicate"] += duplicates
-                self.stats["accepted"] += added
-                if hdr is not None:
-                    self._arrived(rx, np.arange(taken, taken + run), hdr, arrivals)
+                if added:
+                    self.stats["accepted"] += added
                 touched.append(rx)
             else:
                 run = self.native.rxfast_same_message(
                     at + taken * row_bytes, n - taken, row_bytes, sources_at + 8 * taken)
                 end = taken + run
                 self._accept_checked(data[taken:end], lengths[taken:end], sources[taken:end],
-                                     None if arrivals is None else arrivals[taken:end],
-                                     touched)
+                                     None, touched)
             taken += run
 
     def _unbegun(self, message: int, idx: np.ndarray, data: np.ndarray, lengths: np.ndarray,
@@ -400,11 +399,10 @@ class Receiver:
         """Put checked packets ``idx`` (slots ``slots``, ranges [start, end)) in place."""
         stride = self.stride
         # Count each slot once: only if never seen, and of its copies in this batch the
-        # first (written last into the scratch, so its position is the one kept there).
+        # first (as rxfast.c does).
         new = np.flatnonzero(~rx.seen[slots])
         if new.size > 1:
-            rx.scratch[slots[new[::-1]]] = new[::-1]
-            new = new[rx.scratch[slots[new]] == new]
+            new = new[np.sort(np.unique(slots[new], return_index=True)[1])]
         if new.size < idx.size:
             self.stats["duplicate"] += int(idx.size - new.size)
         if not new.size:

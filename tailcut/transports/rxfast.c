@@ -40,6 +40,10 @@ struct ts_gro {
 	int32_t gso, pad;
 };
 
+/* The control messages of one message read under UDP_GRO, as the kernel lays them out. */
+_Static_assert(sizeof(struct ts_gro) == CMSG_SPACE(16) + CMSG_SPACE(sizeof(int)),
+	       "struct ts_gro is SO_TIMESTAMPNS's then UDP_GRO's control message");
+
 int rxfast_abi(void)
 {
 	return RXFAST_ABI;
@@ -104,6 +108,12 @@ struct rx_message {
 	uint8_t *mask;    /* total */
 	uint8_t *seen;    /* slots */
 };
+
+/* For the loader to check its ctypes view of struct rx_message against. */
+long rxfast_message_bytes(void)
+{
+	return sizeof(struct rx_message);
+}
 
 static int64_t be32(const uint8_t *p)
 {

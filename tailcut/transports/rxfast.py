@@ -88,19 +88,23 @@ def library() -> ctypes.CDLL | None:
         _why_not = "off (TAILCUT_NATIVE=0)"
         return None
     prebuilt = os.environ.get("TAILCUT_RXFAST_LIB")
-    path = Path(prebuilt) if prebuilt else cache_dir() / library_name()
     try:
+        path = Path(prebuilt) if prebuilt else cache_dir() / library_name()
         if not prebuilt and not path.exists():
             build(path)
         lib = ctypes.CDLL(str(path))
+        abi = lib.rxfast_abi()
+        message_bytes = lib.rxfast_message_bytes() if abi == ABI else None
     except subprocess.CalledProcessError as err:
         _why_not = f"compiling {SOURCE.name} failed: {err.stderr.strip()[-300:]}"
         return None
-    except (OSError, subprocess.TimeoutExpired) as err:
-        _why_not = f"cannot build or load {path}: {err}"
+    except (OSError, RuntimeError, AttributeError, subprocess.TimeoutExpired) as err:
+        # (RuntimeError: no home directory for the cache; AttributeError: not ours)
+        _why_not = f"cannot build or load the library: {err}"
         return None
-    if lib.rxfast_abi() != ABI:
-        _why_not = f"{path} speaks ABI {lib.rxfast_abi()}, this code {ABI}"
+    if abi != ABI or message_bytes != ctypes.sizeof(Message):
+        _why_not = (f"{path} speaks ABI {abi} with {message_bytes}-byte messages, this "
+                    f"code ABI {ABI} with {ctypes.sizeof(Message)}")
         return None
     lib.rxfast_gro_split.restype = ctypes.c_long
     lib.rxfast_gro_split.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,

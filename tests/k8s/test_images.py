@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tailcut.k8s.node import images
+from tailcut.transports import rxfast
 
 REPO = Path(__file__).resolve().parents[2]
 # What each image runs: its entry point, and the modules its pods start with `-m`.
@@ -137,6 +138,9 @@ def test_the_worker_images_carry_the_compiled_receive_path_and_no_compiler(name)
                in line for line in final)
     text = (REPO / dockerfile).read_text()
     assert "TAILCUT_RXFAST_LIB=/usr/local/lib/tailcut/rxfast.so" in text
+    # compiled as rxfast.py compiles it
+    [cc] = [line for line in build if line.startswith("RUN cc ")]
+    assert cc.split()[2:2 + len(rxfast.CFLAGS)] == list(rxfast.CFLAGS)
 
 
 def test_image_requirements_drop_what_is_asked_and_refuse_a_name_that_is_not_there():

@@ -205,3 +205,51 @@ def test_runs_of_two_messages_in_one_batch_are_taken_as_numpy_takes_the_batch(
                         [(rx.message, rx.values.tobytes(), rx.mask.tobytes(), rx.count)
                          for rx in sorted(every, key=lambda rx: rx.message)]))
     assert results[0] == results[1]
+
+
+def test_a_receiver_with_early_close_takes_every_read_as_numpy_does() -> None:
+    """Early close estimates a message's packet gaps from what each read brings of it:
+    such a receiver keeps the numpy path (runs would split the estimate), and with the
+    library loaded ends with the same gaps, pass state and values as without."""
+    total = STRIDE * 200
+    batches = _batches(3, total)
+    results = []
+    for compiled in (True, False):
+        r = receiver.Receiver(JOB, STRIDE, 1.0, True, False, 1 << 20, collections.Counter(),
+                              min_p=0.5)
+        if not compiled:
+            r.native = None
+        peer = Peer()
+        r.peers[1] = (peer, PEER_IP)
+        done = r.begin(peer, PEER_IP, MESSAGE, int(Kind.PUSH), 0, 0, total, 0)
+        for i, batch in enumerate(batches[:3]):
+            data = np.zeros((len(batch), ROW), np.uint8)
+            for j, (d, _) in enumerate(batch):
+                data[j, :min(len(d), ROW)] = np.frombuffer(d[:ROW], np.uint8)
+            arrivals = 1_000_000 * i + 7_000 * np.arange(len(batch), dtype=np.int64)
+            r.accept(data, np.array([len(d) for d, _ in batch], np.int64),
+                     np.array([s for _, s in batch], np.int64), done, arrivals)
+        rx = r.rx[MESSAGE]
+        results.append((rx.gap_ns, rx.last_arrival_ns, rx.pass_over, rx.values.tobytes(),
+                        rx.count, dict(r.stats)))
+    assert results[0] == results[1]
+    assert results[0][0] is not None
+
+
+def test_fewer_lengths_or_sources_than_rows_are_refused_as_numpy_refuses_them() -> None:
+    values = np.arange(STRIDE * 4, dtype=np.float32)
+    packets = sender.Packets(values, JOB, MESSAGE, int(Kind.PUSH), STRIDE)
+    data = np.zeros((4, ROW), np.uint8)
+    for slot in range(4):
+        d = packets.datagram(slot)
+        data[slot, :len(d)] = np.frombuffer(d, np.uint8)
+    for compiled in (True, False):
+        r = receiver.Receiver(JOB, STRIDE, 1.0, True, False, 1 << 20, collections.Counter())
+        if not compiled:
+            r.native = None
+        peer = Peer()
+        r.peers[1] = (peer, PEER_IP)
+        r.begin(peer, PEER_IP, MESSAGE, int(Kind.PUSH), 0, 0, values.size, 0)
+        with pytest.raises(ValueError):
+            r.accept(data, packets.lengths[:2].astype(np.int64), np.full(4, PEER_IP), [])
+        assert not r.rx[MESSAGE].seen.any()
