@@ -445,7 +445,7 @@ class GroInbox(_Reads):
         # and writes their lengths, sources and arrival times here.
         self._native = rxfast.library()
         self._out = np.zeros((3, count * self._block), np.int64)
-        self._counts = np.zeros(4, np.int64)
+        self._counts = np.zeros(3, np.int64)
         self._native_args = (self._msgs.ctypes.data, self._ctrl.ctypes.data,
                              self._names.ctypes.data, self.data.ctypes.data, self._block,
                              row_bytes, *(row.ctypes.data for row in self._out),
@@ -472,7 +472,7 @@ class GroInbox(_Reads):
         self._counts[:] = 0
         n = self._native.rxfast_gro_split(msgs, got, ctrl, names, data, block, row_bytes,
                                           lengths, sources, arrivals, counts)
-        misfits, gso_messages, packets, _ = self._counts.tolist()
+        misfits, gso_messages, packets = self._counts.tolist()
         self.misfits += misfits
         self.gso_messages += gso_messages
         self.packets = packets

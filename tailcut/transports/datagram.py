@@ -326,8 +326,6 @@ class DatagramTransport(base.Transport):
         self._lock = threading.Lock()
         self._recv = receiver.Receiver(self.job_id, self.stride, self.p, self.bounded,
                                        False, max_elements, self.stats)
-        # 1: batches are checked and placed by rxfast.c; 0: by numpy (rxfast.status()).
-        self.stats["compiled_receive_path"] = int(self._recv.native is not None)
         self._udp: socket.socket | None = None
         self._conn_ids = 0  # the last connection id given (_new_conn_id)
         self._threads: list[threading.Thread] = []

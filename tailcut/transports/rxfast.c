@@ -54,7 +54,7 @@ int rxfast_abi(void)
  * (the real one for a datagram read alone, which may exceed a row), source address
  * (host-order IPv4) and kernel arrival time (0: none). A GSO message cut at another
  * size than a row is dropped and counted. counts: [0] misfits, [1] GSO messages of
- * more than one datagram, [2] packets as the interface counted them, [3] bytes.
+ * more than one datagram, [2] packets as the interface counted them.
  * Returns n. batch.GroInbox._split is the same in numpy. */
 long rxfast_gro_split(const struct mmsghdr *msgs, long got, const struct ts_gro *ctrl,
 		      const struct sockaddr_in *names, uint8_t *data, long block_rows,
@@ -91,7 +91,6 @@ long rxfast_gro_split(const struct mmsghdr *msgs, long got, const struct ts_gro 
 			lengths[n] = gso > 0 && left > row_bytes ? row_bytes : left;
 			sources[n] = source;
 			arrivals[n] = at;
-			counts[3] += lengths[n];
 		}
 	}
 	return n;

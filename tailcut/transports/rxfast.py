@@ -8,7 +8,8 @@ the tests hold the C to.
 
 The library is compiled with the system's C compiler the first time it is needed
 (scripts/setup.sh does it once) and kept under ~/.cache/tailcut/native (or
-$TAILCUT_NATIVE_CACHE), named by a hash of its sources, so an edited source never runs
+$TAILCUT_NATIVE_CACHE, a directory only its user can write: what is there is loaded),
+named by a hash of its sources, so an edited source never runs
 stale. An image carries it prebuilt from its own sources and names it in
 $TAILCUT_RXFAST_LIB (workers/Dockerfile). Without a compiler, or with TAILCUT_NATIVE=0,
 the numpy code runs, and ``status()`` says why.
