@@ -29,20 +29,22 @@ def _collect() -> tuple[list[Feature], list[str]]:
             found.append(Feature(name, False, f"probe failed: {type(err).__name__}: {err}",
                                  "unknown: the probe itself failed (a tailcut bug or an "
                                  "unusual machine); please report it"))
-    found.append(_receive_path())
+    found.append(_datagram_paths())
     return found, broken
 
 
-def _receive_path() -> Feature:
-    """Whether bounded-loss receivers run rxfast.c (not a kernel feature, but what a
-    bounded-loss job's CPU depends on most after the kernel's)."""
+def _datagram_paths() -> Feature:
+    """Whether bounded-loss senders and receivers run txfast.c and rxfast.c (not a
+    kernel feature, but what a bounded-loss job's CPU depends on most after the
+    kernel's)."""
     lib = rxfast.library()
-    return Feature("compiled_receive_path", lib is not None, rxfast.status(),
-                   "bounded-loss and udp receivers check and place datagrams in C"
+    return Feature("compiled_datagram_paths", lib is not None, rxfast.status(),
+                   "bounded-loss and udp senders build their bursts, and receivers check "
+                   "and place datagrams, in C"
                    if lib is not None else
-                   "bounded-loss and udp receivers use numpy for every batch: 1.6-1.8x "
-                   "their receive threads' CPU in the quickstart (install gcc; "
-                   "docs/bounded-loss.md)")
+                   "bounded-loss and udp senders and receivers use numpy for every burst "
+                   "and batch: 1.6-1.8x the receive threads' CPU in the quickstart, 2x "
+                   "the send threads' per pass (install gcc; docs/bounded-loss.md)")
 
 
 def run() -> list[Feature]:

@@ -6,13 +6,13 @@
 # Every step is workers/Dockerfile's, character for character
 # (tests/k8s/test_images.py checks it), with PyTorch's step before the code.
 ARG BASE=debian:12-slim
-# The receive path's compiled steps (tailcut/transports/rxfast.c), built in a stage of
+# The datagram paths' compiled steps (tailcut/transports/rxfast.c, txfast.c), built in a stage of
 # their own so that the image carries the library and no compiler.
 FROM ${BASE} AS rxfast
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*
-COPY tailcut/transports/rxfast.c ebpf/partial.h /src/
-RUN cc -O2 -shared -fPIC -Wall -I/src -o /src/rxfast.so /src/rxfast.c
+COPY tailcut/transports/rxfast.c tailcut/transports/txfast.c ebpf/partial.h /src/
+RUN cc -O2 -shared -fPIC -Wall -I/src -o /src/rxfast.so /src/rxfast.c /src/txfast.c
 FROM ${BASE}
 # BCC (Debian's python3-bpfcc, linked into the venv): bounded-loss receivers compile
 # and attach the XDP counter in their own pod (the chart's workers.xdp says why).

@@ -97,7 +97,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         progress(f"access links: {network.access_link_summary(first_pod)}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
         if job.spec.transport.type in ("udp", "bounded-loss"):
-            progress(f"datagram receive path: {rxfast.status()}")
+            progress(f"datagram send and receive paths: {rxfast.status()}")
         running: list[procs.Process] = []
         bg: Optional[background.Background] = None
         # Teardown in reverse order of setup; each step runs even if one after it

@@ -36,6 +36,9 @@ THREAD_KINDS: tuple[tuple[str, str], ...] = (
     ("udp-rx", "datagram receive"),
     ("inbox-", "receive (message readers)"),
 )
+# Which code a pod's datagram threads ran (transports.rxfast.status: "compiled", or
+# "numpy (why)"), where they ran any.
+DATAGRAM_PATHS = "datagram_paths"
 OTHER = "other threads"
 ENDED = "ended threads"  # CPU of threads gone before the role ended (process total - live)
 BUSY_SHARE = 0.8  # roles' CPU at this share of (JCT x cores) or more: CPU-bound
@@ -145,6 +148,8 @@ def summarize(results_dir: Path, pods: Sequence[str], jct_s: float,
                             "kinds": {str(k): {"user_s": float(v["user_s"]),
                                                "system_s": float(v["system_s"])}
                                       for k, v in data["kinds"].items()}}
+            if DATAGRAM_PATHS in data:
+                per_pod[pod][DATAGRAM_PATHS] = str(data[DATAGRAM_PATHS])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     kinds: dict[str, dict[str, float]] = {}
@@ -155,11 +160,16 @@ def summarize(results_dir: Path, pods: Sequence[str], jct_s: float,
             entry["system_s"] += v["system_s"]
     total = sum(u["user_s"] + u["system_s"] for u in per_pod.values())
     busy = total / (jct_s * cores) if jct_s > 0 and cores > 0 else None
+    paths: dict[str, list[str]] = {}
+    for pod, usage in per_pod.items():
+        if DATAGRAM_PATHS in usage:
+            paths.setdefault(usage[DATAGRAM_PATHS], []).append(pod)
     return {"total_s": round(total, 3), "cores": cores,
             "busy": None if busy is None else round(busy, 3),
             "kinds": {k: {f: round(v, 3) for f, v in e.items()}
                       for k, e in sorted(kinds.items(), key=lambda kv: -sum(kv[1].values()))},
-            "pods": per_pod, "missing": [p for p in pods if p not in per_pod]}
+            "pods": per_pod, "missing": [p for p in pods if p not in per_pod],
+            DATAGRAM_PATHS: paths}
 
 
 def describe(summary: Mapping[str, Any]) -> str:
@@ -180,4 +190,10 @@ def describe(summary: Mapping[str, Any]) -> str:
                      "compared here by their CPU cost too (docs/bounded-loss.md#cpu-time)")
     if summary["missing"]:
         line += f" (none from {', '.join(summary['missing'])})"
+    paths = summary.get(DATAGRAM_PATHS) or {}
+    if len(paths) == 1:
+        line += f"; datagram paths: {next(iter(paths))}"
+    elif paths:
+        line += "; datagram paths: " + "; ".join(
+            f"{path} in {', '.join(pods)}" for path, pods in sorted(paths.items()))
     return line

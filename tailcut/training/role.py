@@ -43,6 +43,7 @@ from typing import Any, Callable  # noqa: E402
 from tailcut import errors  # noqa: E402
 from tailcut.training import (aggregator, config, cpustats, exits, ps, tcpstats,  # noqa: E402
                               worker)
+from tailcut.transports import rxfast  # noqa: E402
 from tailcut.transports.base import PeerClosed  # noqa: E402
 
 USAGE = "usage: python -m tailcut.training.role CONFIG.json"
@@ -132,6 +133,9 @@ def _with_cpu_time(cfg: config.RoleConfig, emit: Callable[[dict[str, Any]], None
             cpustats.mark()
         elif event.get("event") in DONE_EVENTS:
             usage = cpustats.since_mark()
+            paths = rxfast.used()
+            if paths is not None:   # which code the datagram threads' CPU was spent in
+                usage[cpustats.DATAGRAM_PATHS] = paths
             try:
                 cpustats.write(cfg.results_dir, pod, usage)
             except OSError as err:

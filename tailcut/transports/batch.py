@@ -237,6 +237,60 @@ class Batch:
         return self._gso is not None
 
 
+class CompiledBatch:
+    """Batch's datagrams for a message's packets (sender.Packets), each burst built and
+    sent by one call of txfast.c: datagram ``i`` is slot ``order[i]``'s header row,
+    then its values in place. Nothing is built ahead of a burst; with ``gso_size`` the
+    messages are _Gso's, and a kernel that refuses GSO before anything went out gets
+    one datagram a message from then on, as Batch does."""
+
+    def __init__(self, lib: ctypes.CDLL, sock: socket.socket, headers: np.ndarray,
+                 values: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 order: np.ndarray, addr: tuple[str, int], tos: np.ndarray | None = None,
+                 gso_size: int | None = None) -> None:
+        self._lib = lib
+        self._sock = sock  # the fd stays open while the batch is used
+        # Kept alive (and of the C types) while the kernel reads from them.
+        self._arrays = [np.ascontiguousarray(a, np.int64) for a in (starts, ends, order)]
+        self._tos = None if tos is None else np.ascontiguousarray(tos, np.int32)
+        self._headers, self._values = headers, values
+        if not (headers.flags.c_contiguous and values.flags.c_contiguous):
+            raise ValueError("a batch's headers and values must be C-contiguous")
+        self._name = _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
+                                 (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
+        starts64, ends64, order64 = self._arrays
+        gso = gso_size if gso_size is not None and len(order64) else 0
+        self._pass = rxfast.TxPass(
+            fd=sock.fileno(), to=ctypes.addressof(self._name), headers=headers.ctypes.data,
+            header_bytes=headers.itemsize, values=values.ctypes.data,
+            value_bytes=values.itemsize, values_count=values.size,
+            starts=starts64.ctypes.data, ends=ends64.ctypes.data, slots=len(starts64),
+            order=order64.ctypes.data, datagrams=len(order64),
+            tos=None if self._tos is None else self._tos.ctypes.data, gso_size=gso,
+            max_segments=max(1, min(UDP_MAX_SEGMENTS, MAX_UDP_PAYLOAD // gso)) if gso else 1,
+            sent_any=0)
+        self._pointer = ctypes.byref(self._pass)
+
+    def send(self, first: int, count: int) -> None:
+        """Send datagrams ``first .. first + count - 1``; all of them."""
+        err = self._lib.txfast_send(self._pointer, first, count)
+        if err == -errno.ERANGE:
+            raise ValueError(f"datagrams {first}..{first + count - 1}: a slot or range "
+                             "outside the batch")
+        if err in (-errno.EIO, -errno.EINVAL, -errno.ENOPROTOOPT) and self._pass.gso_size \
+                and not self._pass.sent_any:
+            # no UDP GSO here (batch.Batch.send says which errors mean that)
+            self._pass.gso_size, self._pass.max_segments = 0, 1
+            err = self._lib.txfast_send(self._pointer, first, count)
+        if err:
+            raise OSError(-err, os.strerror(-err))
+
+    @property
+    def gso(self) -> bool:
+        """Whether sends still go out as GSO messages (False after a refusal)."""
+        return bool(self._pass.gso_size > 0)
+
+
 class _Gso:
     """A Batch's datagrams as UDP GSO messages: which datagrams may share one, and
     the mmsghdrs of a send, rebuilt per send (a burst is a few messages)."""

@@ -23,7 +23,7 @@ typedef __u32 u32;
 typedef __u64 u64;
 #include "partial.h"
 
-#define RXFAST_ABI 1
+#define RXFAST_ABI 2
 
 #ifndef SOL_UDP
 #define SOL_UDP 17

@@ -1,10 +1,12 @@
-"""rxfast.c, built and loaded: the receive thread's per-batch steps in compiled code.
+"""rxfast.c and txfast.c, built and loaded as one library: the receive thread's
+per-batch steps and the send thread's bursts in compiled code.
 
 A bounded-loss receive loop spent most of its CPU in the fixed cost of ~30 numpy calls
 per batch (docs/bounded-loss.md); rxfast.c does the same two steps (splitting a
 UDP_GRO read into datagram rows, and a batch of one live message's packets put in
-place) in one call each. The numpy code stays as the fallback and as the reference
-the tests hold the C to.
+place) in one call each; txfast.c builds and sends a burst's messages in one call
+(batch.CompiledBatch). The numpy code stays as the fallback and as the reference the
+tests hold the C to.
 
 The library is compiled with the system's C compiler the first time it is needed
 (scripts/setup.sh does it once) and kept under ~/.cache/tailcut/native (or
@@ -28,9 +30,9 @@ from pathlib import Path
 
 from tailcut.datapath import bcc
 
-SOURCE = Path(__file__).with_name("rxfast.c")
+SOURCES = (Path(__file__).with_name("rxfast.c"), Path(__file__).with_name("txfast.c"))
 HEADER = bcc.EBPF_DIR / "partial.h"
-ABI = 1  # RXFAST_ABI in rxfast.c
+ABI = 2  # RXFAST_ABI in rxfast.c
 CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
 
 
@@ -43,10 +45,24 @@ class Message(ctypes.Structure):
                 ("mask", ctypes.c_void_p), ("seen", ctypes.c_void_p)]
 
 
+class TxPass(ctypes.Structure):
+    """struct tx_pass of txfast.c: one send pass's arrays (batch.CompiledBatch)."""
+
+    _fields_ = [("fd", ctypes.c_int64), ("to", ctypes.c_void_p), ("headers", ctypes.c_void_p),
+                ("header_bytes", ctypes.c_int64), ("values", ctypes.c_void_p),
+                ("value_bytes", ctypes.c_int64), ("values_count", ctypes.c_int64),
+                ("starts", ctypes.c_void_p), ("ends", ctypes.c_void_p),
+                ("slots", ctypes.c_int64), ("order", ctypes.c_void_p),
+                ("datagrams", ctypes.c_int64), ("tos", ctypes.c_void_p),
+                ("gso_size", ctypes.c_int64), ("max_segments", ctypes.c_int64),
+                ("sent_any", ctypes.c_int64)]
+
+
 def digest() -> str:
     """What names a build: the sources and the flags."""
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), HEADER.read_bytes(), " ".join(CFLAGS).encode()):
+    for part in (*(s.read_bytes() for s in SOURCES), HEADER.read_bytes(),
+                 " ".join(CFLAGS).encode()):
         h.update(part)
     return h.hexdigest()[:16]
 
@@ -61,7 +77,7 @@ def cache_dir() -> Path:
 
 
 def build(out: Path) -> None:
-    """Compile rxfast.c into ``out`` (atomically: a concurrent build is harmless).
+    """Compile the sources into ``out`` (atomically: a concurrent build is harmless).
     Raises OSError or CalledProcessError with the compiler's message."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -70,7 +86,7 @@ def build(out: Path) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        subprocess.run([cc, *CFLAGS, f"-I{HEADER.parent}", "-o", tmp, str(SOURCE)],
+        subprocess.run([cc, *CFLAGS, f"-I{HEADER.parent}", "-o", tmp, *map(str, SOURCES)],
                        check=True, capture_output=True, text=True, timeout=120)
         os.replace(tmp, out)
     finally:
@@ -82,7 +98,7 @@ _why_not = ""
 
 
 @cache
-def library() -> ctypes.CDLL | None:
+def library() -> ctypes.CDLL | None:  # (cached: asked once per process)
     """The loaded library, or None (then ``status()`` says why)."""
     global _why_not
     if os.environ.get("TAILCUT_NATIVE", "1") == "0":
@@ -95,17 +111,19 @@ def library() -> ctypes.CDLL | None:
             build(path)
         lib = ctypes.CDLL(str(path))
         abi = lib.rxfast_abi()
-        message_bytes = lib.rxfast_message_bytes() if abi == ABI else None
+        sizes = (lib.rxfast_message_bytes(), lib.txfast_pass_bytes()) if abi == ABI else None
     except subprocess.CalledProcessError as err:
-        _why_not = f"compiling {SOURCE.name} failed: {err.stderr.strip()[-300:]}"
+        _why_not = f"compiling {' and '.join(s.name for s in SOURCES)} failed: " \
+            f"{err.stderr.strip()[-300:]}"
         return None
     except (OSError, RuntimeError, AttributeError, subprocess.TimeoutExpired) as err:
         # (RuntimeError: no home directory for the cache; AttributeError: not ours)
         _why_not = f"cannot build or load the library: {err}"
         return None
-    if abi != ABI or message_bytes != ctypes.sizeof(Message):
-        _why_not = (f"{path} speaks ABI {abi} with {message_bytes}-byte messages, this "
-                    f"code ABI {ABI} with {ctypes.sizeof(Message)}")
+    ours = (ctypes.sizeof(Message), ctypes.sizeof(TxPass))
+    if abi != ABI or sizes != ours:
+        _why_not = (f"{path} speaks ABI {abi} with structs of {sizes} bytes, this code "
+                    f"ABI {ABI} with {ours}")
         return None
     lib.rxfast_gro_split.restype = ctypes.c_long
     lib.rxfast_gro_split.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p,
@@ -119,16 +137,24 @@ def library() -> ctypes.CDLL | None:
     lib.rxfast_same_message.restype = ctypes.c_long
     lib.rxfast_same_message.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                                         ctypes.c_void_p]
+    lib.txfast_send.restype = ctypes.c_long
+    lib.txfast_send.argtypes = [ctypes.POINTER(TxPass), ctypes.c_long, ctypes.c_long]
     return lib
 
 
 def main() -> None:
     """scripts/setup.sh: build the library now, not in a job's first run."""
-    print(f"receive path: {status()}")
+    print(f"datagram send and receive paths: {status()}")
+
+
+def used() -> str | None:
+    """``status()`` if this process has sent or received datagrams (asked for the
+    library), else None: what a role records next to its CPU time."""
+    return status() if library.cache_info().currsize else None
 
 
 def status() -> str:
-    """One line for a run's output: whether the compiled receive path is in use."""
+    """One line for a run's output: whether the compiled paths are in use."""
     return "compiled" if library() is not None else f"numpy ({_why_not})"
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailcut.transports import base, srpt, wire
+from tailcut.transports import base, rxfast, srpt, wire
 from tailcut.transports import batch as batch_mod
 
 ETH_BYTES = 14  # what HTB counts on top of the IP packet
@@ -118,17 +118,24 @@ class Packets:
                 + self.values[self.starts[slot]:self.ends[slot]].tobytes())
 
     def batch(self, sock: socket.socket, order: np.ndarray, addr: tuple[str, int],
-              tos: np.ndarray | None = None, gso: bool = False) -> batch_mod.Batch:
+              tos: np.ndarray | None = None, gso: bool = False
+              ) -> batch_mod.Batch | batch_mod.CompiledBatch:
         """A sendmmsg batch of slots ``order``: header row, then the values in place;
         with ``tos`` (per slot), each datagram carries its slot's IP_TOS; with ``gso``,
-        full-size datagrams in a row go out as one UDP GSO message."""
+        full-size datagrams in a row go out as one UDP GSO message. txfast.c builds
+        and sends each burst where the library is loaded (rxfast.py), else numpy
+        builds the whole pass ahead."""
+        gso_size = int(self.lengths.max()) if gso and len(self) else None
+        lib = rxfast.library()
+        if lib is not None:
+            return batch_mod.CompiledBatch(lib, sock, self.headers, self.values, self.starts,
+                                           self.ends, order, addr, tos, gso_size)
         size = wire.HEADER_BYTES
         return batch_mod.Batch(sock, [
             batch_mod.Piece(self.headers, order * size, np.full(len(order), size)),
             batch_mod.Piece(self.values, self.starts[order] * 4,
                             (self.ends[order] - self.starts[order]) * 4)], addr,
-            None if tos is None else tos[order],
-            gso_size=int(self.lengths.max()) if gso and len(self) else None)
+            None if tos is None else tos[order], gso_size=gso_size)
 
 
 Rate = Callable[[], "float | None"]
@@ -199,7 +206,7 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
 
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
-          batch: batch_mod.Batch | None, send_one: Callable[[int], None],
+          batch: batch_mod.Batch | batch_mod.CompiledBatch | None, send_one: Callable[[int], None],
           burst_packets: int, outage: Outage, turn: srpt.Turn | None = None,
           credit_bytes: float | None = None) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""

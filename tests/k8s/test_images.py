@@ -130,7 +130,7 @@ def test_each_dockerfile_copies_the_code_after_installing_the_dependencies(name)
 
 
 @pytest.mark.parametrize("name", ["worker", "worker-torch"])
-def test_the_worker_images_carry_the_compiled_receive_path_and_no_compiler(name):
+def test_the_worker_images_carry_the_compiled_datagram_paths_and_no_compiler(name):
     dockerfile, _ = images.IMAGES[name]
     build, final = steps(dockerfile, "rxfast"), steps(dockerfile)
     assert any("gcc" in line for line in build) and not any("gcc" in line for line in final)
@@ -141,6 +141,7 @@ def test_the_worker_images_carry_the_compiled_receive_path_and_no_compiler(name)
     # compiled as rxfast.py compiles it
     [cc] = [line for line in build if line.startswith("RUN cc ")]
     assert cc.split()[2:2 + len(rxfast.CFLAGS)] == list(rxfast.CFLAGS)
+    assert [f"/src/{source.name}" for source in rxfast.SOURCES] == cc.split()[-len(rxfast.SOURCES):]
 
 
 def test_image_requirements_drop_what_is_asked_and_refuse_a_name_that_is_not_there():

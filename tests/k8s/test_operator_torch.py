@@ -16,12 +16,15 @@ ALLREDUCE = {"replicas": {"workers": 2},
              "training": {"model": "torch-mlp", "syncMode": "allreduce"}}
 
 
-def images_of(cp, namespace, job, log):
-    pods = operator_proc.wait_for(lambda: [
-        p for p in operator_proc.get_json(cp, "-n", namespace, "get", "pods", "-l",
-                                          f"tailcut.dev/job={job}")["items"]] or None,
-        60, f"the pods of {job}", log)
-    return {p["metadata"]["name"]: p["spec"]["containers"][0]["image"] for p in pods}
+def images_of(cp, namespace, job, log, count):
+    """The images of job's pods, once all ``count`` of them exist (the operator
+    creates them one by one: the first alone is not the answer)."""
+    def pods():
+        items = operator_proc.get_json(cp, "-n", namespace, "get", "pods", "-l",
+                                       f"tailcut.dev/job={job}")["items"]
+        return items if len(items) >= count else None
+    found = operator_proc.wait_for(pods, 60, f"the {count} pods of {job}", log)
+    return {p["metadata"]["name"]: p["spec"]["containers"][0]["image"] for p in found}
 
 
 def test_torch_and_allreduce_pods_run_the_torch_image_and_others_the_worker_image(
@@ -30,13 +33,13 @@ def test_torch_and_allreduce_pods_run_the_torch_image_and_others_the_worker_imag
     apply(control_plane, namespace, "tps", TORCH_PS)
     apply(control_plane, namespace, "gloo", ALLREDUCE)
     apply(control_plane, namespace, "plain", {"replicas": {"workers": 1}})
-    torch_ps = images_of(control_plane, namespace, "tps", log)
+    torch_ps = images_of(control_plane, namespace, "tps", log, 2)
     assert set(torch_ps) == {"tps-ps-0", "tps-worker-0"}
     assert set(torch_ps.values()) == {TORCH_IMAGE}
-    gloo = images_of(control_plane, namespace, "gloo", log)
+    gloo = images_of(control_plane, namespace, "gloo", log, 2)
     assert set(gloo) == {"gloo-worker-0", "gloo-worker-1"}   # no PS
     assert set(gloo.values()) == {TORCH_IMAGE}
-    assert set(images_of(control_plane, namespace, "plain", log).values()) == {
+    assert set(images_of(control_plane, namespace, "plain", log, 2).values()) == {
         "tailcut/worker:test"}
 
 

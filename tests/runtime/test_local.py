@@ -143,7 +143,8 @@ def test_every_pod_records_its_own_tcp_counters_and_the_run_sums_them(tmp_path):
 
 def test_every_role_records_the_cpu_its_threads_used_while_training(tmp_path):
     """A bounded-loss job's roles charge their transport threads (send, receive,
-    control) apart from the main one, per pod and summed, and the run says so."""
+    control) apart from the main one, per pod and summed, with the datagram code they
+    ran, and the run says so."""
     job = spec.load_text("kind: TrainingJob\nmetadata: {name: cpucount}\n"
                          "spec: {replicas: {workers: 2}, training: {iterations: 30},\n"
                          "       transport: {type: bounded-loss, p: 0.9}}\n")
@@ -160,5 +161,9 @@ def test_every_role_records_the_cpu_its_threads_used_while_training(tmp_path):
     assert cpu["total_s"] == pytest.approx(
         sum(u["user_s"] + u["system_s"] for u in cpu["pods"].values()), abs=0.01)
     assert cpu["cores"] >= 1 and cpu["busy"] > 0
-    assert any(line.startswith("cpu: the roles used ") for line in lines)
+    # and which code the datagram threads ran: the compiled paths, after the README's set-up
+    assert cpu["datagram_paths"] == {"compiled": ["ps-0", "worker-0", "worker-1"]}
+    assert any(line.startswith("cpu: the roles used ") and
+               line.endswith("; datagram paths: compiled") for line in lines)
+    assert "datagram send and receive paths: compiled" in lines
     nothing_of("cpucount")

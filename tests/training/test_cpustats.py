@@ -89,6 +89,21 @@ def test_a_jobs_files_add_up_and_a_busy_machine_is_called_cpu_bound(tmp_path: Pa
     assert json.loads((tmp_path / "cpu-ps-0.json").read_text())["user_s"] == 4.0
 
 
+def test_which_datagram_code_each_pod_ran_is_kept_and_said(tmp_path: Path) -> None:
+    usage = {"user_s": 1.0, "system_s": 0.0, "kinds": {}}
+    cpustats.write(tmp_path, "ps-0", {**usage, cpustats.DATAGRAM_PATHS: "compiled"})
+    cpustats.write(tmp_path, "worker-0", {**usage, cpustats.DATAGRAM_PATHS: "compiled"})
+    cpustats.write(tmp_path, "worker-1", usage)   # a role that sent no datagram
+    summary = cpustats.summarize(tmp_path, ["ps-0", "worker-0", "worker-1"], 1.0, cores=2)
+    assert summary[cpustats.DATAGRAM_PATHS] == {"compiled": ["ps-0", "worker-0"]}
+    assert cpustats.describe(summary).endswith("; datagram paths: compiled")
+    cpustats.write(tmp_path, "worker-1", {**usage, cpustats.DATAGRAM_PATHS: "numpy (off)"})
+    mixed = cpustats.describe(cpustats.summarize(tmp_path, ["ps-0", "worker-0", "worker-1"],
+                                                 1.0, cores=2))
+    assert mixed.endswith("; datagram paths: compiled in ps-0, worker-0; numpy (off) in "
+                          "worker-1")
+
+
 def test_no_files_say_so() -> None:
     summary = cpustats.summarize(Path("/nonexistent"), ["ps-0"], jct_s=1.0, cores=2)
     assert cpustats.describe(summary) == "cpu: no role reported its CPU time"

@@ -1,0 +1,168 @@
+"""txfast.c against the numpy Batch it stands in for: for the same message, order, TOS
+and GSO setting, both put the same datagrams on the wire, in the same GSO messages,
+with the same TOS; indices outside the pass are refused before anything is sent."""
+
+import random
+import socket
+import struct
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tailcut.transports import base, batch, rxfast, sender, wire
+
+UDP_GRO = 104
+IP_RECVTOS = 13
+
+
+@pytest.fixture
+def lib():
+    found = rxfast.library()
+    assert found is not None, rxfast.status()
+    return found
+
+
+@pytest.fixture
+def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    rx.settimeout(2)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
+    try:
+        yield rx, tx
+    finally:
+        rx.close()
+        tx.close()
+
+
+def _numpy_batch(packets: sender.Packets, sock, order, addr, tos, gso) -> batch.Batch:
+    """What Packets.batch builds where the library is not loaded."""
+    size = wire.HEADER_BYTES
+    return batch.Batch(sock, [
+        batch.Piece(packets.headers, order * size, np.full(len(order), size)),
+        batch.Piece(packets.values, packets.starts[order] * 4,
+                    (packets.ends[order] - packets.starts[order]) * 4)], addr,
+        None if tos is None else tos[order],
+        gso_size=int(packets.lengths.max()) if gso else None)
+
+
+def _compiled_batch(lib, packets: sender.Packets, sock, order, addr, tos,
+                    gso) -> batch.CompiledBatch:
+    return batch.CompiledBatch(lib, sock, packets.headers, packets.values, packets.starts,
+                               packets.ends, order, addr, tos,
+                               int(packets.lengths.max()) if gso else None)
+
+
+def _receive(rx: socket.socket, count: int) -> list[tuple[bytes, int, int]]:
+    """``count`` reads: each one's bytes, TOS and GSO cut size (0: a lone datagram)."""
+    out = []
+    for _ in range(count):
+        data, ancillary, _, _ = rx.recvmsg(70_000, 256)
+        tos = gso = 0
+        for level, kind, value in ancillary:
+            if level == socket.IPPROTO_IP and kind == socket.IP_TOS:
+                tos = value[0]
+            elif level == batch.SOL_UDP and kind == UDP_GRO:
+                gso = struct.unpack("i", value[:4])[0]
+        out.append((data, tos, gso))
+    return out
+
+
+def _reads(rx: socket.socket, gro: bool, datagrams: int, wire_bytes: int) -> list:
+    """Every read of a pass of ``datagrams`` datagrams, ``wire_bytes`` in all: one a
+    datagram, or with UDP_GRO one a GSO message, until they add up."""
+    if not gro:
+        return _receive(rx, datagrams)
+    got: list = []
+    while sum(len(data) for data, _, _ in got) < wire_bytes:
+        got += _receive(rx, 1)
+    return got
+
+
+CASES = [(1, 8, 0), (7, 8, 1), (1000, 37, 2), (5000, 366, 3), (20_000, 366, 4)]
+
+
+@pytest.mark.parametrize("gro", [False, True], ids=["datagrams", "gso-messages"])
+@pytest.mark.parametrize("gso", [False, True], ids=["no-gso", "gso"])
+@pytest.mark.parametrize("with_tos", [False, True], ids=["no-tos", "tos"])
+@pytest.mark.parametrize("total,stride,seed", CASES)
+def test_compiled_and_numpy_batches_put_the_same_datagrams_on_the_wire(
+        lib, sockets, total, stride, seed, with_tos, gso, gro) -> None:
+    rx, tx = sockets
+    rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+    if gro:
+        rx.setsockopt(batch.SOL_UDP, UDP_GRO, 1)
+    rng = np.random.default_rng(seed)
+    packets = sender.Packets(rng.standard_normal(total).astype(np.float32), job=3,
+                             message=seed + 1, kind=int(base.Kind.PUSH), stride=stride)
+    n = len(packets)
+    order = rng.permutation(n)[:max(1, n - n // 5)]   # some slots, in a shuffled order
+    packets.number(order, 10, 0)
+    tos = rng.choice([0, 0x28, 0x48], n).astype(np.int64) if with_tos else None
+    if tos is not None:
+        tos[: n // 2] = 0x28   # long runs of one TOS too, for GSO to join
+    # Bursts of random sizes, the same for both.
+    bursts, first = [], 0
+    r = random.Random(seed)
+    while first < len(order):
+        count = min(len(order) - first, r.choice([1, 3, 16, 44, 128, 400]))
+        bursts.append((first, count))
+        first += count
+    addr = rx.getsockname()
+    seen = []
+    for make in (lambda: _numpy_batch(packets, tx, order, addr, tos, gso),
+                 lambda: _compiled_batch(lib, packets, tx, order, addr, tos, gso)):
+        b = make()
+        for first, count in bursts:
+            b.send(first, count)
+            # (read burst by burst: the receive buffer holds a burst, not a pass)
+            burst = order[first:first + count]
+            seen.append(_reads(rx, gro, count, int(packets.lengths[burst].sum())))
+        assert b.gso == gso
+    half = len(seen) // 2
+    numpy_reads, compiled_reads = seen[:half], seen[half:]
+    assert compiled_reads == numpy_reads
+    if not gro:   # and they are the slots asked for, in order
+        wire_bytes = [d for burst in compiled_reads for d, _, _ in burst]
+        assert wire_bytes == [packets.datagram(int(s)) for s in order]
+        if tos is not None:
+            assert [t for burst in compiled_reads for _, t, _ in burst] == \
+                [int(tos[s]) for s in order]
+
+
+def test_a_slot_or_range_outside_the_pass_is_refused_and_nothing_is_sent(
+        lib, sockets) -> None:
+    rx, tx = sockets
+    packets = sender.Packets(np.arange(100, dtype=np.float32), job=1, message=1, kind=1,
+                             stride=10)
+    addr = rx.getsockname()
+    for order in (np.array([0, 1, 10]), np.array([3, -1])):
+        b = _compiled_batch(lib, packets, tx, order, addr, None, False)
+        with pytest.raises(ValueError, match="outside the batch"):
+            b.send(0, len(order))
+    b = _compiled_batch(lib, packets, tx, np.array([0, 1]), addr, None, False)
+    with pytest.raises(ValueError, match="outside the batch"):
+        b.send(1, 2)   # past the pass's end
+    ends = packets.ends.copy()
+    ends[2] = 101   # a range past the values
+    b = batch.CompiledBatch(lib, tx, packets.headers, packets.values, packets.starts, ends,
+                            np.array([0, 1, 2]), addr)
+    with pytest.raises(ValueError, match="outside the batch"):
+        b.send(0, 3)
+    rx.settimeout(0.2)
+    with pytest.raises(TimeoutError):
+        rx.recv(2000)
+
+
+def test_packets_use_the_compiled_batch_where_the_library_is_loaded(lib, sockets,
+                                                                    monkeypatch) -> None:
+    rx, tx = sockets
+    packets = sender.Packets(np.arange(100, dtype=np.float32), job=1, message=1, kind=1,
+                             stride=10)
+    order = np.arange(len(packets))
+    assert isinstance(packets.batch(tx, order, rx.getsockname()), batch.CompiledBatch)
+    monkeypatch.setattr(rxfast, "library", lambda: None)
+    assert isinstance(packets.batch(tx, order, rx.getsockname()), batch.Batch)
