@@ -249,13 +249,23 @@ class CompiledBatch:
                  order: np.ndarray, addr: tuple[str, int], tos: np.ndarray | None = None,
                  gso_size: int | None = None) -> None:
         self._lib = lib
-        self._sock = sock  # the fd stays open while the batch is used
-        # Kept alive (and of the C types) while the kernel reads from them.
-        self._arrays = [np.ascontiguousarray(a, np.int64) for a in (starts, ends, order)]
-        self._tos = None if tos is None else np.ascontiguousarray(tos, np.int32)
+        self._sock = sock  # its fd is looked up again at every send, as Batch does
+        # Our own copies, of the C types, kept alive while the kernel reads from them:
+        # txfast.c checks the indices and then uses them, so nobody else may change
+        # them meanwhile (and Batch, too, sends the order it was given, not a later one).
+        self._arrays = [np.array(a, np.int64, order="C") for a in (starts, ends, order)]
+        self._tos = None if tos is None else np.array(tos, np.int32, order="C")
         self._headers, self._values = headers, values
         if not (headers.flags.c_contiguous and values.flags.c_contiguous):
             raise ValueError("a batch's headers and values must be C-contiguous")
+        slots = len(self._arrays[0])
+        # (txfast.c reads headers[slot], ends[slot] and tos[slot] for any slot < slots)
+        if headers.ndim != 1 or len(headers) < slots or len(self._arrays[1]) != slots \
+                or self._arrays[2].ndim != 1 \
+                or (self._tos is not None and (self._tos.ndim != 1 or len(self._tos) < slots)):
+            raise ValueError("a batch's headers, ends and tos need a row per slot")
+        if gso_size is not None and not 0 < gso_size <= 0xFFFF:
+            raise ValueError(f"a GSO size of {gso_size} bytes does not fit UDP_SEGMENT")
         self._name = _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
                                  (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
         starts64, ends64, order64 = self._arrays
@@ -273,6 +283,7 @@ class CompiledBatch:
 
     def send(self, first: int, count: int) -> None:
         """Send datagrams ``first .. first + count - 1``; all of them."""
+        self._pass.fd = self._sock.fileno()   # -1 once closed: EBADF, not another socket
         err = self._lib.txfast_send(self._pointer, first, count)
         if err == -errno.ERANGE:
             raise ValueError(f"datagrams {first}..{first + count - 1}: a slot or range "

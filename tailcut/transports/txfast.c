@@ -104,8 +104,11 @@ static long send_all(int fd, struct mmsghdr *msgs, int m, struct tx_pass *p)
  * has gone out), else the kernel's error (what went before it has). */
 long txfast_send(struct tx_pass *p, long first, long count)
 {
-	if (first < 0 || count < 0 || first + count > p->datagrams)
+	if (first < 0 || count < 0 || first > p->datagrams || count > p->datagrams - first)
 		return -ERANGE;
+	/* a message's iovecs fit one chunk; UDP_SEGMENT is a u16 */
+	if (p->max_segments > CHUNK_IOVS / 2 || p->gso_size > 0xFFFF)
+		return -EINVAL;
 	for (long i = first; i < first + count; i++) {
 		int64_t s = p->order[i];
 		if (s < 0 || s >= p->slots || p->starts[s] < 0 || p->ends[s] < p->starts[s] ||

@@ -2,6 +2,7 @@
 and GSO setting, both put the same datagrams on the wire, in the same GSO messages,
 with the same TOS; indices outside the pass are refused before anything is sent."""
 
+import errno
 import random
 import socket
 import struct
@@ -166,3 +167,66 @@ def test_packets_use_the_compiled_batch_where_the_library_is_loaded(lib, sockets
     assert isinstance(packets.batch(tx, order, rx.getsockname()), batch.CompiledBatch)
     monkeypatch.setattr(rxfast, "library", lambda: None)
     assert isinstance(packets.batch(tx, order, rx.getsockname()), batch.Batch)
+
+
+SO_NO_CHECK = 11  # <asm-generic/socket.h>: a socket without UDP checksums gets no GSO
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["numpy", "compiled"])
+def test_a_kernel_refusing_gso_gets_one_datagram_a_message_from_the_first_burst(
+        lib, sockets, monkeypatch, native) -> None:
+    rx, tx = sockets
+    if not native:
+        monkeypatch.setattr(rxfast, "library", lambda: None)
+    tx.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)   # UDP_SEGMENT: EINVAL
+    packets = sender.Packets(np.arange(1000, dtype=np.float32), job=1, message=1, kind=1,
+                             stride=100)
+    order = np.arange(len(packets))[::-1].copy()
+    b = packets.batch(tx, order, rx.getsockname(), gso=True)
+    assert b.gso
+    b.send(0, 4)
+    b.send(4, 6)
+    assert not b.gso
+    assert [rx.recv(2000) for _ in order] == [packets.datagram(int(s)) for s in order]
+
+
+def test_a_batch_sends_the_order_it_was_given(lib, sockets) -> None:
+    rx, tx = sockets
+    packets = sender.Packets(np.arange(100, dtype=np.float32), job=1, message=1, kind=1,
+                             stride=10)
+    order = np.arange(len(packets))
+    b = _compiled_batch(lib, packets, tx, order, rx.getsockname(), None, False)
+    order[0] = 7   # (as Batch does, which built its pieces from the order given)
+    b.send(0, 1)
+    assert rx.recv(2000) == packets.datagram(0)
+
+
+def test_a_batch_whose_socket_was_closed_sends_on_no_other(lib, sockets) -> None:
+    rx, tx = sockets
+    packets = sender.Packets(np.arange(100, dtype=np.float32), job=1, message=1, kind=1,
+                             stride=10)
+    b = _compiled_batch(lib, packets, tx, np.arange(len(packets)), rx.getsockname(), None,
+                        False)
+    fd = tx.fileno()
+    tx.close()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+        assert other.fileno() == fd   # (the lowest free number, as a new socket gets it)
+        with pytest.raises(OSError) as closed:
+            b.send(1, 1)
+    assert closed.value.errno == errno.EBADF
+
+
+def test_rows_missing_for_some_slots_and_ranges_past_the_pass_are_refused(lib, sockets) -> None:
+    rx, tx = sockets
+    packets = sender.Packets(np.arange(100, dtype=np.float32), job=1, message=1, kind=1,
+                             stride=10)
+    order, addr = np.arange(len(packets)), rx.getsockname()
+    for headers, ends, tos in ((packets.headers[:2].copy(), packets.ends, None),
+                               (packets.headers, packets.ends[:2].copy(), None),
+                               (packets.headers, packets.ends, np.zeros(2, np.int32))):
+        with pytest.raises(ValueError):
+            batch.CompiledBatch(lib, tx, headers, packets.values, packets.starts, ends,
+                                order, addr, tos)
+    b = _compiled_batch(lib, packets, tx, order, addr, None, False)
+    with pytest.raises(ValueError, match="outside the batch"):
+        b.send(1, 2**63 - 1)
