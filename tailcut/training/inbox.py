@@ -1,4 +1,5 @@
-"""Inbox: the software receiving queue of a role, fed by one reader thread per connection.
+"""Inbox: the software receiving queue of a role, fed by one reader thread per connection
+(or, for a connection that hands over what it receives, by the connection's own threads).
 
 Every message read off a connection is put in one queue together with the
 connection it came from; ``received_at_ns`` (stamped by the transport when the
@@ -65,9 +66,13 @@ class Inbox:
         self._seq = 0
         self._lock = threading.Lock()
         for i, conn in enumerate(self.conns):
-            threading.Thread(
-                target=self._read, args=(i, conn), daemon=True, name=f"inbox-{i}"
-            ).start()
+            attach = getattr(conn, "attach", None)
+            if attach is not None:  # the connection hands over what it receives itself
+                attach(self._sink(i))
+            else:
+                threading.Thread(
+                    target=self._read, args=(i, conn), daemon=True, name=f"inbox-{i}"
+                ).start()
 
     def _read(self, source: int, conn: base.Connection) -> None:
         while True:
@@ -82,6 +87,19 @@ class Inbox:
             self._put(Event(source, msg, None, msg.received_at_ns or time.time_ns()))
             if msg.kind == base.Kind.STOP:
                 return
+
+    def _sink(self, source: int) -> Callable[[Message | None, BaseException | None], bool]:
+        """What ``_read`` does with each message or failure, for a connection that
+        hands them over as they come in (datagram.DatagramConnection.attach)."""
+        def take(msg: Message | None, error: BaseException | None) -> bool:
+            if msg is None:
+                err = error if isinstance(error, base.TransportError) else \
+                    base.PeerClosed(str(error))
+                self._put(Event(source, None, err, time.time_ns()))
+                return False
+            self._put(Event(source, msg, None, msg.received_at_ns or time.time_ns()))
+            return msg.kind != base.Kind.STOP
+        return take
 
     def _part_reporter(self, source: int) -> Callable[[Message], None]:
         def report(msg: Message) -> None:

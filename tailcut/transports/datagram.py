@@ -129,6 +129,16 @@ class _Outgoing:
     deadline: float | None
 
 
+_KINDS = frozenset(int(k) for k in Kind)  # what a MSG frame may carry
+
+# What a connection receives: a message (with its completion record, for bounded
+# loss) or the failure that ends it.
+_Item = tuple[Message, dict[str, Any] | None] | BaseException
+# Where a role takes what a connection receives as it comes in (DatagramConnection.
+# attach): (message, None) or (None, failure); False once it wants no more.
+Sink = Callable[[Message | None, BaseException | None], bool]
+
+
 class DatagramConnection(base.Connection):
     """One peer: a control channel plus the peer's UDP address.
 
@@ -151,8 +161,10 @@ class DatagramConnection(base.Connection):
         self.send_id = peer_id if send_id is None else send_id
         self.udp_addr = udp_addr
         # SimpleQueues: a fraction of a Queue's cost, paid per message on every side.
-        self.inbox: queue.SimpleQueue[tuple[Message, dict[str, Any] | None] |
-                                      BaseException] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        # Or, once a role's Inbox is attached (attach), what is received goes to it.
+        self._sink: Sink | None = None
+        self._sink_lock = threading.Lock()
         self.tx: dict[int, _Tx] = {}
         self.cuts: dict[Kind, tuple[base.Cut, ...]] = {}
         self.tos_of: Callable[[int], int] | None = None
@@ -225,6 +237,44 @@ class DatagramConnection(base.Connection):
             record["app_ns"] = time.monotonic_ns()
         return msg
 
+    def attach(self, sink: Sink) -> None:
+        """Hand what this connection receives to ``sink`` as it comes in, in place of
+        ``recv``: ``sink(msg, None)`` per message, ``sink(None, err)`` for a failure. A
+        role's Inbox then needs no reader thread per connection, and each message is
+        handed over once less (a thread's wake-up and the GIL). What is waiting goes
+        first. Once ``sink`` returns False (it took a STOP) or has had a failure,
+        later messages wait for ``recv`` again, and a failure stays for every ``recv``,
+        as ``recv`` leaves it."""
+        with self._sink_lock:
+            while True:
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if not self._give(sink, item):
+                    return
+            self._sink = sink
+
+    def _deliver(self, item: _Item) -> None:
+        """A message received, or the connection's failure: to the attached sink, or to
+        ``recv``."""
+        with self._sink_lock:
+            if self._sink is None:
+                self.inbox.put(item)
+            elif not self._give(self._sink, item):
+                self._sink = None
+
+    def _give(self, sink: Sink, item: _Item) -> bool:
+        """``item`` to ``sink``; whether it takes more."""
+        if isinstance(item, BaseException):
+            sink(None, item)
+            self.inbox.put(item)  # for every later recv
+            return False
+        msg, record = item
+        if record is not None:
+            record["app_ns"] = time.monotonic_ns()
+        return sink(msg, None)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -258,7 +308,7 @@ class DatagramConnection(base.Connection):
         if self._closed:
             return
         self._send_error = err
-        self.inbox.put(err)
+        self._deliver(err)
 
     def _read_loop(self) -> None:
         err: BaseException
@@ -271,7 +321,7 @@ class DatagramConnection(base.Connection):
         except Exception as e:  # our bug: make it visible to the receiving thread
             log.exception("control reader for %s failed", self.peer)
             err = base.TransportError(f"{self.peer}: control reader failed: {e!r}")
-        self.inbox.put(err)
+        self._deliver(err)
         for tx in list(self.tx.values()):
             tx.frames.put(err)
 
@@ -680,12 +730,12 @@ class DatagramTransport(base.Transport):
     def _on_frame(self, conn: DatagramConnection, frame: Frame) -> None:
         """Called by a connection's control reader thread."""
         if frame.type == FrameType.MSG:
-            if frame.kind not in {int(k) for k in Kind}:
+            if frame.kind not in _KINDS:
                 raise base.ProtocolError(f"{conn.peer}: MSG of unknown kind {frame.kind}")
             msg = Message(Kind(frame.kind), frame.iteration, frame.sender,
                           sent_at_ns=frame.sent_at_ns, received_at_ns=time.time_ns(),
                           wire_bytes=control.HEADER.size)
-            conn.inbox.put((msg, None))
+            conn._deliver((msg, None))
         elif frame.type == FrameType.BEGIN:
             self._begin(conn, frame)
         elif frame.type == FrameType.END:
@@ -916,7 +966,7 @@ class DatagramTransport(base.Transport):
                     mask[c.offset:c.offset + c.size]))) for c in rx.layout.cuts]
             msg = Message(Kind(rx.kind), rx.iteration, rx.sender, values,
                           None if full else mask, rx.sent_at_ns, now, rx.wire_bytes, parts)
-            rx.conn.inbox.put((msg, record))
+            rx.conn._deliver((msg, record))
         if any(d.reason != "nack" for d in done):
             self._regrant()
 

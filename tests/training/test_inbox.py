@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import pytest
 
+from tailcut import transports
 from tailcut.training import inbox
 from tailcut.transports import base, tcp
 from tailcut.transports.base import Kind, Message
@@ -91,3 +92,49 @@ def test_take_with_a_match_leaves_other_messages_queued() -> None:
 def test_an_unknown_ordering_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError, match="ordering='lifo': supported: fifo, stf"):
         inbox.Inbox([], "lifo")
+
+
+def test_datagram_connections_hand_over_what_they_receive_without_reader_threads() -> None:
+    """Bounded-loss connections put what they receive in the Inbox themselves: what
+    came before the Inbox first, in order; a STOP ends it, and what follows waits for
+    the connection's own recv; a closed peer is one error event."""
+    port = loopback.free_ports(1)[0]
+    server = transports.get("bounded-loss", p=1.0, xdp=False, job="inbox-attach")
+    clients = [transports.get("bounded-loss", p=1.0, xdp=False, job="inbox-attach")
+               for _ in range(2)]
+    got: list[base.Connection] = []
+    t = threading.Thread(target=lambda: got.extend(server.listen("127.0.0.1", port, 2, 10)))
+    t.start()
+    peers = [c.connect("127.0.0.1", port, 10) for c in clients]
+    t.join()
+    try:
+        peers[0].send(Message(Kind.HELLO, 0, 0))
+        peers[1].send(Message(Kind.HELLO, 0, 1))
+        first = [conn.recv(5) for conn in got]
+        conns = [got[[m.sender for m in first].index(i)] for i in range(2)]
+        vector = np.arange(5000, dtype=np.float32)
+        peers[0].send(Message(Kind.PUSH, 1, 0, vector))
+        assert waiting.until(lambda: conns[0].inbox.qsize() == 1, within_s=10, every_s=0.01)
+        threads = {t.name for t in threading.enumerate()}
+        box = inbox.Inbox(conns)
+        assert {t.name for t in threading.enumerate()} - threads == set()   # no inbox-<i>
+        peers[0].send(Message(Kind.PULL, 2, 0))
+        peers[0].send(Message(Kind.STOP, 3, 0))
+        peers[0].send(Message(Kind.PULL, 4, 0))   # after the STOP: for recv
+        taken = [box.take(5) for _ in range(3)]
+        assert [e.msg.kind for e in taken if e.msg] == [Kind.PUSH, Kind.PULL, Kind.STOP]
+        assert np.array_equal(taken[0].msg.values, vector) and taken[0].source == 0
+        assert conns[0].recv(5).iteration == 4
+        peers[1].close()
+        ev = box.take(5)
+        assert ev.source == 1 and ev.msg is None and isinstance(ev.error, base.PeerClosed)
+        with pytest.raises(base.PeerClosed):   # and the connection's recv says so too
+            conns[1].recv(1)
+        with pytest.raises(base.TransportTimeout):
+            box.take(0.2)
+        [record] = server.completions   # the PUSH's, stamped as it was handed over
+        assert record["app_ns"] >= record["done_ns"]
+    finally:
+        for c in clients:
+            c.close()
+        server.close()
