@@ -261,7 +261,13 @@ class DatagramConnection(base.Connection):
         with self._sink_lock:
             if self._sink is None:
                 self.inbox.put(item)
-            elif not self._give(self._sink, item):
+                return
+            try:
+                more = self._give(self._sink, item)
+            except Exception:  # a role's sink must not end the receive or control thread
+                log.exception("the receiver of %s's messages failed", self.peer)
+                more = False
+            if not more:
                 self._sink = None
 
     def _give(self, sink: Sink, item: _Item) -> bool:
