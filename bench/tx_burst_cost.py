@@ -25,20 +25,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.rx_batch_cost import ELEMENTS, JOB, STRIDE  # noqa: E402  (the same messages)
 from tailcut.transports import batch, rxfast, sender, wire  # noqa: E402
 from tailcut.transports.base import Kind  # noqa: E402
 
-JOB = 7
-STRIDE = wire.elements_per_packet()
-ELEMENTS = 64_800  # the quickstart mlp's 259 KB
-UDP_GRO = 104
 
 
 def send(compiled: bool, messages: int) -> float:
     """Send ``messages`` passes; the sending thread's CPU (s) over them."""
     rx_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    rx_sock.setsockopt(batch.SOL_UDP, UDP_GRO, 1)   # a GSO message stays one skb
+    rx_sock.setsockopt(batch.SOL_UDP, batch.UDP_GRO, 1)   # a GSO message stays one skb
     rx_sock.bind(("127.0.0.1", 0))
     rx_sock.setblocking(False)
     tx_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

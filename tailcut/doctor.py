@@ -43,8 +43,8 @@ def _datagram_paths() -> Feature:
                    "and place datagrams, in C"
                    if lib is not None else
                    "bounded-loss and udp senders and receivers use numpy for every burst "
-                   "and batch: 1.6-1.8x the receive threads' CPU in the quickstart, 2x "
-                   "the send threads' per pass (install gcc; docs/bounded-loss.md)")
+                   "and batch: 1.6-1.8x the receive threads' CPU in the quickstart, 1.8x "
+                   "the send threads' CPU per pass (install gcc; docs/bounded-loss.md)")
 
 
 def run() -> list[Feature]:

@@ -50,6 +50,9 @@ UDP_SEGMENT = 103  # <linux/udp.h>: a u16 cmsg, the size to cut a GSO message in
 UDP_GRO = 104  # <linux/udp.h>: take UDP GSO messages whole; an int cmsg, their cut size
 UDP_MAX_SEGMENTS = 64  # the kernel's limit (128 on newer ones; 64 fits both)
 MAX_UDP_PAYLOAD = 65_507  # 64 KiB less the IP and UDP headers
+# What a kernel or device without UDP GSO refuses a first GSO message with (EIO: no
+# checksum offload; EINVAL, ENOPROTOOPT: no UDP_SEGMENT).
+GSO_REFUSED = frozenset({errno.EIO, errno.EINVAL, errno.ENOPROTOOPT})
 
 
 class _IoVec(ctypes.Structure):
@@ -122,6 +125,16 @@ if _recvmmsg is not None:
     _recvmmsg.restype = ctypes.c_int
 
 
+def max_segments(gso_size: int) -> int:
+    """Datagrams of ``gso_size`` bytes in one GSO message, at most."""
+    return max(1, min(UDP_MAX_SEGMENTS, MAX_UDP_PAYLOAD // gso_size))
+
+
+def _sockaddr(addr: tuple[str, int]) -> _SockAddrIn:
+    return _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
+                       (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
+
+
 def available() -> bool:
     return _sendmmsg is not None and _recvmmsg is not None
 
@@ -164,8 +177,7 @@ class Batch:
         k = len(pieces)
         self._sock = sock
         self._pieces = pieces  # keeps the buffers alive while the kernel reads from them
-        self._name = _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
-                                 (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
+        self._name = _sockaddr(addr)
         iov_dtype = _IOV
         self._iov = np.zeros((n, k), iov_dtype)
         for j, piece in enumerate(pieces):
@@ -213,9 +225,8 @@ class Batch:
                 self._gso.send(self._sock.fileno(), first, count)
                 return
             except OSError as refused:
-                # A kernel or device without UDP GSO refuses the first message whole
-                # (EIO: no checksum offload; EINVAL, ENOPROTOOPT: no UDP_SEGMENT).
-                if refused.errno not in (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT) \
+                # A kernel or device without UDP GSO refuses the first message whole.
+                if refused.errno not in GSO_REFUSED \
                         or self._gso.sent_any:
                     raise
                 self._gso = None
@@ -253,32 +264,30 @@ class CompiledBatch:
         # Our own copies, of the C types, kept alive while the kernel reads from them:
         # txfast.c checks the indices and then uses them, so nobody else may change
         # them meanwhile (and Batch, too, sends the order it was given, not a later one).
-        self._arrays = [np.array(a, np.int64, order="C") for a in (starts, ends, order)]
+        self._starts, self._ends, self._order = (
+            np.array(a, np.int64, order="C") for a in (starts, ends, order))
         self._tos = None if tos is None else np.array(tos, np.int32, order="C")
         self._headers, self._values = headers, values
         if not (headers.flags.c_contiguous and values.flags.c_contiguous):
             raise ValueError("a batch's headers and values must be C-contiguous")
-        slots = len(self._arrays[0])
+        slots = len(self._starts)
         # (txfast.c reads headers[slot], ends[slot] and tos[slot] for any slot < slots)
-        if headers.ndim != 1 or len(headers) < slots or len(self._arrays[1]) != slots \
-                or self._arrays[2].ndim != 1 \
+        if headers.ndim != 1 or len(headers) < slots or len(self._ends) != slots \
+                or self._order.ndim != 1 \
                 or (self._tos is not None and (self._tos.ndim != 1 or len(self._tos) < slots)):
             raise ValueError("a batch's headers, ends and tos need a row per slot")
         if gso_size is not None and not 0 < gso_size <= 0xFFFF:
             raise ValueError(f"a GSO size of {gso_size} bytes does not fit UDP_SEGMENT")
-        self._name = _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
-                                 (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
-        starts64, ends64, order64 = self._arrays
-        gso = gso_size if gso_size is not None and len(order64) else 0
+        self._name = _sockaddr(addr)
+        gso = gso_size if gso_size is not None and len(self._order) else 0
         self._pass = rxfast.TxPass(
             fd=sock.fileno(), to=ctypes.addressof(self._name), headers=headers.ctypes.data,
             header_bytes=headers.itemsize, values=values.ctypes.data,
             value_bytes=values.itemsize, values_count=values.size,
-            starts=starts64.ctypes.data, ends=ends64.ctypes.data, slots=len(starts64),
-            order=order64.ctypes.data, datagrams=len(order64),
+            starts=self._starts.ctypes.data, ends=self._ends.ctypes.data, slots=slots,
+            order=self._order.ctypes.data, datagrams=len(self._order),
             tos=None if self._tos is None else self._tos.ctypes.data, gso_size=gso,
-            max_segments=max(1, min(UDP_MAX_SEGMENTS, MAX_UDP_PAYLOAD // gso)) if gso else 1,
-            sent_any=0)
+            max_segments=max_segments(gso) if gso else 1, sent_any=0)
         self._pointer = ctypes.byref(self._pass)
 
     def send(self, first: int, count: int) -> None:
@@ -288,9 +297,8 @@ class CompiledBatch:
         if err == -errno.ERANGE:
             raise ValueError(f"datagrams {first}..{first + count - 1}: a slot or range "
                              "outside the batch")
-        if err in (-errno.EIO, -errno.EINVAL, -errno.ENOPROTOOPT) and self._pass.gso_size \
-                and not self._pass.sent_any:
-            # no UDP GSO here (batch.Batch.send says which errors mean that)
+        if -err in GSO_REFUSED and self._pass.gso_size and not self._pass.sent_any:
+            # no UDP GSO here
             self._pass.gso_size, self._pass.max_segments = 0, 1
             err = self._lib.txfast_send(self._pointer, first, count)
         if err:
@@ -311,7 +319,7 @@ class _Gso:
         n = len(lengths)
         self._iov_rows = iov_rows
         self._k = k
-        self.max_segments = max(1, min(UDP_MAX_SEGMENTS, MAX_UDP_PAYLOAD // gso_size))
+        self.max_segments = max_segments(gso_size)
         # Datagram i may be followed by i + 1 in one message: the kernel cuts a message
         # into gso_size pieces, so all but its last datagram must be exactly that long.
         joins = lengths[:-1] == gso_size

@@ -139,6 +139,14 @@ _Item = tuple[Message, dict[str, Any] | None] | BaseException
 Sink = Callable[[Message | None, BaseException | None], bool]
 
 
+def _taken(item: tuple[Message, dict[str, Any] | None]) -> Message:
+    """A received message as the role takes it: its completion record says when."""
+    msg, record = item
+    if record is not None:
+        record["app_ns"] = time.monotonic_ns()
+    return msg
+
+
 class DatagramConnection(base.Connection):
     """One peer: a control channel plus the peer's UDP address.
 
@@ -232,10 +240,7 @@ class DatagramConnection(base.Connection):
         if isinstance(item, BaseException):
             self.inbox.put(item)  # every later recv fails the same way
             raise item
-        msg, record = item
-        if record is not None:
-            record["app_ns"] = time.monotonic_ns()
-        return msg
+        return _taken(item)
 
     def attach(self, sink: Sink) -> None:
         """Hand what this connection receives to ``sink`` as it comes in, in place of
@@ -276,10 +281,7 @@ class DatagramConnection(base.Connection):
             sink(None, item)
             self.inbox.put(item)  # for every later recv
             return False
-        msg, record = item
-        if record is not None:
-            record["app_ns"] = time.monotonic_ns()
-        return sink(msg, None)
+        return sink(_taken(item), None)
 
     def close(self) -> None:
         if self._closed:

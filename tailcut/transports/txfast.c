@@ -1,8 +1,7 @@
 /* txfast.c: the bounded-loss sender's burst in compiled code.
  *
  * batch.Batch builds a pass's iovecs and mmsghdrs with numpy before the first burst
- * and picks each burst's GSO messages in Python: about 150 us a pass and 25 us a
- * burst of fixed cost, half of what the send thread spent outside the kernel
+ * (about 150 us a pass) and picks each burst's GSO messages in Python
  * (docs/bounded-loss.md). Here one call builds a burst's messages on the stack from
  * the pass's arrays and sends them. batch.Batch stays as the fallback and as the
  * reference the tests hold this to (tests/transports/test_txfast.py); rxfast.py

@@ -1,6 +1,7 @@
 """Fixtures shared by the transports' tests."""
 
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 
@@ -24,6 +25,23 @@ def receive_path(request: pytest.FixtureRequest) -> Iterator[str]:
         yield "numpy"
     finally:
         mp.undo()
+
+
+@pytest.fixture
+def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A receiving and a sending UDP socket on loopback (the receiver's buffer holds a
+    burst of bursts; its reads give up after 2 s)."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    rx.settimeout(2)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
+    try:
+        yield rx, tx
+    finally:
+        rx.close()
+        tx.close()
 
 
 @pytest.fixture

@@ -3,26 +3,11 @@ and comes back with its real length, source and arrival time."""
 
 import socket
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from tailcut.transports import batch
-
-
-@pytest.fixture
-def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(2)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx.bind(("127.0.0.1", 0))
-    try:
-        yield rx, tx
-    finally:
-        rx.close()
-        tx.close()
 
 
 def test_a_batch_sends_the_chosen_rows_in_order_with_their_lengths(

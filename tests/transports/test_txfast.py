@@ -7,14 +7,12 @@ import os
 import random
 import socket
 import struct
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-from tailcut.transports import base, batch, rxfast, sender, wire
+from tailcut.transports import base, batch, rxfast, sender
 
-UDP_GRO = 104
 IP_RECVTOS = 13
 
 
@@ -25,37 +23,15 @@ def lib():
     return found
 
 
-@pytest.fixture
-def sockets() -> Iterator[tuple[socket.socket, socket.socket]]:
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    rx.settimeout(2)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx.bind(("127.0.0.1", 0))
-    try:
-        yield rx, tx
-    finally:
-        rx.close()
-        tx.close()
-
-
-def _numpy_batch(packets: sender.Packets, sock, order, addr, tos, gso) -> batch.Batch:
-    """What Packets.batch builds where the library is not loaded."""
-    size = wire.HEADER_BYTES
-    return batch.Batch(sock, [
-        batch.Piece(packets.headers, order * size, np.full(len(order), size)),
-        batch.Piece(packets.values, packets.starts[order] * 4,
-                    (packets.ends[order] - packets.starts[order]) * 4)], addr,
-        None if tos is None else tos[order],
-        gso_size=int(packets.lengths.max()) if gso else None)
-
-
-def _compiled_batch(lib, packets: sender.Packets, sock, order, addr, tos,
-                    gso) -> batch.CompiledBatch:
-    return batch.CompiledBatch(lib, sock, packets.headers, packets.values, packets.starts,
-                               packets.ends, order, addr, tos,
-                               int(packets.lengths.max()) if gso else None)
+def _batch(packets: sender.Packets, native: bool, sock, order, addr, tos=None, gso=False):
+    """Packets.batch with the library (CompiledBatch) or as where it is not loaded
+    (the numpy Batch)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not native:
+            mp.setattr(rxfast, "library", lambda: None)
+        made = packets.batch(sock, order, addr, tos, gso)
+    assert isinstance(made, batch.CompiledBatch if native else batch.Batch)
+    return made
 
 
 def _receive(rx: socket.socket, count: int) -> list[tuple[bytes, int, int]]:
@@ -67,7 +43,7 @@ def _receive(rx: socket.socket, count: int) -> list[tuple[bytes, int, int]]:
         for level, kind, value in ancillary:
             if level == socket.IPPROTO_IP and kind == socket.IP_TOS:
                 tos = value[0]
-            elif level == batch.SOL_UDP and kind == UDP_GRO:
+            elif level == batch.SOL_UDP and kind == batch.UDP_GRO:
                 gso = struct.unpack("i", value[:4])[0]
         out.append((data, tos, gso))
     return out
@@ -96,7 +72,7 @@ def test_compiled_and_numpy_batches_put_the_same_datagrams_on_the_wire(
     rx, tx = sockets
     rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
     if gro:
-        rx.setsockopt(batch.SOL_UDP, UDP_GRO, 1)
+        rx.setsockopt(batch.SOL_UDP, batch.UDP_GRO, 1)
     rng = np.random.default_rng(seed)
     packets = sender.Packets(rng.standard_normal(total).astype(np.float32), job=3,
                              message=seed + 1, kind=int(base.Kind.PUSH), stride=stride)
@@ -115,9 +91,8 @@ def test_compiled_and_numpy_batches_put_the_same_datagrams_on_the_wire(
         first += count
     addr = rx.getsockname()
     seen = []
-    for make in (lambda: _numpy_batch(packets, tx, order, addr, tos, gso),
-                 lambda: _compiled_batch(lib, packets, tx, order, addr, tos, gso)):
-        b = make()
+    for native in (False, True):
+        b = _batch(packets, native, tx, order, addr, tos, gso)
         for first, count in bursts:
             b.send(first, count)
             # (read burst by burst: the receive buffer holds a burst, not a pass)
@@ -142,10 +117,10 @@ def test_a_slot_or_range_outside_the_pass_is_refused_and_nothing_is_sent(
                              stride=10)
     addr = rx.getsockname()
     for order in (np.array([0, 1, 10]), np.array([3, -1])):
-        b = _compiled_batch(lib, packets, tx, order, addr, None, False)
+        b = _batch(packets, True, tx, order, addr)
         with pytest.raises(ValueError, match="outside the batch"):
             b.send(0, len(order))
-    b = _compiled_batch(lib, packets, tx, np.array([0, 1]), addr, None, False)
+    b = _batch(packets, True, tx, np.array([0, 1]), addr)
     with pytest.raises(ValueError, match="outside the batch"):
         b.send(1, 2)   # past the pass's end
     ends = packets.ends.copy()
@@ -196,7 +171,7 @@ def test_a_batch_sends_the_order_it_was_given(lib, sockets) -> None:
     packets = sender.Packets(np.arange(100, dtype=np.float32), job=1, message=1, kind=1,
                              stride=10)
     order = np.arange(len(packets))
-    b = _compiled_batch(lib, packets, tx, order, rx.getsockname(), None, False)
+    b = _batch(packets, True, tx, order, rx.getsockname())
     order[0] = 7   # (as Batch does, which built its pieces from the order given)
     b.send(0, 1)
     assert rx.recv(2000) == packets.datagram(0)
@@ -206,8 +181,7 @@ def test_a_batch_whose_socket_was_closed_sends_on_no_other(lib, sockets) -> None
     rx, tx = sockets
     packets = sender.Packets(np.arange(100, dtype=np.float32), job=1, message=1, kind=1,
                              stride=10)
-    b = _compiled_batch(lib, packets, tx, np.arange(len(packets)), rx.getsockname(), None,
-                        False)
+    b = _batch(packets, True, tx, np.arange(len(packets)), rx.getsockname())
     fd = tx.fileno()
     tx.close()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
@@ -234,6 +208,6 @@ def test_rows_missing_for_some_slots_and_ranges_past_the_pass_are_refused(lib, s
         with pytest.raises(ValueError):
             batch.CompiledBatch(lib, tx, headers, packets.values, packets.starts, ends,
                                 order, addr, tos)
-    b = _compiled_batch(lib, packets, tx, order, addr, None, False)
+    b = _batch(packets, True, tx, order, addr)
     with pytest.raises(ValueError, match="outside the batch"):
         b.send(1, 2**63 - 1)
