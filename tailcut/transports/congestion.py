@@ -16,10 +16,13 @@ what its own link has for it (srpt.py: shortest remaining first), so:
 What is shared out is the link less the other traffic arriving on it (background
 flows, another job): the receiver reads its interface's byte counter
 (/proc/net/dev, per network namespace, held open) every SAMPLE_S while messages are
-coming in (every 50 ms otherwise), subtracts its own datagrams,
-and grants what is left, never less than MIN_POOL of the link, as TCP flows sharing
-the link would leave it. So background load is not run over, and a shallow switch
-buffer sees little more than the link can carry.
+coming in (every 50 ms otherwise), subtracts its own datagrams, and grants what is
+left, but never less than TCP's per-flow fairness would leave the job: with n
+messages converging and the other traffic counted as one more flow (its byte counter
+cannot tell how many it is), n / (n + 1) of the link. So background load is not run
+over (it keeps at least a flow's share, and all it leaves), nor does it take the
+job's share by having started first; a shallow switch buffer sees little more than
+the link can carry.
 
 Before its first grant a message starts at the lowest grant the previous message on
 the same connection had (a BSP push starts at its last iteration's share), or at its
@@ -41,7 +44,6 @@ REGRANT_RATIO = 0.02  # shares closer than 2% to the last grant are not sent aga
 POOL_STEP = 0.05  # the pool is re-shared once the other traffic moves it by 5% of the link
 SAMPLE_S = 0.005  # how often the receiver reads its link's byte counter
 SMOOTH_S = 0.02  # time constant of the other traffic's moving average
-MIN_POOL = 0.1  # the share of the link the job's messages always get
 WIRE_OVERHEAD_BYTES = 14 + 20 + 8  # Ethernet, IP and UDP headers of each packet counted
 READ_BYTES = 1 << 16  # /proc/net/dev is read this much at a time
 
@@ -132,9 +134,11 @@ class LinkMonitor:
             self._fd = None
 
 
-def pool(link_bit: float | None, other_bit: float) -> float | None:
-    """What the receiver shares out: its link less the other traffic on it, at least
-    MIN_POOL of the link."""
+def pool(link_bit: float | None, other_bit: float, messages: int) -> float | None:
+    """What the receiver shares out among ``messages`` converging on it: its link less
+    the other traffic on it, at least the fair share of ``messages`` flows next to one
+    other flow."""
     if link_bit is None:
         return None
-    return max(MIN_POOL * link_bit, link_bit - other_bit)
+    fair = messages / (messages + 1) * link_bit
+    return max(fair, link_bit - other_bit)

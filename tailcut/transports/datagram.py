@@ -390,7 +390,7 @@ class DatagramTransport(base.Transport):
         self._running = False
         self._pace_bit: float | None = None  # this sender's link (or the spec's rate)
         self._link_bit: float | None = None  # this pod's link (HTB), both directions
-        self._pool_bit: float | None = None  # what GRANTs share out: link less others
+        self._other_bit = 0.0  # the other traffic arriving on our link (LinkMonitor)
         self._monitor: congestion.LinkMonitor | None = None
         # The passes being paced at once: they share _pace_bit, shortest first (srpt.py).
         self._schedule = srpt.LinkSchedule(None)
@@ -511,8 +511,8 @@ class DatagramTransport(base.Transport):
     def _start(self, local_ip: str) -> None:
         """Attach the XDP counter (bounded-loss) and start the receive threads."""
         assert self._udp is not None
-        self._link_bit = self._pool_bit = (self.link_mbit * 1e6 if self.link_mbit is not None
-                                           else _link_rate_bit(local_ip))
+        self._link_bit = (self.link_mbit * 1e6 if self.link_mbit is not None
+                          else _link_rate_bit(local_ip))
         self._pace_bit = self.rate_mbit * 1e6 if self.rate_mbit is not None else self._link_bit
         self._schedule = srpt.LinkSchedule(self._pace_bit)
         if self._link_bit is not None:
@@ -791,22 +791,22 @@ class DatagramTransport(base.Transport):
         self._wake_loop()  # with XDP on, the receive thread reads only once told
 
     def _resample(self, monitor: congestion.LinkMonitor, now: float) -> None:
-        """Re-read the other traffic on our link; grant anew if what is left for the
-        job's messages moved by more than congestion.POOL_STEP of the link."""
+        """Re-read the other traffic on our link; grant anew if it moved by more than
+        congestion.POOL_STEP of the link."""
         other = monitor.sample(now)
-        if other is None or self._link_bit is None or self._pool_bit is None:
+        if other is None or self._link_bit is None:
             return
-        pool = congestion.pool(self._link_bit, other)
-        if pool is not None and abs(pool - self._pool_bit) > \
-                congestion.POOL_STEP * self._link_bit:
-            self._pool_bit = pool
+        if abs(other - self._other_bit) > congestion.POOL_STEP * self._link_bit:
+            self._other_bit = other
             self._regrant()
 
     def _regrant(self) -> None:
         """Grant every message converging on this receiver its share of the link (after
         a BEGIN, or once a message is finished)."""
         with self._lock:
-            grants = congestion.shares(self._pool_bit, list(self._recv.rx.values()))
+            active = list(self._recv.rx.values())
+            pool = congestion.pool(self._link_bit, self._other_bit, len(active))
+            grants = congestion.shares(pool, active)
         with self._stats_lock:
             self.stats["grants"] += len(grants)
         for rx, kbit in grants:

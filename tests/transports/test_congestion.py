@@ -56,12 +56,17 @@ def test_the_monitor_counts_what_arrived_on_the_link_that_was_not_ours(tmp_path)
     mon.ours(1_250_000 - 1000 * congestion.WIRE_OVERHEAD_BYTES, 1000)
     other = mon.sample(0.1)
     assert other == pytest.approx(8 * 1_250_000 / 0.1)   # 100 Mbit/s of others
-    assert congestion.pool(GBIT, other) == pytest.approx(GBIT - 1e8)
+    assert congestion.pool(GBIT, other, 4) == pytest.approx(GBIT - 1e8)
 
 
-def test_the_pool_keeps_a_floor_when_others_fill_the_link() -> None:
-    assert congestion.pool(GBIT, 5 * GBIT) == congestion.MIN_POOL * GBIT
-    assert congestion.pool(None, 0.0) is None
+def test_the_job_keeps_a_flow_s_fair_share_when_others_fill_the_link() -> None:
+    """The other traffic counts as one more flow: one message next to it gets half
+    the link, four get 4/5, however much the others send."""
+    assert congestion.pool(GBIT, 5 * GBIT, 1) == pytest.approx(GBIT / 2)
+    assert congestion.pool(GBIT, 0.5 * GBIT, 4) == pytest.approx(0.8 * GBIT)
+    # What the others leave beyond that is the job's too.
+    assert congestion.pool(GBIT, 0.1 * GBIT, 1) == pytest.approx(0.9 * GBIT)
+    assert congestion.pool(None, 0.0, 1) is None
 
 
 def test_an_unreadable_counter_reports_nothing(tmp_path) -> None:
