@@ -21,7 +21,10 @@ median accuracy, the drops by cause (full switch queues, the random-loss dropper
 TCP's retransmitted segments and retransmission timeouts (the pods' kernel counters,
 summed over the job; bounded-loss's count its TCP control channel), and the CPU the
 roles used while training (metrics.json's cpu: the pods share the host's cores, so
-a transport's CPU per message is part of its JCT; docs/bounded-loss.md#cpu-time). Root.
+a transport's CPU per message is part of its JCT; docs/bounded-loss.md#cpu-time), and
+what each job left the background load where there is one: Locust's completed flows
+per second and their median completion time (a transport that wins by running over
+the other traffic shows there). Root.
 
 --executor kubernetes applies the same jobs to the cluster the kubeconfig names (the
 operator and agent of the chart, docs/kubernetes.md; bench/k8s_quickstart.py's way)
@@ -98,7 +101,19 @@ def on_cluster(condition: str, transport: str, kubeconfig: str, run: int) -> dic
     jct, _, status = k8s_quickstart.run_job(kubeconfig, "tailcut-bench", raw)
     return {"jct_s": jct, "accuracy": float(status.get("accuracy", 0.0)), "converged": True,
             "queue_drops": int(status.get("queueDrops", {}).get("total", 0)),
-            "random_drops": 0, "retrans": 0, "rtos": 0, "cpu_s": float("nan")}
+            "random_drops": 0, "retrans": 0, "rtos": 0, "cpu_s": float("nan"),
+            "bg_flows_per_s": float("nan"), "bg_fct_ms": float("nan")}
+
+
+def background(out: Path) -> dict[str, float]:
+    """What the job left the competing traffic: Locust's completed flows per second
+    and their median completion time (NaN without background load)."""
+    path = out / "background" / "background.json"
+    if not path.exists():
+        return {"bg_flows_per_s": float("nan"), "bg_fct_ms": float("nan")}
+    total = json.loads(path.read_text()).get("locust_total", {})
+    return {"bg_flows_per_s": float(total.get("Requests/s", "nan")),
+            "bg_fct_ms": float(total.get("Median Response Time", "nan"))}
 
 
 def one(condition: str, transport: str) -> dict[str, Any]:
@@ -106,13 +121,14 @@ def one(condition: str, transport: str) -> dict[str, Any]:
         r = local.run(job(condition, transport), Path(out), progress=lambda line: None)
         network = json.loads((Path(out) / "network.json").read_text())
         cpu = json.loads((Path(out) / "metrics.json").read_text()).get("cpu", {})
+        competing = background(Path(out))
     return {"jct_s": r.jct_s, "accuracy": r.final_accuracy, "converged": r.converged,
             "queue_drops": network.get("queue_drops", {}).get("total", 0),
             "random_drops": network.get("ebpf_dropper", {}).get("dropped", 0),
             "retrans": r.tcp_retrans_segs or 0, "rtos": r.tcp_rto_timeouts or 0,
             # the roles' CPU while training (tailcut.training.cpustats): on a shared
             # host a transport's CPU per message is part of its JCT
-            "cpu_s": float(cpu.get("total_s", float("nan")))}
+            "cpu_s": float(cpu.get("total_s", float("nan"))), **competing}
 
 
 def load() -> str:
@@ -160,7 +176,9 @@ def main() -> None:
                 print(f"run {run + 1}/{args.runs} {c:>18} {t:>12}: JCT {r['jct_s']:6.2f} s, "
                       f"accuracy {r['accuracy']:.4f}{'' if r['converged'] else ' (NOT reached)'}"
                       f", queue drops {r['queue_drops']}, random drops {r['random_drops']}, "
-                      f"tcp retrans {r['retrans']} / RTOs {r['rtos']}, roles' CPU {r['cpu_s']:.1f} s "
+                      f"tcp retrans {r['retrans']} / RTOs {r['rtos']}, roles' CPU {r['cpu_s']:.1f} s"
+                      f", background {r['bg_flows_per_s']:.1f} flows/s of median FCT "
+                      f"{r['bg_fct_ms']:.0f} ms "
                       f"(wall {time.monotonic() - started:.0f} s, load {load()})", flush=True)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
@@ -174,8 +192,9 @@ def main() -> None:
           "| bounded-loss p=0.9):\n")
     print("| condition | JCT tcp (s) | JCT bl (s) | tcp / bl | accuracy tcp | accuracy bl "
           "| queue drops tcp / bl | random drops tcp / bl | tcp retrans / RTOs (tcp job) "
-          "| retrans / RTOs (bl job) | roles' CPU tcp / bl (s) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| retrans / RTOs (bl job) | roles' CPU tcp / bl (s) "
+          "| background flows/s tcp / bl | background median FCT tcp / bl (ms) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in args.conditions:
         tcp, bl = (med(c, t, "jct_s") for t in TRANSPORTS)
         print(f"| {c} | {tcp:.2f} | {bl:.2f} | **{tcp / bl:.2f}** "
@@ -185,7 +204,10 @@ def main() -> None:
               f"{med(c, 'bounded-loss', 'random_drops'):.0f} "
               f"| {med(c, 'tcp', 'retrans'):.0f} / {med(c, 'tcp', 'rtos'):.0f} "
               f"| {med(c, 'bounded-loss', 'retrans'):.0f} / {med(c, 'bounded-loss', 'rtos'):.0f} "
-              f"| {med(c, 'tcp', 'cpu_s'):.1f} / {med(c, 'bounded-loss', 'cpu_s'):.1f} |")
+              f"| {med(c, 'tcp', 'cpu_s'):.1f} / {med(c, 'bounded-loss', 'cpu_s'):.1f} "
+              f"| {med(c, 'tcp', 'bg_flows_per_s'):.1f} / "
+              f"{med(c, 'bounded-loss', 'bg_flows_per_s'):.1f} "
+              f"| {med(c, 'tcp', 'bg_fct_ms'):.0f} / {med(c, 'bounded-loss', 'bg_fct_ms'):.0f} |")
 
 
 if __name__ == "__main__":
