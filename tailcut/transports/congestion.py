@@ -140,5 +140,10 @@ def pool(link_bit: float | None, other_bit: float, messages: int) -> float | Non
     other flow."""
     if link_bit is None:
         return None
+    if other_bit < POOL_STEP * link_bit:
+        # Within the estimate's noise (our datagrams counted by the interface but not
+        # read yet): a grant a few Mbit/s short of the link would leave the sender a
+        # scrap of it that is no use to anyone (srpt.MIN_LEFTOVER_SHARE).
+        return link_bit
     fair = messages / (messages + 1) * link_bit
     return max(fair, link_bit - other_bit)

@@ -3,7 +3,8 @@ first, work-conserving (as a Homa sender orders its messages).
 
 The message with the fewest bytes left to send goes first, at the whole link or at
 its grant (congestion.py) if that is lower; what its grant leaves of the link goes to
-the next message, and so on; a message left with nothing waits for its turn. Ties
+the next message, and so on; a message left with nothing (or a scrap: less than
+MIN_LEFTOVER_SHARE of the link) waits for its turn. Ties
 go to the message that started first. A pass of retransmissions (a few packets) thus
 goes ahead of a whole message, and a PS's replies to N workers over a link that each
 of them can take whole go out one after the other at the full link rather than
@@ -36,6 +37,11 @@ from tailcut.transports.congestion import MIN_RATE_BIT
 
 OVERDUE_SLACK = 1.25  # how much longer than their rates say the passes ahead may take
 OVERDUE_MIN_S = 0.002
+# A scrap of the link that the passes ahead leave (their grants just under the link) is
+# not taken: a pass sends a whole burst at once and then sleeps it off at its rate,
+# deaf to the link freeing up (44 datagrams at 2.7 Mbit/s: a 0.2 s sleep). It waits
+# for its turn instead.
+MIN_LEFTOVER_SHARE = 0.1
 
 # The receiver's latest grant of the message, bit/s (None: none yet). Called with the
 # schedule's lock held: it must only read.
@@ -150,10 +156,13 @@ class LinkSchedule:
         """Each pass, first to last, with the rate the link has for it (0: none)."""
         assert self.link_bit is not None
         left, takes = self.link_bit, []
+        least_leftover = max(self.floor_bit, MIN_LEFTOVER_SHARE * self.link_bit)
         for other in sorted(self._turns, key=lambda t: (t.level, t.left_bytes, t.arrival)):
             take = self._granted(other, left)
             assert take is not None
-            take = take if take >= self.floor_bit else 0.0
+            leftover = take == left < self.link_bit
+            if take < self.floor_bit or (leftover and take < least_leftover):
+                take = 0.0
             takes.append((other, take))
             left -= take
         return takes

@@ -69,6 +69,11 @@ def test_the_job_keeps_a_flow_s_fair_share_when_others_fill_the_link() -> None:
     assert congestion.pool(None, 0.0, 1) is None
 
 
+def test_other_traffic_within_the_estimate_s_noise_leaves_the_whole_link() -> None:
+    assert congestion.pool(GBIT, 0.03 * GBIT, 1) == GBIT
+    assert congestion.pool(GBIT, 0.06 * GBIT, 1) == pytest.approx(0.94 * GBIT)
+
+
 def test_an_unreadable_counter_reports_nothing(tmp_path) -> None:
     assert congestion.LinkMonitor("eth0", str(tmp_path / "missing")).sample(0.0) is None
     dev = tmp_path / "dev"

@@ -45,6 +45,17 @@ def test_what_a_grant_leaves_of_the_link_goes_to_the_next_message() -> None:
     assert a.rate_bit() == MIN_RATE_BIT
 
 
+def test_a_scrap_of_the_link_left_by_a_grant_just_under_it_is_not_taken() -> None:
+    """A grant of 997.3 Mbit/s ahead leaves 2.7: the next pass would send a whole burst
+    and sleep 0.2 s at that rate, deaf to the link freeing up. It waits instead."""
+    link = srpt.LinkSchedule(GBIT)
+    ahead = link.enter(100_000, lambda: 997.3e6)
+    behind = link.enter(260_000, lambda: GBIT)
+    assert behind.rate_bit() == 0.0
+    link.leave(ahead)
+    assert behind.rate_bit() == GBIT
+
+
 def test_a_link_slower_than_the_grant_floor_still_sends_at_its_own_rate() -> None:
     link = srpt.LinkSchedule(5e5)   # 500 kbit/s: below MIN_RATE_BIT
     only = link.enter(1_000, lambda: 0.0)
