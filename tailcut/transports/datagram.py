@@ -81,10 +81,17 @@ RECV_BATCH = 128  # messages (datagrams, or whole GSO messages) read per recvmms
 # While a message is coming in, the receive loop lets packets gather between reads
 # rather than pay a batch's fixed cost (tens to hundreds of us of numpy calls, and a
 # wake-up of the thread, which on a busy machine waits for a core) on every one or two
-# of them: with the XDP counter it reads every COALESCE_MS (the event of a message
-# crossing p still wakes it at once); without it, it sleeps COALESCE_S after a batch
-# of fewer than COALESCE_PACKETS. 1 ms at 1 Gbit/s is 83 packets, within one read.
+# of them. With the XDP counter it reads when a message crosses p (its event), at END
+# and when the link's counter is sampled: the socket's buffer (SOCKET_BUFFER_BYTES)
+# holds what gathers meanwhile, if it got at least DEEP_SOCKET_BYTES (else, and under
+# early close, which watches a pass's last packet and the quiet after it, the loop
+# also reads every COALESCE_MS). Without the counter it sleeps
+# COALESCE_S after a batch of fewer than COALESCE_PACKETS. 1 ms at 1 Gbit/s is 83
+# packets, within one read.
 COALESCE_MS = 1
+# SO_RCVBUF as the kernel reports it (twice what was set): 8 MiB holds ~3,500 full
+# datagrams (~2.3 KB each in the kernel), a dozen 259 KB messages.
+DEEP_SOCKET_BYTES = 8 << 20
 COALESCE_PACKETS = 16
 COALESCE_S = 0.0002
 IDLE_WAIT_S = 0.1  # longest sleep with nothing due (close and END also wake the loop)
@@ -385,6 +392,7 @@ class DatagramTransport(base.Transport):
         self._recv = receiver.Receiver(self.job_id, self.stride, self.p, self.bounded,
                                        False, max_elements, self.stats)
         self._udp: socket.socket | None = None
+        self._deep_socket = False  # its receive buffer holds messages between reads
         self._conn_ids = 0  # the last connection id given (_new_conn_id)
         self._threads: list[threading.Thread] = []
         self._running = False
@@ -506,6 +514,8 @@ class DatagramTransport(base.Transport):
         # receiver.Receiver.sweep).
         udp.setsockopt(socket.SOL_SOCKET, batch.SO_TIMESTAMPNS, 1)
         udp.settimeout(0.002)
+        self._deep_socket = udp.getsockopt(socket.SOL_SOCKET,
+                                           socket.SO_RCVBUF) >= DEEP_SOCKET_BYTES
         self._udp = udp
 
     def _start(self, local_ip: str) -> None:
@@ -820,8 +830,9 @@ class DatagramTransport(base.Transport):
         in between, sleep until there is something to read or to do.
 
         With the XDP counter, datagrams do not wake the thread: a BEGIN does (from the
-        control reader), then it reads every COALESCE_MS while messages are coming in,
-        and the event of a message crossing p wakes it at once. Whatever arrives with
+        control reader), the event of a message crossing p does, and END; while
+        messages are coming in it also reads at every sample of the link's counter
+        (congestion.SAMPLE_S), and every COALESCE_MS under early close. Whatever arrives with
         no message coming in (packets still in flight after a DONE) is read when the
         finished messages' XDP entries are freed, STALE_DELAY_S on, off any message's
         path. Without it (udp, or XDP off), a datagram wakes it, and a short batch is
@@ -910,7 +921,7 @@ class DatagramTransport(base.Transport):
                     # arrive rather than pay the per-batch cost on every one or two.
                     time.sleep(COALESCE_S)
                     continue
-            elif live and not hurry:
+            elif live and not hurry and (self._recv.early_close or not self._deep_socket):
                 due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
             wait_s = min([IDLE_WAIT_S] + [t - now for t in due])
             # An event whose packet is not read yet: wait for the socket, not a timer.
