@@ -176,7 +176,8 @@ def main() -> None:
                 print(f"run {run + 1}/{args.runs} {c:>18} {t:>12}: JCT {r['jct_s']:6.2f} s, "
                       f"accuracy {r['accuracy']:.4f}{'' if r['converged'] else ' (NOT reached)'}"
                       f", queue drops {r['queue_drops']}, random drops {r['random_drops']}, "
-                      f"tcp retrans {r['retrans']} / RTOs {r['rtos']}, roles' CPU {r['cpu_s']:.1f} s"
+                      f"tcp retrans {r['retrans']} / RTOs {r['rtos']}, "
+                      f"roles' CPU {r['cpu_s']:.1f} s"
                       f", background {r['bg_flows_per_s']:.1f} flows/s of median FCT "
                       f"{r['bg_fct_ms']:.0f} ms "
                       f"(wall {time.monotonic() - started:.0f} s, load {load()})", flush=True)
