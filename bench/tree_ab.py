@@ -4,7 +4,9 @@
 
 Runs `tailcut run JOB` (a new process each time, as a user would: run_overhead.once)
 of this tree and of the checkout DIR (e.g. `git archive REV | tar -x -C DIR`) in turn,
---runs times each, and prints per run and as medians: the JCT, the CPU the roles used while training
+--runs times each, and prints per run and as medians: the JCT (and per iteration: a
+run that needs one more epoch to reach the target is longer by an epoch whatever the
+transport did), the CPU the roles used while training
 (metrics.json's cpu, docs/bounded-loss.md#cpu-time) and its split by thread kind,
 the final accuracy, and the ratios this tree / baseline. The default job is the
 bounded-loss quickstart on a clean network (examples/bounded-loss.yaml without its
@@ -38,8 +40,13 @@ def once(tree: Path, job: Path) -> dict[str, Any]:
     metrics = run_overhead.once(tree, str(job))["metrics"]
     cpu = metrics.get("cpu", {})
     kinds = {kind: v["user_s"] + v["system_s"] for kind, v in cpu.get("kinds", {}).items()}
+    # Bounded loss changes the training trajectory: a run may need one more epoch to
+    # reach the target, which lengthens its JCT by an epoch whatever the transport did.
+    # The JCT per iteration is the transport's figure without that.
+    iterations = max(1, int(metrics.get("iterations") or 1))
     return {"jct_s": metrics["jct_s"], "cpu_s": cpu.get("total_s", 0.0), "kinds": kinds,
-            "accuracy": metrics["final_accuracy"]}
+            "accuracy": metrics["final_accuracy"], "iterations": iterations,
+            "ms_per_iteration": 1e3 * metrics["jct_s"] / iterations}
 
 
 def load() -> str:
@@ -51,6 +58,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"jct_s": statistics.median(r["jct_s"] for r in runs),
             "cpu_s": statistics.median(r["cpu_s"] for r in runs),
             "accuracy": statistics.median(r["accuracy"] for r in runs),
+            "ms_per_iteration": statistics.median(r["ms_per_iteration"] for r in runs),
             "kinds": {k: statistics.median(r["kinds"].get(k, 0.0) for r in runs)
                       for k in kinds}}
 
@@ -75,7 +83,8 @@ def main() -> None:
                 before = load()
                 r = once(tree, job.resolve())
                 results[name].append(r)
-                print(f"run {i + 1}/{args.runs} {name:9}: JCT {r['jct_s']:6.2f} s, roles' "
+                print(f"run {i + 1}/{args.runs} {name:9}: JCT {r['jct_s']:6.2f} s "
+                      f"({r['iterations']} iterations), roles' "
                       f"CPU {r['cpu_s']:5.1f} s, accuracy {r['accuracy']:.4f} "
                       f"(load {before})", flush=True)
     print(f"\n{job.name if args.job else 'clean bounded-loss quickstart'}: medians of "
@@ -83,9 +92,11 @@ def main() -> None:
     this, base = summary(results["this tree"]), summary(results["baseline"])
     for name, s in (("this tree", this), ("baseline", base)):
         kinds = ", ".join(f"{k} {v:.1f}" for k, v in s["kinds"].items())
-        print(f"  {name:9}: JCT {s['jct_s']:.2f} s, roles' CPU {s['cpu_s']:.1f} s "
+        print(f"  {name:9}: JCT {s['jct_s']:.2f} s ({s['ms_per_iteration']:.1f} ms per "
+              f"iteration), roles' CPU {s['cpu_s']:.1f} s "
               f"({kinds}), accuracy {s['accuracy']:.4f}")
-    print(f"  this tree / baseline: JCT {this['jct_s'] / base['jct_s']:.2f}, "
+    print(f"  this tree / baseline: JCT {this['jct_s'] / base['jct_s']:.2f}, JCT per "
+          f"iteration {this['ms_per_iteration'] / base['ms_per_iteration']:.2f}, "
           f"roles' CPU {this['cpu_s'] / base['cpu_s']:.2f}")
 
 
