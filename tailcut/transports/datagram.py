@@ -83,9 +83,10 @@ RECV_BATCH = 128  # messages (datagrams, or whole GSO messages) read per recvmms
 # wake-up of the thread, which on a busy machine waits for a core) on every one or two
 # of them. With the XDP counter it reads when a message crosses p (its event), at END
 # and when the link's counter is sampled: the socket's buffer (SOCKET_BUFFER_BYTES)
-# holds what gathers meanwhile, if it got at least DEEP_SOCKET_BYTES (else, and under
-# early close, which watches a pass's last packet and the quiet after it, the loop
-# also reads every COALESCE_MS). Without the counter it sleeps
+# holds what gathers meanwhile, if it got at least DEEP_SOCKET_BYTES and four samples'
+# worth of the link (else, on an unshaped link with no samples, and under early
+# close, which watches a pass's last packet and the quiet after it, the loop also
+# reads every COALESCE_MS). Without the counter it sleeps
 # COALESCE_S after a batch of fewer than COALESCE_PACKETS. 1 ms at 1 Gbit/s is 83
 # packets, within one read.
 COALESCE_MS = 1
@@ -392,6 +393,7 @@ class DatagramTransport(base.Transport):
         self._recv = receiver.Receiver(self.job_id, self.stride, self.p, self.bounded,
                                        False, max_elements, self.stats)
         self._udp: socket.socket | None = None
+        self._rcvbuf_bytes = 0  # SO_RCVBUF as the kernel reports it
         self._deep_socket = False  # its receive buffer holds messages between reads
         self._conn_ids = 0  # the last connection id given (_new_conn_id)
         self._threads: list[threading.Thread] = []
@@ -514,8 +516,7 @@ class DatagramTransport(base.Transport):
         # receiver.Receiver.sweep).
         udp.setsockopt(socket.SOL_SOCKET, batch.SO_TIMESTAMPNS, 1)
         udp.settimeout(0.002)
-        self._deep_socket = udp.getsockopt(socket.SOL_SOCKET,
-                                           socket.SO_RCVBUF) >= DEEP_SOCKET_BYTES
+        self._rcvbuf_bytes = udp.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
         self._udp = udp
 
     def _start(self, local_ip: str) -> None:
@@ -524,6 +525,12 @@ class DatagramTransport(base.Transport):
         self._link_bit = (self.link_mbit * 1e6 if self.link_mbit is not None
                           else _link_rate_bit(local_ip))
         self._pace_bit = self.rate_mbit * 1e6 if self.rate_mbit is not None else self._link_bit
+        # Deep enough to hold what arrives between two of the link monitor's samples,
+        # four times over, at ~2x the payload in kernel memory (a faster link than
+        # 1 Gbit/s needs more than DEEP_SOCKET_BYTES).
+        link_bytes = 0.0 if self._link_bit is None else self._link_bit / 8
+        self._deep_socket = self._rcvbuf_bytes >= max(
+            DEEP_SOCKET_BYTES, 2 * 4 * congestion.SAMPLE_S * link_bytes)
         self._schedule = srpt.LinkSchedule(self._pace_bit)
         if self._link_bit is not None:
             self._monitor = congestion.LinkMonitor(_ifname_of(local_ip))
@@ -806,7 +813,8 @@ class DatagramTransport(base.Transport):
         other = monitor.sample(now)
         if other is None or self._link_bit is None:
             return
-        if abs(other - self._other_bit) > congestion.POOL_STEP * self._link_bit:
+        step = congestion.POOL_STEP * self._link_bit
+        if abs(other - self._other_bit) > step or (other < step) != (self._other_bit < step):
             self._other_bit = other
             self._regrant()
 
@@ -901,9 +909,12 @@ class DatagramTransport(base.Transport):
                 hurry = self._recv.fired_short()
             self._finish(done)
             # The other traffic on the link matters to the messages coming in: read it
-            # every SAMPLE_S while there are some, now and then otherwise.
-            if monitor is not None and now >= sampled + (congestion.SAMPLE_S if live
-                                                         else IDLE_SAMPLE_S):
+            # every SAMPLE_S while there are some, now and then otherwise; once the
+            # socket is drained, or our unread datagrams would count as other traffic
+            # (unless the reads never catch up: then every 4 samples' time).
+            every = congestion.SAMPLE_S if live else IDLE_SAMPLE_S
+            if monitor is not None and now >= sampled + every and (
+                    not inbox.filled or now >= sampled + 4 * every):
                 self._resample(monitor, now)
                 sampled = now
             if self._stale_at is not None and now >= self._stale_at:
@@ -921,7 +932,9 @@ class DatagramTransport(base.Transport):
                     # arrive rather than pay the per-batch cost on every one or two.
                     time.sleep(COALESCE_S)
                     continue
-            elif live and not hurry and (self._recv.early_close or not self._deep_socket):
+            elif live and not hurry and (self._recv.early_close or not self._deep_socket
+                                         or monitor is None):
+                # (No monitor, on an unshaped link: nothing else would read meanwhile.)
                 due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
             wait_s = min([IDLE_WAIT_S] + [t - now for t in due])
             # An event whose packet is not read yet: wait for the socket, not a timer.

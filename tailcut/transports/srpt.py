@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from tailcut.transports.congestion import MIN_RATE_BIT
@@ -62,11 +63,15 @@ class Turn:
         self.level = levels[0] if levels else 0
         self.link_was_idle = False  # set by enter(): nothing else was being sent
         self.overdue = False  # its wait ran out: it shares the link with those ahead
+        self._due_at: float | None = None  # when it goes overdue if still waiting
 
     def rate_bit(self) -> float | None:
         """The rate to pace at now; 0.0: another message goes first (wait()); None: as
         fast as the CPU allows."""
-        return self._schedule.rate_bit(self)
+        rate = self._schedule.rate_bit(self)
+        if rate != 0.0:
+            self._due_at = None  # not waiting: a later wait starts a new spell
+        return rate
 
     def sent(self, left_bytes: int, position: int) -> None:
         """A burst went out; ``left_bytes`` of the pass are still to send, from its
@@ -82,11 +87,17 @@ class Turn:
         schedule = self._schedule
         with schedule.changes:
             ahead_s = schedule._time_ahead_s(self)
+            now = time.monotonic()
             if ahead_s is not None:
-                timeout_s = min(timeout_s, max(OVERDUE_MIN_S, OVERDUE_SLACK * ahead_s))
-            if not schedule.changes.wait_for(
-                    lambda: stop.is_set() or schedule._rate_bit(self) != 0.0, timeout_s) \
-                    and ahead_s is not None:
+                # The deadline is set by the first wait of a spell and kept by the next
+                # ones: a wait cut short by timeout_s is not yet overdue.
+                if self._due_at is None:
+                    self._due_at = now + max(OVERDUE_MIN_S, OVERDUE_SLACK * ahead_s)
+                timeout_s = min(timeout_s, max(0.0, self._due_at - now))
+            if schedule.changes.wait_for(
+                    lambda: stop.is_set() or schedule._rate_bit(self) != 0.0, timeout_s):
+                self._due_at = None  # its turn came: a later wait starts a new spell
+            elif self._due_at is not None and time.monotonic() >= self._due_at:
                 self.overdue = True
 
 

@@ -133,3 +133,20 @@ def test_a_pass_whose_wait_outlasts_the_ones_ahead_shares_the_link_with_them() -
     assert time.monotonic() - started < 5      # not the 30 s timeout
     assert behind.overdue and behind.rate_bit() == GBIT / 2
     assert ahead.rate_bit() == GBIT
+
+
+def test_a_wait_cut_short_by_its_timeout_is_not_overdue_before_the_ones_ahead_should_end() -> None:
+    """10 MB ahead at 930 Mbit/s: 86 ms of link time, overdue after 1.25x that. The
+    sender waits in slices of 50 ms (sender.TURN_WAIT_S): the first slice ending is
+    not the pass being overdue, the deadline is."""
+    link = srpt.LinkSchedule(GBIT)
+    link.enter(10_000_000, lambda: 0.93 * GBIT)
+    behind = link.enter(20_000_000, lambda: None)
+    stop = threading.Event()
+    started = time.monotonic()
+    behind.wait(0.05, stop)
+    assert not behind.overdue
+    while not behind.overdue and time.monotonic() - started < 5:
+        behind.wait(0.05, stop)
+    assert behind.overdue and time.monotonic() - started >= 0.1
+    assert behind.rate_bit() == pytest.approx(0.5 * GBIT)
