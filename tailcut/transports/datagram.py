@@ -393,8 +393,9 @@ class DatagramTransport(base.Transport):
         self._recv = receiver.Receiver(self.job_id, self.stride, self.p, self.bounded,
                                        False, max_elements, self.stats)
         self._udp: socket.socket | None = None
-        self._rcvbuf_bytes = 0  # SO_RCVBUF as the kernel reports it
-        self._deep_socket = False  # its receive buffer holds messages between reads
+        # With the XDP counter: whether the receive loop also reads every COALESCE_MS
+        # while a message comes in (set by _start).
+        self._coalesce_reads = True
         self._conn_ids = 0  # the last connection id given (_new_conn_id)
         self._threads: list[threading.Thread] = []
         self._running = False
@@ -516,7 +517,6 @@ class DatagramTransport(base.Transport):
         # receiver.Receiver.sweep).
         udp.setsockopt(socket.SOL_SOCKET, batch.SO_TIMESTAMPNS, 1)
         udp.settimeout(0.002)
-        self._rcvbuf_bytes = udp.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
         self._udp = udp
 
     def _start(self, local_ip: str) -> None:
@@ -525,12 +525,13 @@ class DatagramTransport(base.Transport):
         self._link_bit = (self.link_mbit * 1e6 if self.link_mbit is not None
                           else _link_rate_bit(local_ip))
         self._pace_bit = self.rate_mbit * 1e6 if self.rate_mbit is not None else self._link_bit
-        # Deep enough to hold what arrives between two of the link monitor's samples,
-        # four times over, at ~2x the payload in kernel memory (a faster link than
-        # 1 Gbit/s needs more than DEEP_SOCKET_BYTES).
-        link_bytes = 0.0 if self._link_bit is None else self._link_bit / 8
-        self._deep_socket = self._rcvbuf_bytes >= max(
-            DEEP_SOCKET_BYTES, 2 * 4 * congestion.SAMPLE_S * link_bytes)
+        # The link monitor's samples read the socket too: between them it must hold
+        # what arrives, four times over, at ~2x the payload in kernel memory (a faster
+        # link than 1 Gbit/s needs more than DEEP_SOCKET_BYTES). An unshaped link has
+        # no samples; early close watches each pass's last packet.
+        rcvbuf = self._udp.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        self._coalesce_reads = self._link_bit is None or self._recv.early_close or \
+            rcvbuf < max(DEEP_SOCKET_BYTES, 2 * 4 * congestion.SAMPLE_S * self._link_bit / 8)
         self._schedule = srpt.LinkSchedule(self._pace_bit)
         if self._link_bit is not None:
             self._monitor = congestion.LinkMonitor(_ifname_of(local_ip))
@@ -840,7 +841,8 @@ class DatagramTransport(base.Transport):
         With the XDP counter, datagrams do not wake the thread: a BEGIN does (from the
         control reader), the event of a message crossing p does, and END; while
         messages are coming in it also reads at every sample of the link's counter
-        (congestion.SAMPLE_S), and every COALESCE_MS under early close. Whatever arrives with
+        (congestion.SAMPLE_S), and every COALESCE_MS where those are not enough
+        (_coalesce_reads: early close, an unshaped link, a shallow socket). Whatever arrives with
         no message coming in (packets still in flight after a DONE) is read when the
         finished messages' XDP entries are freed, STALE_DELAY_S on, off any message's
         path. Without it (udp, or XDP off), a datagram wakes it, and a short batch is
@@ -932,9 +934,7 @@ class DatagramTransport(base.Transport):
                     # arrive rather than pay the per-batch cost on every one or two.
                     time.sleep(COALESCE_S)
                     continue
-            elif live and not hurry and (self._recv.early_close or not self._deep_socket
-                                         or monitor is None):
-                # (No monitor, on an unshaped link: nothing else would read meanwhile.)
+            elif live and not hurry and self._coalesce_reads:
                 due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
             wait_s = min([IDLE_WAIT_S] + [t - now for t in due])
             # An event whose packet is not read yet: wait for the socket, not a timer.
