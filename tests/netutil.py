@@ -39,6 +39,34 @@ while time.monotonic() < end:
 s.close()
 """
 
+# A message and a one-byte answer, again and again with the link idle in between.
+TCP_ECHO_RECEIVER = """
+import socket
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", {port})); srv.listen(1); print("ready", flush=True)
+conn, _ = srv.accept(); buf = bytearray(1 << 20)
+while True:
+    got = 0
+    while got < {size}:
+        n = conn.recv_into(memoryview(buf)[:{size} - got])
+        if not n:
+            raise SystemExit(0)
+        got += n
+    conn.sendall(b"x")
+"""
+
+TCP_MESSAGE_SENDER = """
+import socket, statistics, time
+s = socket.create_connection(("{ip}", {port}), timeout=5)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+message, times = b"x" * {size}, []
+for _ in range({rounds}):
+    time.sleep(0.01)
+    start = time.perf_counter(); s.sendall(message); s.recv(1)
+    times.append(time.perf_counter() - start)
+print(statistics.median(times[{rounds} // 5:]) * 1e3)
+"""
+
 UDP_RECEIVER = """
 import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -87,6 +115,19 @@ def tcp_goodput_mbit(src_ns: str, dst_ns: str, dst_ip: str, seconds: float = 3.0
     tx = start(src_ns, TCP_SENDER.format(ip=dst_ip, port=port, seconds=seconds))
     _finish(tx, seconds + 10)
     return float(_finish(rx, 10))
+
+
+def tcp_message_ms(src_ns: str, dst_ns: str, dst_ip: str, size: int, rounds: int = 50,
+                   port: int = 5204) -> float:
+    """Median time of a `size`-byte TCP message and a one-byte answer, each sent after
+    10 ms of idle link (the first fifth of the rounds not counted)."""
+    rx = start(dst_ns, TCP_ECHO_RECEIVER.format(port=port, size=size))
+    _wait_ready(rx)
+    tx = start(src_ns, TCP_MESSAGE_SENDER.format(ip=dst_ip, port=port, size=size,
+                                                 rounds=rounds))
+    ms = float(_finish(tx, 60))
+    _finish(rx, 10)
+    return ms
 
 
 def udp_delivered(src_ns: str, dst_ns: str, dst_ip: str, count: int,

@@ -340,8 +340,10 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
     own = rtnl.Batch()
     own.addr_add(index, pod.ip, 24)
     # Pods are the only senders: with loss on the path their skbs must cross every hop
-    # as one wire packet each (shaping.drops_packets).
-    own.set_link(index, alias=alias, up=True, gso_max_segs=1 if drops else None)
+    # as one wire packet each (shaping.drops_packets); and no GSO packet is larger than
+    # the link's HTB lets out at once (shaping.GSO_BYTES), at either end.
+    own.set_link(index, alias=alias, up=True, gso_max_segs=1 if drops else None,
+                 gso_max_size=shaping.GSO_BYTES)
     if wiring.default_route:
         own.route_add("0.0.0.0/0", rack.gateway)
     else:
@@ -356,7 +358,7 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
     own.send(pod_sock)
     port_index = rtnl.ifindex(rack_sock, port)
     ports = rtnl.Batch()
-    ports.set_link(port_index, alias=alias, up=True)
+    ports.set_link(port_index, alias=alias, up=True, gso_max_size=shaping.GSO_BYTES)
     shaping.add_requests(ports, network.access_ops, port_index)
     droppers += shaping.add_dropper_requests(ports, network.access_ops, rack.netns, port,
                                              port_index)

@@ -34,7 +34,7 @@ NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 NLA_F_NESTED = 0x8000
 IFLA_IFNAME = 3
 IFLA_ADDRESS, IFLA_MTU, IFLA_MASTER, IFLA_LINKINFO, IFLA_IFALIAS = 1, 4, 10, 18, 20
-IFLA_NET_NS_FD, IFLA_GSO_MAX_SEGS = 28, 40
+IFLA_NET_NS_FD, IFLA_GSO_MAX_SEGS, IFLA_GSO_MAX_SIZE = 28, 40, 41
 IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 1, 2, 1
 IFA_ADDRESS, IFA_LOCAL, IFA_BROADCAST = 1, 2, 4
 RTA_DST, RTA_GATEWAY = 1, 5
@@ -95,13 +95,16 @@ class Batch:
                   f"veth {ifname} (peer {peer})")
 
     def set_link(self, ifindex: int, *, alias: str | None = None, up: bool = False,
-                 gso_max_segs: int | None = None) -> None:
-        """Change link `ifindex`: its alias, up, its largest GSO packet in segments."""
+                 gso_max_segs: int | None = None, gso_max_size: int | None = None) -> None:
+        """Change link `ifindex`: its alias, up, its largest GSO packet in segments
+        and in bytes."""
         attrs = b""
         if alias is not None:
             attrs += _attr(IFLA_IFALIAS, alias.encode() + b"\0")
         if gso_max_segs is not None:
             attrs += _attr(IFLA_GSO_MAX_SEGS, struct.pack("=I", gso_max_segs))
+        if gso_max_size is not None:
+            attrs += _attr(IFLA_GSO_MAX_SIZE, struct.pack("=I", gso_max_size))
         flag = IFF_UP if up else 0
         body = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, ifindex, flag, flag) + attrs
         self._add(RTM_NEWLINK, 0, body, f"set ifindex {ifindex}")

@@ -57,7 +57,12 @@ DELAY_LINE_PACKETS = 1_000_000  # netem's limit when a child queue is the buffer
 MTU_BYTES = 1514          # a full frame at the default MTU: 1500 + 14 of Ethernet header
 ETH_HEADER_BYTES = 14
 HTB_QUANTUM_MAX = 200_000  # bytes; the kernel warns about (and clamps) larger quanta
-GSO_BYTES = 65_536         # a veth hands HTB up to 64 KiB at once
+# The largest GSO packet a pod's link takes (gso_max_size on both ends, set by build):
+# HTB sends a packet whole once its bucket is not empty, so a sender that was idle puts
+# its bucket plus one GSO packet on the wire at once. With the kernel's 64 KiB and a
+# bucket of 1 ms a 259 KB message crossed a 1 Gbit/s link at 2.5 Gbit/s;
+# with 32 KiB and the bucket below, at 1.0 (docs/network.md#a-link-is-no-faster-than-its-rate).
+GSO_BYTES = 32_768
 FIFO_KINDS = {"packets": "pfifo", "bytes": "bfifo"}
 
 # pyroute2 0.9 knows pfifo's options but not bfifo's; both are the kernel's struct
@@ -77,10 +82,9 @@ class Htb:
 
     @property
     def burst_bytes(self) -> int:
-        # One millisecond at line rate, but never less than one GSO packet plus a
-        # frame: a smaller bucket makes HTB undershoot its rate with TSO/GSO
-        # super-packets.
-        return max(self.rate_bit // 8 // 1000, GSO_BYTES + self.frame_bytes)
+        # One GSO packet plus a frame, the least with which HTB still reaches its rate
+        # with GSO packets; any more goes out faster than the link (GSO_BYTES).
+        return GSO_BYTES + self.frame_bytes
 
     @property
     def quantum_bytes(self) -> int:

@@ -50,6 +50,10 @@ UDP_SEGMENT = 103  # <linux/udp.h>: a u16 cmsg, the size to cut a GSO message in
 UDP_GRO = 104  # <linux/udp.h>: take UDP GSO messages whole; an int cmsg, their cut size
 UDP_MAX_SEGMENTS = 64  # the kernel's limit (128 on newer ones; 64 fits both)
 MAX_UDP_PAYLOAD = 65_507  # 64 KiB less the IP and UDP headers
+# The links tailcut builds take GSO packets under 32 KiB (tailcut.net.shaping.GSO_BYTES,
+# their gso_max_size); the kernel cuts a larger one into single datagrams at the pod's
+# interface. So a GSO message's datagrams stay under it with their IP and UDP headers.
+MAX_GSO_PAYLOAD = 32_768 - 28 - 1
 # What a kernel or device without UDP GSO refuses a first GSO message with (EIO: no
 # checksum offload; EINVAL, ENOPROTOOPT: no UDP_SEGMENT).
 GSO_REFUSED = frozenset({errno.EIO, errno.EINVAL, errno.ENOPROTOOPT})
@@ -127,7 +131,7 @@ if _recvmmsg is not None:
 
 def max_segments(gso_size: int) -> int:
     """Datagrams of ``gso_size`` bytes in one GSO message, at most."""
-    return max(1, min(UDP_MAX_SEGMENTS, MAX_UDP_PAYLOAD // gso_size))
+    return max(1, min(UDP_MAX_SEGMENTS, MAX_GSO_PAYLOAD // gso_size))
 
 
 def _sockaddr(addr: tuple[str, int]) -> _SockAddrIn:

@@ -24,18 +24,18 @@ ETH_BYTES = 14  # what HTB counts on top of the IP packet
 # A burst (one sendmmsg, then a look at the clock and for DONE) is BURST_S of link time
 # at the rate being paced, at least BURST_PACKETS and at most MAX_BURST_PACKETS: each
 # burst is a wake-up of the sender thread, and on a busy machine every wake-up waits
-# for a core. 0.4 ms is 33 packets at 1 Gbit/s, a third of the link's 1 ms bucket.
+# for a core. 0.4 ms is 33 packets at 1 Gbit/s.
 BURST_PACKETS = 16
 BURST_S = 0.0004
 MAX_BURST_PACKETS = 128
 CATCH_UP_S = 0.004  # most link time a late sender sends at once (330 packets at 1 Gbit/s)
-# A pass starts with this much link time at its rate sent at once: what the link's own
-# token bucket lets through unqueued after an idle spell (HTB's burst is 1 ms at line
-# rate, tailcut.net.shaping.Htb), which a TCP sender uses at the start of every
-# message. Only a pass that finds its sender's link idle (srpt.Turn.link_was_idle)
-# takes it: one handed the link by another pass, or sent next to one, does not. On a
-# path with shallow switch buffers it is at most half the smallest (the pod's HTB
-# lets the credit out at once, faster than the switch port drains it).
+# A pass starts with this much link time at its rate sent at once, into its own link's
+# queue, which lets it out at line rate (its bucket, tailcut.net.shaping.Htb, at
+# once): the link is busy from the first packet, as with a TCP sender's first window,
+# for one wake-up instead of three. Only a pass that finds its sender's link idle
+# (srpt.Turn.link_was_idle) takes it: one handed the link by another pass, or sent
+# next to one, does not. On a path with shallow switch buffers it is at most half the
+# smallest.
 START_CREDIT_S = 0.001
 # Longest wait for a turn on the sender's link without a look at the deadline (a
 # turn's end, a grant or a DONE wakes the wait at once).
@@ -159,7 +159,7 @@ def burst_floor(whole_gso: bool, mtu: int) -> int:
     if not whole_gso:
         return BURST_PACKETS
     full = wire.HEADER_BYTES + 4 * wire.elements_per_packet(mtu)
-    return max(BURST_PACKETS, min(batch_mod.UDP_MAX_SEGMENTS, batch_mod.MAX_UDP_PAYLOAD // full))
+    return max(BURST_PACKETS, batch_mod.max_segments(full))
 
 
 def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np.ndarray,

@@ -7,7 +7,7 @@ import pytest
 
 from tailcut import spec
 from tailcut.errors import AlreadyExists, KernelFeatureMissing
-from tailcut.net import build, clean, naming, netns, topology
+from tailcut.net import build, clean, naming, netns, shaping, topology
 from tests import netutil
 
 pytestmark = pytest.mark.netns
@@ -76,6 +76,24 @@ def test_a_link_shaped_to_100_mbit_carries_100_mbit_within_10_percent(built):
     measured = netutil.tcp_goodput_mbit(a.netns, b.netns, b.ip, seconds=3)
     print(f"measured {measured:.1f} Mbit/s through a 100 Mbit/s access link")
     assert 90 <= measured <= 110
+
+
+def test_a_message_after_idle_takes_at_least_its_time_at_the_links_rate(built):
+    """A link's bucket and GSO packets are what HTB lets out at once (shaping.GSO_BYTES):
+    a 259 KB message took 0.84 ms over an idle 1 Gbit/s link with the kernel's 64 KiB
+    GSO packets and a 1 ms bucket (2.5 Gbit/s); its time at 1 Gbit/s is 2.07 ms.
+    Only a busy machine makes it slower, never faster."""
+    net = built(job("linerate", "{accessLink: {bandwidth: 1Gbit}}"))
+    a, b = net.topology.pod("worker-0"), net.topology.pod("worker-1")
+    for pod in (a, b):
+        with netns.ipr(pod.netns) as ipr:
+            eth0 = ipr.get_links(ipr.link_lookup(ifname="eth0")[0])[0]
+        assert eth0.get_attr("IFLA_GSO_MAX_SIZE") == shaping.GSO_BYTES
+    size = 259_000
+    ms = netutil.tcp_message_ms(a.netns, b.netns, b.ip, size)
+    at_rate_ms = size * 8 / 1e9 * 1e3
+    print(f"a {size}-byte message took {ms:.2f} ms; {at_rate_ms:.2f} ms at 1 Gbit/s")
+    assert ms >= 0.9 * at_rate_ms
 
 
 def test_both_directions_of_a_link_are_shaped(built):

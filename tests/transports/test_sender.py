@@ -182,8 +182,9 @@ def test_each_datagram_carries_the_tos_of_its_slot_on_either_send_path(per_datag
 
 
 def test_a_burst_is_a_whole_gso_message_only_with_gso_and_no_finite_switch_buffer() -> None:
-    """44 full datagrams of a 1500-byte MTU fill one 64 KiB GSO message; a finite
-    switch buffer (or no GSO) keeps the small bursts that a shallow one can hold."""
-    assert sender.burst_floor(True, 1500) == 44
+    """22 full datagrams of a 1500-byte MTU fill one GSO message of the links' 32 KiB;
+    a finite switch buffer (or no GSO) keeps the small bursts that a shallow one can
+    hold."""
+    assert sender.burst_floor(True, 1500) == 22
     assert sender.burst_floor(False, 1500) == sender.BURST_PACKETS
-    assert sender.burst_floor(True, 9000) == sender.BURST_PACKETS  # 7 jumbo datagrams
+    assert sender.burst_floor(True, 9000) == sender.BURST_PACKETS  # 3 jumbo datagrams
