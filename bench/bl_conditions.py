@@ -35,6 +35,7 @@ incast-shallow >= 2, accuracy within 0.5% of tcp's in every row."""
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -47,7 +48,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tailcut import spec  # noqa: E402
+from tailcut import errors, spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
 SHALLOW = {"bufferBytes": 85_000}
@@ -116,9 +117,18 @@ def background(out: Path) -> dict[str, float]:
             "bg_fct_ms": float(total.get("Median Response Time", "nan"))}
 
 
+class RunFailed(Exception):
+    """One run of the bench failed; its results directory is kept for a look."""
+
+
 def one(condition: str, transport: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="blc-") as out:
-        r = local.run(job(condition, transport), Path(out), progress=lambda line: None)
+        try:
+            r = local.run(job(condition, transport), Path(out), progress=lambda line: None)
+        except errors.RunError as err:
+            kept = Path(tempfile.mkdtemp(prefix=f"blc-failed-{transport}-"))
+            shutil.copytree(out, kept, dirs_exist_ok=True)
+            raise RunFailed(f"{err} (its results and logs: {kept})") from err
         network = json.loads((Path(out) / "network.json").read_text())
         cpu = json.loads((Path(out) / "metrics.json").read_text()).get("cpu", {})
         competing = background(Path(out))
@@ -166,12 +176,19 @@ def main() -> None:
                        capture_output=True)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         c: {t: [] for t in TRANSPORTS} for c in args.conditions}
+    failed: list[str] = []
     for run in range(args.runs):
         for c in args.conditions:
             for t in TRANSPORTS:
                 started = time.monotonic()
-                r = (one(c, t) if args.executor == "local"
-                     else on_cluster(c, t, args.kubeconfig, run))
+                try:
+                    r = (one(c, t) if args.executor == "local"
+                         else on_cluster(c, t, args.kubeconfig, run))
+                except RunFailed as err:   # the other runs still count; say which failed
+                    print(f"run {run + 1}/{args.runs} {c:>18} {t:>12}: FAILED, not counted: "
+                          f"{err}", flush=True)
+                    failed.append(f"{c} {t} run {run + 1}")
+                    continue
                 runs[c][t].append(r)
                 print(f"run {run + 1}/{args.runs} {c:>18} {t:>12}: JCT {r['jct_s']:6.2f} s, "
                       f"accuracy {r['accuracy']:.4f}{'' if r['converged'] else ' (NOT reached)'}"
@@ -197,6 +214,9 @@ def main() -> None:
           "| background flows/s tcp / bl | background median FCT tcp / bl (ms) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in args.conditions:
+        if not all(runs[c][t] for t in TRANSPORTS):
+            print(f"| {c} | every run of a transport failed |")
+            continue
         tcp, bl = (med(c, t, "jct_s") for t in TRANSPORTS)
         print(f"| {c} | {tcp:.2f} | {bl:.2f} | **{tcp / bl:.2f}** "
               f"| {med(c, 'tcp', 'accuracy'):.4f} | {med(c, 'bounded-loss', 'accuracy'):.4f} "
@@ -209,6 +229,8 @@ def main() -> None:
               f"| {med(c, 'tcp', 'bg_flows_per_s'):.1f} / "
               f"{med(c, 'bounded-loss', 'bg_flows_per_s'):.1f} "
               f"| {med(c, 'tcp', 'bg_fct_ms'):.0f} / {med(c, 'bounded-loss', 'bg_fct_ms'):.0f} |")
+    if failed:
+        print(f"\nfailed, not in the medians: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

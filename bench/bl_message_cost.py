@@ -55,8 +55,8 @@ def load() -> str:
 def one(transport: str, p: float, args: argparse.Namespace, port: int,
         tree: Path | None, traced: bool = False) -> dict[str, Any]:
     # UDP GSO, as tailcut.plan.transport_options sets it on every path; with no
-    # switch_buffer_bytes a burst is a whole GSO message (44 datagrams; 16 before Nov
-    # 27, so this bench's figures from before then are not comparable).
+    # switch_buffer_bytes a burst is a whole GSO message (22 datagrams; 44 on Nov 27
+    # and 16 before, so this bench's figures from before then are not comparable).
     options: dict[str, Any] = {} if transport == "tcp" else {"job": "bl-bench-cost",
                                                             "gso": True}
     if transport == "bounded-loss":

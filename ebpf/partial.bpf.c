@@ -19,9 +19,9 @@
 #ifndef TAILCUT_BL_STRIDE
 #error "compile with -DTAILCUT_BL_STRIDE, as tailcut/datapath/partial.py does"
 #endif
-/* A full datagram's UDP payload, and the most of them our senders put in one UDP GSO
- * message (at most 65507 bytes of payload, at most 64 segments: batch.py's
- * _Gso.max_segments). The verifier needs both as constants, and every offset it
+/* A full datagram's UDP payload, and the most of them any sender may put in one UDP GSO
+ * message (at most 65507 bytes of payload, at most 64 segments; tailcut's own senders
+ * stay under 32 KiB: batch.py's max_segments). The verifier needs both as constants, and every offset it
  * checks below 64 KiB: the last datagram walked starts at most 65507 - DATAGRAM in. */
 #define TAILCUT_BL_DATAGRAM (TAILCUT_BL_HDR_BYTES + 4 * TAILCUT_BL_STRIDE)
 #define TAILCUT_BL_GSO_DATAGRAMS \

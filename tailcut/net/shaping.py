@@ -152,7 +152,7 @@ def wire_end(link: Link) -> list[Op]:
     """What `link` loses at random on its way from a pod, applied on the ingress of the
     switch port the pod's wire ends at: an eBPF dropper (on every kernel, netem or not).
     There every packet is a wire packet: the pod's interface cuts a UDP GSO message
-    (a datagram sender hands the kernel up to 64 KiB at once) after its own shaper, so
+    (a datagram sender hands the kernel up to 32 KiB at once) after its own shaper, so
     loss acts on datagrams, not on whole GSO messages, and the sender keeps GSO's
     one-skb-per-burst cost under loss. A TCP sender's retransmission counts are the
     same as with the loss on its own egress (measured: 768 of 768 and 741 of 741

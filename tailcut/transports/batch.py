@@ -8,8 +8,9 @@ values it carries, straight from the vector), so the sender never copies a vecto
 packets.
 
 With ``gso_size`` (UDP GSO, Linux's UDP_SEGMENT), consecutive datagrams of that size
-go to the kernel as one message of up to 64 KiB that it cuts into those datagrams as
-late as the path lets it: what a TCP sender's 64 KiB skbs get. On the emulated path
+go to the kernel as one message of up to 32 KiB (what tailcut's links take whole:
+MAX_GSO_PAYLOAD) that it cuts into those datagrams as late as the path lets it: what a
+TCP sender's GSO skbs get. On the emulated path
 every hop's per-packet work is CPU, ~13 us a datagram, so this is what lets one sender
 reach line rate. It is only for paths where nothing before the cut acts per packet:
 a random-loss dropper would drop a whole super-packet (a path that drops has its pods
@@ -21,7 +22,7 @@ datagram, with each datagram's true length (MSG_TRUNC), source address and kerne
 arrival time (SO_TIMESTAMPNS); the receiver then checks the whole batch with numpy.
 GroInbox does the same for a socket with UDP_GRO on, which takes a UDP GSO message
 that reaches it whole as one read: its datagrams land in consecutive rows (they are
-cut at the row size), so a 64 KiB message costs the path and the socket one packet,
+cut at the row size), so a 32 KiB message costs the path and the socket one packet,
 as a TCP segment train does.
 The libc structs are ctypes Structures: ctypes lays them out, nothing here counts bytes.
 """
@@ -52,8 +53,8 @@ UDP_MAX_SEGMENTS = 64  # the kernel's limit (128 on newer ones; 64 fits both)
 MAX_UDP_PAYLOAD = 65_507  # 64 KiB less the IP and UDP headers
 # The links tailcut builds take GSO packets under 32 KiB (tailcut.net.shaping.GSO_BYTES,
 # their gso_max_size); the kernel cuts a larger one into single datagrams at the pod's
-# interface. So a GSO message's datagrams stay under it with their IP and UDP headers.
-MAX_GSO_PAYLOAD = 32_768 - 28 - 1
+# interface, measuring it with its Ethernet, IP and UDP headers.
+MAX_GSO_PAYLOAD = 32_768 - 14 - 20 - 8 - 1
 # What a kernel or device without UDP GSO refuses a first GSO message with (EIO: no
 # checksum offload; EINVAL, ENOPROTOOPT: no UDP_SEGMENT).
 GSO_REFUSED = frozenset({errno.EIO, errno.EINVAL, errno.ENOPROTOOPT})

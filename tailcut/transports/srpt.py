@@ -40,7 +40,7 @@ OVERDUE_SLACK = 1.25  # how much longer than their rates say the passes ahead ma
 OVERDUE_MIN_S = 0.002
 # A scrap of the link that the passes ahead leave (their grants just under the link) is
 # not taken: a pass sends a whole burst at once and then sleeps it off at its rate,
-# deaf to the link freeing up (44 datagrams at 2.7 Mbit/s: a 0.2 s sleep). It waits
+# deaf to the link freeing up (22 datagrams at 2.7 Mbit/s: a 0.1 s sleep). It waits
 # for its turn instead.
 MIN_LEFTOVER_SHARE = 0.1
 

@@ -81,8 +81,9 @@ def test_a_link_shaped_to_100_mbit_carries_100_mbit_within_10_percent(built):
 def test_a_message_after_idle_takes_at_least_its_time_at_the_links_rate(built):
     """A link's bucket and GSO packets are what HTB lets out at once (shaping.GSO_BYTES):
     a 259 KB message took 0.84 ms over an idle 1 Gbit/s link with the kernel's 64 KiB
-    GSO packets and a 1 ms bucket (2.5 Gbit/s); its time at 1 Gbit/s is 2.07 ms.
-    Only a busy machine makes it slower, never faster."""
+    GSO packets and a 1 ms bucket (2.5 Gbit/s); its time at 1 Gbit/s is 2.07 ms (2.01
+    measured). Even a machine with no other work lets out no more than one bucket and
+    one GSO packet (~67 KB) ahead of the rate: at least 1.6 ms."""
     net = built(job("linerate", "{accessLink: {bandwidth: 1Gbit}}"))
     a, b = net.topology.pod("worker-0"), net.topology.pod("worker-1")
     for pod in (a, b):
@@ -93,7 +94,7 @@ def test_a_message_after_idle_takes_at_least_its_time_at_the_links_rate(built):
     ms = netutil.tcp_message_ms(a.netns, b.netns, b.ip, size)
     at_rate_ms = size * 8 / 1e9 * 1e3
     print(f"a {size}-byte message took {ms:.2f} ms; {at_rate_ms:.2f} ms at 1 Gbit/s")
-    assert ms >= 0.9 * at_rate_ms
+    assert ms >= 0.75 * at_rate_ms
 
 
 def test_both_directions_of_a_link_are_shaped(built):

@@ -15,10 +15,10 @@ from tests.datapath.udp_link import IFNAME, RECEIVER_IP, build_link, remove_link
 pytestmark = pytest.mark.netns
 
 DATAGRAM_BYTES = 1000
-# HTB lets a class send its bucket at once (shaping.Htb.burst_bytes: one GSO packet,
-# ~67 kB); what comes faster than that waits in the queue. 300 datagrams of 1000
-# bytes are ~310 kB: ~235 must wait, more than a buffer of 8 holds and fewer than the
-# kernel's default queue of 1000.
+# HTB lets a class send its bucket at once (shaping.Htb.burst_bytes: one GSO packet
+# and a frame, ~34 kB); what comes faster than that waits in the queue. 300 datagrams
+# of 1000 bytes are ~310 kB: ~270 must wait, more than a buffer of 8 holds and fewer
+# than the kernel's default queue of 1000.
 BURST = 300
 
 
