@@ -43,6 +43,12 @@ TRANSIENT_CONNECT_ERRNOS = frozenset(
     {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT}
 )
 CONNECT_RETRY_S = 0.1
+# One connect attempt's longest wait. Not 1 s: that is the kernel's first SYN
+# retransmission (and a server's SYN-ACK one), so on a lossy link an attempt could time
+# out just as its handshake completed, and its close reached a server that had
+# accepted it: the PS failed the job on "closed the connection" (1 in ~8 runs at 1%
+# loss, 200 Mbit/s). 1.5 s is half a second from each retransmission (1, 2, 3 s).
+CONNECT_ATTEMPT_S = 1.5
 # A name not resolvable yet: on Kubernetes, ps-0.<job>'s record appears in the job's
 # headless service only once the PS pod has an address, and a worker may start first.
 TRANSIENT_RESOLVE_ERRORS = frozenset({socket.EAI_NONAME, socket.EAI_AGAIN})
@@ -240,7 +246,8 @@ def connect_tcp(host: str, port: int, timeout_s: float,
     while True:
         left = remaining(deadline) or 0.0
         try:
-            sock = socket.create_connection((host, port), timeout=max(min(left, 1.0), 0.01))
+            sock = socket.create_connection((host, port),
+                                            timeout=max(min(left, CONNECT_ATTEMPT_S), 0.01))
         except TimeoutError as err:
             last = err
         except OSError as err:
