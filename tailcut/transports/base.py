@@ -46,7 +46,7 @@ CONNECT_RETRY_S = 0.1
 # One connect attempt's longest wait. Not 1 s: that is the kernel's first SYN
 # retransmission (and a server's SYN-ACK one), so on a lossy link an attempt could time
 # out just as its handshake completed, and its close reached a server that had
-# accepted it: the PS failed the job on "closed the connection" (1 in ~8 runs at 1%
+# accepted it: the PS failed the job on "closed the connection" (2 of 10 runs at 1%
 # loss, 200 Mbit/s). 1.5 s is half a second from each retransmission (1, 2, 3 s).
 CONNECT_ATTEMPT_S = 1.5
 # A name not resolvable yet: on Kubernetes, ps-0.<job>'s record appears in the job's
