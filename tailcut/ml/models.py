@@ -22,6 +22,7 @@ and items), and with the settings and target it converges with.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,7 +42,9 @@ class Layer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        # math.prod, not np.prod: every message's flow rows and every step's views ask
+        # for it, and numpy's reduction costs 40x more on a tuple this short (10 us)
+        return int(math.prod(self.shape))
 
 
 def layout(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[Layer, ...]:
