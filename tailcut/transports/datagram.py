@@ -443,6 +443,13 @@ class DatagramTransport(base.Transport):
                 except TimeoutError:
                     channel.close()
                     raise base.TransportTimeout(f"{channel.peer} sent no SETUP in time") from None
+                except base.PeerClosed:
+                    # A connect attempt that gave up as the kernel completed its
+                    # handshake (a lost SYN): the peer connects again (tcp.py).
+                    log.info("%s closed its connection before SETUP; waiting for its next",
+                             channel.peer)
+                    channel.close()
+                    continue
                 if hello.type != FrameType.SETUP or not 1 <= hello.count <= 65535 \
                         or not 0 <= hello.message <= 0xFFFF:
                     channel.close()

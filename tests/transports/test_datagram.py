@@ -774,6 +774,37 @@ def test_a_bad_setup_is_refused_naming_what_is_wrong(hello: control.Frame) -> No
     assert "expected SETUP with a UDP port and a connection id" in str(got["error"])
 
 
+def test_listen_waits_for_the_next_connection_of_a_peer_that_gave_up_before_setup() -> None:
+    """A connect attempt that timed out as its handshake completed (a lost SYN) closes
+    a connection the listener has accepted, and the peer connects again: the listener
+    must take the second, not fail on the first."""
+    server = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-gave-up")
+    client = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-gave-up")
+    got: dict[str, Any] = {}
+
+    def listen() -> None:
+        try:
+            got["conns"] = server.listen("127.0.0.1", 27219, 1, 10)
+        except BaseException as err:
+            got["error"] = err
+
+    t = threading.Thread(target=listen)
+    t.start()
+    try:
+        gave_up: list[socket.socket] = []
+        assert waiting.until(lambda: _connect("127.0.0.1", 27219, gave_up), 10)
+        gave_up[0].close()
+        conn = client.connect("127.0.0.1", 27219, 10)
+        t.join(10)
+        assert "error" not in got, got.get("error")
+        conn.send(Message(Kind.PUSH, 0, 0, VECTOR), 10)
+        assert np.array_equal(got["conns"][0].recv(10).values, VECTOR)
+    finally:
+        t.join()
+        client.close()
+        server.close()
+
+
 def _connect(host: str, port: int, into: list[socket.socket]) -> bool:
     try:
         into.append(socket.create_connection((host, port), timeout=1))

@@ -237,6 +237,44 @@ def test_listen_times_out_naming_how_many_peers_connected() -> None:
     thread.join()
 
 
+def test_a_connect_attempt_outlives_the_first_syn_retransmission(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel resends a lost SYN after 1 s. An attempt that gave up at that moment
+    could close a connection the server had just accepted. A full accept queue makes
+    the kernel drop the first SYN (a real loss, on loopback): one attempt must wait
+    for the resent one."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)  # room for one connection waiting to be accepted
+    host, port = listener.getsockname()
+    filler = socket.create_connection((host, port))  # ... taken: SYNs are dropped
+    attempts: list[float] = []
+    create = socket.create_connection
+
+    def counted(*args: object, **kwargs: object) -> socket.socket:
+        attempts.append(time.monotonic())
+        return create(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "create_connection", counted)
+    connected: list[socket.socket] = []
+    thread = threading.Thread(target=lambda: connected.append(base.connect_tcp(host, port, 5)))
+    start = time.monotonic()
+    thread.start()
+    try:
+        time.sleep(0.5)
+        taken, _ = listener.accept()  # the queue has room: the resent SYN gets in
+        taken.close()
+        thread.join()
+        assert connected, "connect_tcp failed"
+        assert time.monotonic() - start >= 0.9, "the first SYN was not dropped"
+        assert len(attempts) == 1, (
+            f"{len(attempts)} attempts: the first gave up before the SYN was resent")
+    finally:
+        thread.join()
+        for sock in connected + [filler, listener]:
+            sock.close()
+
+
 def test_connect_gives_up_after_its_timeout_when_nobody_listens() -> None:
     start = time.monotonic()
     with pytest.raises(base.TransportTimeout, match="is the parameter server running"):
