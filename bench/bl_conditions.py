@@ -28,8 +28,9 @@ the other traffic shows there). Root.
 
 --executor kubernetes applies the same jobs to the cluster the kubeconfig names (the
 operator and agent of the chart, docs/kubernetes.md; bench/k8s_quickstart.py's way)
-and reads the JCT, accuracy and queue drops from the job's status; TCP counters are
-not in the status, so those columns stay 0 there.
+and reads the JCT, accuracy and queue drops from the job's status; random drops, TCP
+counters, CPU and Locust's figures are not in the status, so those columns read nan
+(not measured) there.
 Goals (issue 20): clean >= 0.95, loss-1% >= 4, background-shallow >= 1.5,
 incast-shallow >= 2, accuracy within 0.5% of tcp's in every row."""
 
@@ -100,10 +101,13 @@ def on_cluster(condition: str, transport: str, kubeconfig: str, run: int) -> dic
     raw = job(condition, transport).model_dump(by_alias=True, mode="json")
     raw["metadata"] = {"name": f"{raw['metadata']['name']}-{run}"}
     jct, _, status = k8s_quickstart.run_job(kubeconfig, "tailcut-bench", raw)
+    # The job's status carries no random drops, TCP counters, CPU or Locust figures:
+    # NaN (not measured), not 0 (measured none).
+    unknown = float("nan")
     return {"jct_s": jct, "accuracy": float(status.get("accuracy", 0.0)), "converged": True,
             "queue_drops": int(status.get("queueDrops", {}).get("total", 0)),
-            "random_drops": 0, "retrans": 0, "rtos": 0, "cpu_s": float("nan"),
-            "bg_flows_per_s": float("nan"), "bg_fct_ms": float("nan")}
+            "random_drops": unknown, "retrans": unknown, "rtos": unknown, "cpu_s": unknown,
+            "bg_flows_per_s": unknown, "bg_fct_ms": unknown}
 
 
 def background(out: Path) -> dict[str, float]:

@@ -2,6 +2,7 @@
 aggregation, multicast of the parameters, and both.
 
     sudo .venv/bin/python bench/innet_agg.py [--repeats 3] [--epochs 2] [--loss 0.01]
+                                             [--bandwidth 200Mbit]
 
 examples/in-network-whole-iteration.yaml: the sparse click model with Zipf-skewed ids,
 1 PS in a rack of its own and 8 workers in two racks of four, 1 Gbit/s links, over tcp,
@@ -11,7 +12,10 @@ Prints per run and as medians: the bytes the PS's link received and sent per ite
 (its veth's counters), the median iteration time (metrics.json), JCT, final test
 accuracy, the slots the PS had to flush and the contributions that never made a sum
 (aggregation), and the slots the workers had repaired (multicast). --loss puts that
-loss on every access link (both directions). Root."""
+loss on every access link (both directions). --bandwidth sets every link's rate: on a
+host whose cores cannot keep eight workers' iterations at the link's pace (two cores at
+1 Gbit/s: docs/in-network.md), a lower rate puts the bottleneck back in the network,
+where the papers' testbeds have it. Root."""
 
 import argparse
 import csv
@@ -33,7 +37,8 @@ VARIANTS = {"none": {}, "agg": {"aggregate": True}, "mcast": {"multicast": True}
             "agg+mcast": {"aggregate": True, "multicast": True}}
 
 
-def job(variant: str, seed: int, epochs: int, loss: float) -> spec.model.TrainingJob:
+def job(variant: str, seed: int, epochs: int, loss: float,
+        bandwidth: str | None = None) -> spec.model.TrainingJob:
     raw = yaml.safe_load((ROOT / "examples" / "in-network-whole-iteration.yaml").read_text())
     raw["metadata"]["name"] = f"innet-bench-{variant.replace('+', '-')}"
     training = raw["spec"]["training"]
@@ -41,6 +46,9 @@ def job(variant: str, seed: int, epochs: int, loss: float) -> spec.model.Trainin
     training.update(epochs=epochs, seed=seed)
     if loss:
         raw["spec"]["network"]["accessLink"]["loss"] = loss
+    if bandwidth:
+        raw["spec"]["network"]["accessLink"]["bandwidth"] = bandwidth
+        raw["spec"]["network"]["uplink"]["bandwidth"] = bandwidth
     if VARIANTS[variant]:
         raw["spec"]["network"]["inNetwork"] = VARIANTS[variant]
     else:
@@ -81,6 +89,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--loss", type=float, default=0.0)
+    ap.add_argument("--bandwidth", metavar="RATE", help="every link's rate, as the spec "
+                    "writes it (e.g. 200Mbit; default: the example's 1Gbit)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help=f"comma-separated, of {', '.join(VARIANTS)}")
     args = ap.parse_args()
@@ -89,7 +99,7 @@ def main() -> None:
     for seed in range(args.repeats):
         for variant in variants:
             with tempfile.TemporaryDirectory(prefix="innet-bench-") as out:
-                local.run(job(variant, seed, args.epochs, args.loss), Path(out),
+                local.run(job(variant, seed, args.epochs, args.loss, args.bandwidth), Path(out),
                           progress=lambda line: None)
                 row = measure(Path(out))
             rows[variant].append(row)
@@ -97,7 +107,8 @@ def main() -> None:
                 f"{k} {row[k]:.4g}" for k in COLUMNS), flush=True)
     med = {v: {k: statistics.median(r[k] for r in rs) for k in COLUMNS}
            for v, rs in rows.items()}
-    print(f"\nsparse, 8 workers in 2 racks, PS in a third, 1 Gbit/s, loss {args.loss:g}, "
+    print(f"\nsparse, 8 workers in 2 racks, PS in a third, {args.bandwidth or '1Gbit'} "
+          f"links, loss {args.loss:g}, "
           f"{args.epochs} epochs; medians of {args.repeats} seeds")
     print(f"{'':>24}" + "".join(f"{v:>11}" for v in variants)
           + "".join(f"{'none/' + v:>16}" for v in variants if v != "none"))
