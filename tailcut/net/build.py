@@ -367,7 +367,8 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
     ports.send(rack_sock)
     for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
                             (rack.netns, port, network.access_ops)):
-        network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
+        network.applied[f"{ns}/{ifname}"] = \
+            f"{shaping.describe(ops)}, gso_max_size {shaping.GSO_BYTES}"
     if network.wire_end_ops:
         network.applied[f"{rack.netns}/{port}"] += \
             f", ingress: {shaping.describe(network.wire_end_ops)}"

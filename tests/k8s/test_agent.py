@@ -174,7 +174,8 @@ def test_agent_wires_pods_into_their_racks_with_the_planned_addresses_and_both_w
 
     links = json.loads(node_agent.core.annotations["k8-demo-worker-0"][
         resources.ANNOTATION_NETWORK])
-    assert links == {"worker-0/tc0": "htb 100 Mbit/s", "rack-1/p0": "htb 100 Mbit/s",
+    gso = ", gso_max_size 32768"
+    assert links == {"worker-0/tc0": "htb 100 Mbit/s" + gso, "rack-1/p0": "htb 100 Mbit/s" + gso,
                      "rack-1/up": "htb 200 Mbit/s", "spine/r1": "htb 200 Mbit/s"}
 
     node_agent.handle("DELETED", pod_event(ps, "Running"))
@@ -506,8 +507,9 @@ def test_agent_adds_no_classes_for_fair(pods, agents):
     node_agent.handle("ADDED", pod_event(ps, "Running", "k8-fair"))
     kinds, classes, filters = tc_state(ps.name, "tc0")
     assert sorted(classes) == ["1:1", "1:10"] and filters == [] and kinds == ["htb"]
-    assert node_agent.wired[ps.uid].description == ("ps-0/tc0: htb 100 Mbit/s; "
-                                                    "rack-0/p0: htb 100 Mbit/s")
+    assert node_agent.wired[ps.uid].description == (
+        "ps-0/tc0: htb 100 Mbit/s, gso_max_size 32768; "
+        "rack-0/p0: htb 100 Mbit/s, gso_max_size 32768")
 
 
 @pytest.mark.netns

@@ -67,7 +67,7 @@ def test_every_interface_carries_the_jobs_alias_and_shaping(built):
         assert eth0.get_attr("IFLA_IFALIAS") == naming.alias("alias")
         kinds = {q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(eth0["index"])}
     assert "htb" in kinds
-    assert net.applied[f"{pod.netns}/eth0"] == "htb 200 Mbit/s"
+    assert net.applied[f"{pod.netns}/eth0"] == "htb 200 Mbit/s, gso_max_size 32768"
 
 
 def test_a_link_shaped_to_100_mbit_carries_100_mbit_within_10_percent(built):
@@ -162,10 +162,11 @@ def test_a_buffer_is_the_queue_of_every_switch_port_of_its_link_and_each_end_cou
                     workers=1))
     topo = net.topology
     pod, rack = topo.pod("ps-0"), topo.racks[0]
-    access = "htb 1000 Mbit/s, pfifo buffer 8 packets per class"
+    access = "htb 1000 Mbit/s, pfifo buffer 8 packets per class, gso_max_size 32768"
     uplink = "htb 1000 Mbit/s, bfifo buffer 85000 bytes per class"
     # The pod's own end is its host's NIC: the kernel's queue (shaping.host_end).
-    assert net.applied[f"{pod.netns}/eth0"] == "htb 1000 Mbit/s, gso_max_segs 1"
+    assert net.applied[f"{pod.netns}/eth0"] == \
+        "htb 1000 Mbit/s, gso_max_size 32768, gso_max_segs 1"
     assert net.applied[f"{rack.netns}/{naming.rack_port(pod.slot)}"] == access
     assert net.applied[f"{rack.netns}/up"] == uplink
     assert net.applied[f"{topo.spine_netns}/{naming.spine_port(0)}"] == uplink
