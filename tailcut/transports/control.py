@@ -158,6 +158,8 @@ class Channel:
         while len(buf) < n:
             try:
                 chunk = self.sock.recv(n - len(buf))
+            except TimeoutError:
+                raise  # (an OSError too) the caller's deadline, not a closed peer
             except OSError as err:
                 raise base.PeerClosed(f"{self.peer}: control channel: {err}") from err
             if not chunk:

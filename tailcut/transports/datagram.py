@@ -445,9 +445,10 @@ class DatagramTransport(base.Transport):
                     raise base.TransportTimeout(f"{channel.peer} sent no SETUP in time") from None
                 except base.PeerClosed:
                     # A connect attempt that gave up as the kernel completed its
-                    # handshake (a lost SYN): the peer connects again (tcp.py).
-                    log.info("%s closed its connection before SETUP; waiting for its next",
-                             channel.peer)
+                    # handshake (a lost SYN): the peer connects again
+                    # (base.connect_tcp, CONNECT_ATTEMPT_S).
+                    log.info("%s closed its connection before SETUP; waiting for the "
+                             "next peer", channel.peer)
                     channel.close()
                     continue
                 if hello.type != FrameType.SETUP or not 1 <= hello.count <= 65535 \

@@ -778,8 +778,8 @@ def test_listen_waits_for_the_next_connection_of_a_peer_that_gave_up_before_setu
     """A connect attempt that timed out as its handshake completed (a lost SYN) closes
     a connection the listener has accepted, and the peer connects again: the listener
     must take the second, not fail on the first."""
-    server = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-gave-up")
-    client = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-gave-up")
+    server = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-gave-up")
+    client = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-gave-up")
     got: dict[str, Any] = {}
 
     def listen() -> None:
@@ -803,6 +803,32 @@ def test_listen_waits_for_the_next_connection_of_a_peer_that_gave_up_before_setu
         t.join()
         client.close()
         server.close()
+
+
+def test_listen_names_a_peer_that_connected_and_never_sent_setup() -> None:
+    """A silent peer is not a closed one: the listener times out saying so."""
+    server = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-silent")
+    got: dict[str, BaseException] = {}
+
+    def listen() -> None:
+        try:
+            server.listen("127.0.0.1", 27225, 1, 1.0)
+        except BaseException as err:
+            got["error"] = err
+
+    t = threading.Thread(target=listen)
+    t.start()
+    silent: list[socket.socket] = []
+    try:
+        assert waiting.until(lambda: _connect("127.0.0.1", 27225, silent), 10)
+        t.join(10)
+    finally:
+        t.join()
+        for sock in silent:
+            sock.close()
+        server.close()
+    assert isinstance(got.get("error"), base.TransportTimeout)
+    assert "sent no SETUP in time" in str(got["error"])
 
 
 def _connect(host: str, port: int, into: list[socket.socket]) -> bool:
