@@ -744,6 +744,23 @@ def test_a_worker_connected_to_two_ps_shards_gets_and_sends_each_its_own_message
             s.close()
 
 
+def _listen_in_background(server: Any, port: int, timeout_s: float
+                          ) -> tuple[threading.Thread, dict[str, Any]]:
+    """``server.listen`` for one peer on loopback ``port`` in a thread; what it returned
+    goes in the dict as "conns", what it raised as "error"."""
+    got: dict[str, Any] = {}
+
+    def listen() -> None:
+        try:
+            got["conns"] = server.listen("127.0.0.1", port, 1, timeout_s)
+        except BaseException as err:  # re-raised or checked in the test thread
+            got["error"] = err
+
+    t = threading.Thread(target=listen)
+    t.start()
+    return t, got
+
+
 @pytest.mark.parametrize("hello", [
     control.Frame(control.FrameType.SETUP, message=0x10000, count=4000),   # id too large
     control.Frame(control.FrameType.SETUP, message=1, count=0),            # no UDP port
@@ -751,16 +768,7 @@ def test_a_worker_connected_to_two_ps_shards_gets_and_sends_each_its_own_message
 ])
 def test_a_bad_setup_is_refused_naming_what_is_wrong(hello: control.Frame) -> None:
     server = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-setup")
-    got: dict[str, BaseException] = {}
-
-    def listen() -> None:
-        try:
-            server.listen("127.0.0.1", 27218, 1, 10)
-        except BaseException as err:
-            got["error"] = err
-
-    t = threading.Thread(target=listen)
-    t.start()
+    t, got = _listen_in_background(server, 27218, 10)
     try:
         conn: list[socket.socket] = []
         assert waiting.until(lambda: _connect("127.0.0.1", 27218, conn), 10)
@@ -780,16 +788,7 @@ def test_listen_waits_for_the_next_connection_of_a_peer_that_gave_up_before_setu
     must take the second, not fail on the first."""
     server = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-gave-up")
     client = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-gave-up")
-    got: dict[str, Any] = {}
-
-    def listen() -> None:
-        try:
-            got["conns"] = server.listen("127.0.0.1", 27219, 1, 10)
-        except BaseException as err:
-            got["error"] = err
-
-    t = threading.Thread(target=listen)
-    t.start()
+    t, got = _listen_in_background(server, 27219, 10)
     try:
         gave_up: list[socket.socket] = []
         assert waiting.until(lambda: _connect("127.0.0.1", 27219, gave_up), 10)
@@ -808,16 +807,7 @@ def test_listen_waits_for_the_next_connection_of_a_peer_that_gave_up_before_setu
 def test_listen_names_a_peer_that_connected_and_never_sent_setup() -> None:
     """A silent peer is not a closed one: the listener times out saying so."""
     server = transports.get("bounded-loss", p=0.9, xdp=False, job="bl-silent")
-    got: dict[str, BaseException] = {}
-
-    def listen() -> None:
-        try:
-            server.listen("127.0.0.1", 27225, 1, 1.0)
-        except BaseException as err:
-            got["error"] = err
-
-    t = threading.Thread(target=listen)
-    t.start()
+    t, got = _listen_in_background(server, 27225, 1.0)
     silent: list[socket.socket] = []
     try:
         assert waiting.until(lambda: _connect("127.0.0.1", 27225, silent), 10)
