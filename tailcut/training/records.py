@@ -30,6 +30,7 @@ MESSAGE_FIELDS = (
     "sent_at_ns",
     "received_at_ns",
     "completion_s",
+    "repairs",  # bounded loss: NACK rounds (passes of retransmissions) it took; else 0
 )
 
 
@@ -50,6 +51,7 @@ def message_row(msg: Message, receiver: int) -> dict[str, Any]:
         "sent_at_ns": msg.sent_at_ns,
         "received_at_ns": msg.received_at_ns,
         "completion_s": f"{msg.completion_s:.9f}",
+        "repairs": msg.repairs,
     }
 
 

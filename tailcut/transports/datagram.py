@@ -991,7 +991,8 @@ class DatagramTransport(base.Transport):
             full = rx.count == rx.elements
             record = {"message": rx.message, "reason": reason, "total": rx.elements,
                       "delivered": rx.count, "event_ns": rx.event_ns,
-                      "done_ns": time.monotonic_ns(), "begun_ns": rx.begun_ns}
+                      "done_ns": time.monotonic_ns(), "begun_ns": rx.begun_ns,
+                      "repairs": rx.repairs}
             self.completions.append(record)
             now = time.time_ns()
             values, mask, parts = rx.values, rx.mask, None
@@ -1005,7 +1006,8 @@ class DatagramTransport(base.Transport):
                 record["cuts"] = [(c.offset, c.size, c.level, int(np.count_nonzero(
                     mask[c.offset:c.offset + c.size]))) for c in rx.layout.cuts]
             msg = Message(Kind(rx.kind), rx.iteration, rx.sender, values,
-                          None if full else mask, rx.sent_at_ns, now, rx.wire_bytes, parts)
+                          None if full else mask, rx.sent_at_ns, now, rx.wire_bytes, parts,
+                          rx.repairs)
             rx.conn._deliver((msg, record))
         if any(d.reason != "nack" for d in done):
             self._regrant()

@@ -70,6 +70,7 @@ class Rx:
     end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
     ends: int = 0  # END frames of the current pass read so far (a tagged pass sends several)
     granted_kbit: int = 0  # the last GRANT sent for it (congestion.py); 0: none yet
+    repairs: int = 0  # NACKs sent for it: each asks for one pass of retransmissions
     # Early close: the threshold below p it may be handed over at, the kernel arrival
     # time (CLOCK_REALTIME) of its newest packet, the moving average of the gaps
     # between its packets, and whether the current pass's LAST packet was read.
@@ -518,5 +519,6 @@ class Receiver:
             else:
                 missing = np.flatnonzero(~rx.seen).astype(">u4")
                 self.stats["nacks"] += 1
+                rx.repairs += 1
                 rx.pass_over = False  # the next pass (retransmissions) ends anew
                 done.append(Done(rx, "nack", missing.tobytes()))

@@ -94,6 +94,7 @@ def test_bsp_job_with_four_workers_converges_over_loopback_and_writes_its_csvs(
         (i, w) for i in range(iterations) for w in range(4)
     }
     assert all(int(r["bytes"]) == 28 + 4 * 64714 and float(r["completion_s"]) >= 0 for r in pushes)
+    assert {r["repairs"] for r in pushes} == {"0"}  # tcp: no NACK rounds
     for w in range(4):
         mine = _rows(results / f"messages-worker-{w}.csv")
         assert [r["kind"] for r in mine] == ["PARAMS"] * iterations + ["STOP"]

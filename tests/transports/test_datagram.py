@@ -136,6 +136,8 @@ def test_the_receiver_nacks_and_the_sender_retransmits_until_p() -> None:
         msg = s.recv(10)
         assert delivered(msg).sum() >= datagram.threshold_elements(0.9, VECTOR.size)
         assert client.stats["retransmitted"] > 0 and s.transport.stats["nacks"] >= 1
+        # messages.csv's repairs column: the NACK rounds this message took
+        assert msg.repairs == s.transport.stats["nacks"]
 
 
 def lose_every_third(transport: Any) -> None:
