@@ -26,6 +26,7 @@ Root. Every child ends by itself (coreutils timeout); the namespaces are deleted
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import struct
@@ -96,10 +97,16 @@ def shape(rate: str, buffer: int) -> None:
 
 
 def teardown() -> None:
+    """Delete every namespace of ours, each whatever happens to the others."""
     for name in ["sw", *PODS]:
-        subprocess.run(["ip", "netns", "del", ns(name)], capture_output=True, timeout=20)
+        try:
+            subprocess.run(["ip", "netns", "del", ns(name)], capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            print(f"ip netns del {ns(name)} timed out; `ip netns del` it by hand",
+                  file=sys.stderr)
     deadline = time.time() + 10
-    while PREFIX in sh("ip", "netns", "list") and time.time() < deadline:
+    while time.time() < deadline and PREFIX in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout:
         time.sleep(0.1)
 
 
@@ -254,6 +261,10 @@ def point(rate: str, flows: int, load: float, a: argparse.Namespace) -> dict:
         for proc in children.values():
             if proc.poll() is None:
                 proc.terminate()   # `timeout` (ip netns exec execs it) passes it on
+    failed = [role for role, proc in children.items() if proc.returncode != 0]
+    if failed or (flows and "bytes" not in out):
+        raise RuntimeError(f"{rate}, {flows} TCP flows: {failed or 'tcp-sink'} reported "
+                           "nothing (a flow that did not connect in time?)")
     sent, got = out["sent"], out["distinct"]
     return {"rate": rate, "N": flows, "U": f"{load:.0%}",
             "sent": sent, "sent Mbit/s": sent * PAYLOAD * 8 / out["secs"] / 1e6,
@@ -306,6 +317,8 @@ def main() -> None:
     points = [(r, n, u) for r in a.rates for n in a.flows for u in a.loads]
     points += [(r, int(n), float(u)) for r, n, u in (x.split(":") for x in a.extra)]
     runs: list[list[dict]] = []
+    # SIGTERM (a `timeout`, a kill) unwinds through the finally below like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         build()
         os.environ["TCLOCK_CC"] = a.cc or ""   # the children inherit it

@@ -4,9 +4,9 @@
         [--model torch-mlp] [--bandwidth RATE] [--json FILE]
 
 Each run is the quickstart network (4 workers in 2 racks, 1 Gbit/s, or every link at
---bandwidth) training the
-torch MLP (model torch-mlp: the quickstart MLP as an nn.Module, from the same initial
-parameters) to 93% test accuracy, through `tailcut run`'s local runtime, by
+--bandwidth) training the torch MLP (model torch-mlp: the quickstart MLP as an
+nn.Module, from the same initial parameters) to 93% test accuracy, through `tailcut
+run`'s local runtime, by
 
   gloo        syncMode allreduce: no PS, PyTorch DDP with Gloo's ring all-reduce
   ps-tcp      a PS, bsp, over tcp

@@ -30,7 +30,7 @@ MESSAGE_FIELDS = (
     "sent_at_ns",
     "received_at_ns",
     "completion_s",
-    "repairs",  # bounded loss: NACK rounds (passes of retransmissions) it took; else 0
+    "repairs",  # bounded loss: NACK rounds (passes of retransmissions) before delivery; else 0
 )
 
 

@@ -109,8 +109,8 @@ class Message:
     # Set by a transport that delivered the message in parts (CadentFlow: one frame
     # per tensor, tailcut.transports.tcp): each part's range and timing.
     parts: list[Part] | None = None
-    # Bounded loss: how many NACK rounds (passes of retransmissions) the message took
-    # to reach p; 0 over the other transports.
+    # Bounded loss: how many NACK rounds (passes of retransmissions) came before the
+    # message was delivered; 0 over the other transports.
     repairs: int = 0
 
     @property
