@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tailcut.net import rtnl, shaping  # noqa: E402
+from tailcut.net import netns, rtnl, shaping  # noqa: E402
 from tailcut.spec.model import Link  # noqa: E402
 
 PREFIX = f"tclock-{os.getpid()}-"
@@ -59,19 +59,18 @@ def sh(*cmd: str, netns: str | None = None) -> str:
 # -- the network --------------------------------------------------------------------
 
 def build() -> None:
-    sw = ns("sw")
+    sw, gso = ns("sw"), str(shaping.GSO_BYTES)
     for name in ["sw", *PODS]:
-        sh("ip", "netns", "add", ns(name))
+        netns.create(ns(name))   # loopback up
     sh("sysctl", "-qw", "net.ipv4.ip_forward=1", netns=sw)
     for pod, n in PODS.items():
         sh("ip", "-n", sw, "link", "add", f"p-{pod}", "type", "veth",
            "peer", "name", "eth0", "netns", ns(pod))
         sh("ip", "-n", sw, "addr", "add", f"10.77.{n}.1/24", "dev", f"p-{pod}")
-        sh("ip", "-n", sw, "link", "set", f"p-{pod}", "up", "gso_max_size", "32768")
+        sh("ip", "-n", sw, "link", "set", f"p-{pod}", "up", "gso_max_size", gso)
         sh("ip", "-n", ns(pod), "addr", "add", f"10.77.{n}.2/24", "dev", "eth0")
         sh("ip", "-n", ns(pod), "link", "set", "eth0", "up", "gso_max_segs", "1",
-           "gso_max_size", "32768")
-        sh("ip", "-n", ns(pod), "link", "set", "lo", "up")
+           "gso_max_size", gso)
         sh("ip", "-n", ns(pod), "route", "add", "default", "via", f"10.77.{n}.1")
     deadline = time.time() + 5   # both ends operationally up (PLATFORM.md: ARP)
     while any("state UP" not in sh("ip", "-n", ns(p), "link", "show", "eth0")
@@ -97,17 +96,9 @@ def shape(rate: str, buffer: int) -> None:
 
 
 def teardown() -> None:
-    """Delete every namespace of ours, each whatever happens to the others."""
-    for name in ["sw", *PODS]:
-        try:
-            subprocess.run(["ip", "netns", "del", ns(name)], capture_output=True, timeout=20)
-        except subprocess.TimeoutExpired:
-            print(f"ip netns del {ns(name)} timed out; `ip netns del` it by hand",
-                  file=sys.stderr)
-    deadline = time.time() + 10
-    while time.time() < deadline and PREFIX in subprocess.run(
-            ["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout:
-        time.sleep(0.1)
+    """Delete every namespace of ours (tailcut's own remove: already gone is fine)."""
+    for name in netns.list_names(PREFIX):
+        netns.remove(name)
 
 
 def qdisc_drops(netns: str, dev: str, kind: str) -> int:

@@ -991,8 +991,7 @@ class DatagramTransport(base.Transport):
             full = rx.count == rx.elements
             record = {"message": rx.message, "reason": reason, "total": rx.elements,
                       "delivered": rx.count, "event_ns": rx.event_ns,
-                      "done_ns": time.monotonic_ns(), "begun_ns": rx.begun_ns,
-                      "repairs": rx.repairs}
+                      "done_ns": time.monotonic_ns(), "begun_ns": rx.begun_ns}
             self.completions.append(record)
             now = time.time_ns()
             values, mask, parts = rx.values, rx.mask, None
