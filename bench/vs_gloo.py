@@ -11,6 +11,8 @@ run`'s local runtime, by
   gloo        syncMode allreduce: no PS, PyTorch DDP with Gloo's ring all-reduce
   ps-tcp      a PS, bsp, over tcp
   ps-bl       a PS, bsp, over bounded-loss p=0.9
+  ar-bl       syncMode allreduce over bounded-loss p=0.9: no PS, tailcut's transpose
+              all-reduce (tailcut.training.transpose)
 
 interleaved run by run (gloo, ps-tcp, ps-bl, gloo, ...), in each condition:
 
@@ -23,10 +25,10 @@ interleaved run by run (gloo, ps-tcp, ps-bl, gloo, ...), in each condition:
 
 Columns per condition and mode (medians): time to the target accuracy (the first
 epoch at or above it, from epochs.csv; the JCT when it converged), per-iteration p50
-and p99 over every worker's iterations (gloo: allreduce-worker-<i>.csv; a PS job:
+and p99 over every worker's iterations (gloo, ar-bl: allreduce-worker-<i>.csv; a PS job:
 the gap between a worker's successive pulls, from rpc-client-worker-<i>.csv: both
 are one worker's whole step, compute and communication), and the final accuracy.
-Then the issue's goals, side by side: gloo / ps-bl time to target (>= 1.3 where
+Then the issue's goals, side by side: gloo / ps-bl and gloo / ar-bl time to target (>= 1.3 where
 gloo's p99 is >= 3x its p50) and ps-bl within 10% of gloo on the clean network.
 Root; torch (scripts/setup.sh).
 """
@@ -53,7 +55,9 @@ from tailcut.runtime import local  # noqa: E402
 SHALLOW = {"bufferBytes": 85_000}
 MODES = {"gloo": ("allreduce", {"type": "tcp"}),
          "ps-tcp": ("bsp", {"type": "tcp"}),
-         "ps-bl": ("bsp", {"type": "bounded-loss", "p": 0.9})}
+         "ps-bl": ("bsp", {"type": "bounded-loss", "p": 0.9}),
+         "ar-bl": ("allreduce", {"type": "bounded-loss", "p": 0.9})}
+BOUNDED = ("ps-bl", "ar-bl")
 BACKGROUND = {"senders": ["rack-1"], "receivers": ["worker-0"],
               "target": {"link": "uplink/rack-1", "loadFactor": 0.5},
               "flowSizes": {"distribution": "web-search"}, "shape": {"type": "constant"},
@@ -99,7 +103,7 @@ def _iteration_ms(results: Path, mode: str, workers: int) -> np.ndarray:
     """Every worker's step times (ms)."""
     out: list[float] = []
     for w in range(workers):
-        if mode == "gloo":
+        if MODES[mode][0] == "allreduce":
             with open(results / f"allreduce-worker-{w}.csv", newline="") as f:
                 out += [float(r["iteration_ms"]) for r in csv.DictReader(f)]
             continue
@@ -181,11 +185,11 @@ def main() -> None:
             print(f"| {c} | {m} | {med(c, m, 'time_to_target_s'):.2f} | {p50:.1f} "
                   f"| {p99:.1f} | {p99 / p50:.1f} | {med(c, m, 'accuracy'):.4f} "
                   f"| {med(c, m, 'retrans'):.0f} / {med(c, m, 'rtos'):.0f} |")
-    if "gloo" in args.modes and "ps-bl" in args.modes:
-        print("\n| condition | gloo / ps-bl time to target | gloo p99 / p50 | goal |")
+    for bl in (m for m in BOUNDED if m in args.modes and "gloo" in args.modes):
+        print(f"\n| condition | gloo / {bl} time to target | gloo p99 / p50 | goal |")
         print("|---|---:|---:|---|")
         for c in args.conditions:
-            ratio = med(c, "gloo", "time_to_target_s") / med(c, "ps-bl", "time_to_target_s")
+            ratio = med(c, "gloo", "time_to_target_s") / med(c, bl, "time_to_target_s")
             tail = med(c, "gloo", "p99_ms") / med(c, "gloo", "p50_ms")
             goal = (">= 1.3 (gloo's tail >= 3x)" if tail >= 3
                     else ">= 0.91 (within 10%)" if c == "clean" else "-")

@@ -173,7 +173,8 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
     def endpoint(name: str) -> str:
         return f"{hosts(pod_name, name)}:{PS_PORT}"
 
-    if t.sync_mode == "allreduce":   # no PS: the workers meet at worker-0
+    if t.sync_mode == "allreduce" and job.spec.transport.type == "tcp":
+        # DDP over Gloo, no PS: the workers meet at worker-0
         return RoleConfig(
             job=job.name, role=pod.role, index=pod.index,
             ps_host=hosts(pod_name, "worker-0"), ps_port=ALLREDUCE_PORT,
@@ -181,6 +182,18 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
             learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
             target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
             transport={"type": "tcp"}, results_dir=results_dir, timeout_s=t.timeout_s)
+    if t.sync_mode == "allreduce":
+        # The transpose all-reduce (training.transpose): rank i owns shard i and
+        # listens at its own address, as a PS shard would.
+        return RoleConfig(
+            job=job.name, role=pod.role, index=pod.index,
+            ps_host=hosts(pod_name, "worker-0"), ps_port=PS_PORT,
+            num_workers=r.workers, model=t.model_ref, batch_size=t.batch_size,
+            learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
+            target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
+            transport=transport_options(job, pod), results_dir=results_dir,
+            timeout_s=t.timeout_s,
+            shard_endpoints=[endpoint(f"worker-{i}") for i in range(r.workers)])
 
     return RoleConfig(
         job=job.name, role=pod.role, index=pod.index, ps_host=hosts(pod_name, "ps-0"),

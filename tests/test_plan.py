@@ -60,7 +60,8 @@ def test_every_example_runs_on_both_executors_and_torch_ones_say_they_need_torch
     assert plan.needs_torch(loaded) == (models.is_torch(t.model_ref)
                                         or t.sync_mode == "allreduce")
     assert plan.needs_torch(loaded) == (example.stem in ("quickstart-torch",
-                                                         "allreduce-gloo"))
+                                                         "allreduce-gloo",
+                                                         "allreduce-bounded-loss"))
 
 
 @pytest.mark.parametrize("transport", [{"type": "tcp"}, {"type": "app-drop", "p": 0.9}])
@@ -186,6 +187,22 @@ def test_an_allreduce_job_plans_workers_that_meet_at_worker_0():
         assert (cfg.sync_mode, cfg.model) == ("allreduce", "torch-mlp")
         assert (cfg.ps_host, cfg.ps_port) == (topo.pod("worker-0").ip, 29500)
     assert plan.refusals(ar, "kubernetes") == [] and plan.needs_torch(ar)
+
+
+@torch_installed
+def test_allreduce_over_bounded_loss_plans_one_shard_endpoint_per_rank():
+    ar = job(replicas={"workers": 3}, training={"model": "torch-mlp", "syncMode": "allreduce"},
+             transport={"type": "bounded-loss", "p": 0.8})
+    topo = topology.plan(ar)
+    cfg = plan.role_config(ar, "worker-1", "/r", plan.hosts(topo))
+    assert cfg.shard_endpoints == [f"{topo.pod(f'worker-{i}').ip}:{plan.PS_PORT}"
+                                   for i in range(3)]
+    assert cfg.transport["type"] == "bounded-loss" and cfg.transport["p"] == 0.8
+    assert plan.needs_xdp(ar) and plan.needs_torch(ar)
+    with pytest.raises(SpecError, match="spec.transport.type: allreduce runs Gloo over tcp, or "
+                       "tailcut's transpose all-reduce over bounded-loss or udp, not app-drop"):
+        job(training={"model": "torch-mlp", "syncMode": "allreduce"},
+            transport={"type": "app-drop", "p": 0.9})
 
 
 @torch_installed

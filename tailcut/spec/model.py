@@ -18,6 +18,8 @@ KIND: Final = "TrainingJob"
 TRANSPORTS = ("tcp", "udp", "bounded-loss", "app-drop")  # docs/bounded-loss.md
 LOSSY_TRANSPORTS = ("bounded-loss", "app-drop")          # the ones that take p
 SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
+# tcp: DDP with Gloo; the datagram transports: the transpose all-reduce.
+ALLREDUCE_TRANSPORTS = ("tcp", "bounded-loss", "udp")
 TORCH_MODEL = "torch"        # training.model naming a user's PyTorch factory (module)
 ALLREDUCE_PORT = 29500       # worker-0's torch.distributed rendezvous (its default)
 MAX_RACKS = 250              # rack r gets the subnet 10.<r+1>.0.0/24
@@ -159,8 +161,10 @@ class Training(_Model):
     sync_mode: Literal["bsp", "async", "ssp", "allreduce"] = Field(
         default="bsp", description="bsp: barrier every iteration; async: apply each push "
                                    "at once; ssp: async within a staleness bound; "
-                                   "allreduce: no PS, the workers run PyTorch DDP with "
-                                   "Gloo's all-reduce (a torch model; docs/pytorch.md)")
+                                   "allreduce: no PS, the workers all-reduce: PyTorch "
+                                   "DDP with Gloo over tcp, tailcut's transpose all-reduce "
+                                   "over bounded-loss or udp (a torch model; "
+                                   "docs/pytorch.md)")
     staleness: int = Field(default=0, ge=0, le=1000,
                            description="ssp: iterations a worker may run ahead of the slowest")
     ordering: Literal["fifo", "stf"] = Field(
@@ -517,20 +521,21 @@ class JobSpec(_Model):
         return self
 
     def _allreduce_fits(self) -> None:
-        """DDP with Gloo: the workers and their TCP connections, nothing of the PS's."""
+        """DDP with Gloo (tcp) or the transpose all-reduce (tailcut.training.transpose):
+        the workers and their connections, nothing of the PS's."""
         r = self.replicas
         for wrong, why in (
                 (r.parameter_servers != 1, "replicas.parameterServers: allreduce has no "
                  "parameter server; leave it at 1 (the default)"),
                 (r.ps_replica, "replicas.psReplica: allreduce has no PS to replicate"),
-                (bool(r.aggregators), "replicas.aggregators: Gloo's ring sums the "
+                (bool(r.aggregators), "replicas.aggregators: the all-reduce sums the "
                  "gradients itself; remove the aggregators"),
                 (r.workers < 2, "replicas.workers: allreduce needs at least 2 workers"),
-                (self.transport.type != "tcp", f"transport.type: allreduce runs Gloo over "
-                 f"its own TCP connections, not {self.transport.type}; use tcp (the PS "
-                 "modes carry the other transports)"),
-                (self.training.aggregation != "mean", "training.aggregation: Gloo "
-                 "averages every coordinate; leave it at mean"),
+                (self.transport.type not in ALLREDUCE_TRANSPORTS, f"transport.type: "
+                 f"allreduce runs Gloo over tcp, or tailcut's transpose all-reduce over "
+                 f"bounded-loss or udp, not {self.transport.type}"),
+                (self.training.aggregation != "mean", "training.aggregation: the "
+                 "all-reduce averages what arrived; leave it at mean"),
                 (self.network.in_network is not None, "network.inNetwork: the ToR works "
                  "with a PS; remove it for allreduce"),
                 (self.scheduling.policy != "fair", f"scheduling.policy: "

@@ -123,7 +123,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
         started = time.monotonic()
         epoch, step, stop_reason, last_eval = 0, 0, "", (float("nan"), float("nan"))
         with records.CsvLog(results / filename(rank), FIELDS) as log, \
-                _EpochLog(results, rank) as epochs:
+                EpochLog(results, rank) as epochs:
             while True:
                 rows = next(batches)
                 t0 = time.perf_counter()
@@ -147,9 +147,10 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                 if rank == 0:
                     if step % ipe == 0:
                         epoch += 1
-                        last_eval = epochs.evaluate(model, dataset, epoch, step,
+                        last_eval = epochs.evaluate(model, torchmodel.to_numpy(model.flat),
+                                                    dataset, epoch, step,
                                                     time.monotonic() - started, emit)
-                    stop_reason = _verdict(cfg, epoch, last_eval[1], at_max, deadline)
+                    stop_reason = verdict(cfg, epoch, last_eval[1], at_max, deadline)
                     stop[0] = 1 if stop_reason else 0
                 dist.broadcast(stop, src=0)
                 if int(stop.item()):
@@ -179,7 +180,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
             "final_accuracy": round(last_eval[1], 6), "final_loss": round(last_eval[0], 6)}
 
 
-def _verdict(cfg: RoleConfig, epoch: int, accuracy: float, at_max: bool,
+def verdict(cfg: RoleConfig, epoch: int, accuracy: float, at_max: bool,
              deadline: float) -> str:
     """Why to stop now (the PS's reasons, in its order), or "" to go on."""
     if cfg.target_accuracy is not None and accuracy >= cfg.target_accuracy:
@@ -193,24 +194,23 @@ def _verdict(cfg: RoleConfig, epoch: int, accuracy: float, at_max: bool,
     return ""
 
 
-class _EpochLog:
+class EpochLog:
     """Rank 0's epochs.csv and epoch events, the PS's (records.EPOCH_FIELDS)."""
 
     def __init__(self, results: Path, rank: int) -> None:
         self.log = (records.CsvLog(results / "epochs.csv", records.EPOCH_FIELDS)
                     if rank == 0 else None)
 
-    def __enter__(self) -> _EpochLog:
+    def __enter__(self) -> EpochLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.log is not None:
             self.log.close()
 
-    def evaluate(self, model: torchmodel.TorchModel, dataset: data.Dataset, epoch: int,
-                 step: int, elapsed_s: float, emit: Emit) -> tuple[float, float]:
+    def evaluate(self, model: models.Model, params: np.ndarray, dataset: data.Dataset,
+                 epoch: int, step: int, elapsed_s: float, emit: Emit) -> tuple[float, float]:
         assert self.log is not None
-        params = torchmodel.to_numpy(model.flat)
         train_loss, _ = model.evaluate(params, dataset.x_train[:ps.TRAIN_EVAL_ROWS],
                                        dataset.y_train[:ps.TRAIN_EVAL_ROWS])
         test = model.evaluate(params, dataset.x_test, dataset.y_test)

@@ -72,9 +72,13 @@ def main(argv: list[str] | None = None,
         return exits.USAGE
     emit = _with_cpu_time(cfg, _with_tcp_counters(cfg, emit))
     try:
-        if cfg.sync_mode == "allreduce":   # no PS: DDP over Gloo; rank 0 reports
+        if cfg.sync_mode == "allreduce" and cfg.transport["type"] == "tcp":
+            # no PS: DDP over Gloo; rank 0 reports
             from tailcut.training import allreduce  # here: it imports torch
             emit(allreduce.run(cfg, emit))
+        elif cfg.sync_mode == "allreduce":   # no PS: the transpose all-reduce
+            from tailcut.training import transpose
+            emit(transpose.run(cfg, emit))
         elif cfg.role in ("ps", "replica"):
             ps.run(cfg, emit)
         elif cfg.role == "aggregator":

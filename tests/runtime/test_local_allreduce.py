@@ -1,7 +1,10 @@
-"""syncMode allreduce through the local runtime: DDP/Gloo ranks in their pods' namespaces,
-over the job's shaped links, leaving the same results directory as a PS job."""
+"""syncMode allreduce through the local runtime: DDP/Gloo ranks (tcp) or the transpose
+all-reduce (bounded-loss) in their pods' namespaces, over the job's shaped links,
+leaving the same results directory as a PS job."""
 
+import csv
 import json
+import subprocess
 
 import pytest
 
@@ -39,3 +42,31 @@ def test_the_allreduce_example_trains_over_the_jobs_links_and_writes_its_results
     assert start["ps_host"].startswith("10.1.0.")
     assert metrics["tcp_counters"]["total"]["out_segs"] > 1000
     nothing_of("ar-e2e")
+
+
+@pytest.mark.bpf
+def test_allreduce_over_bounded_loss_runs_the_transpose_through_the_xdp_counter(tmp_path):
+    raw = spec.load_file("examples/allreduce-bounded-loss.yaml").model_dump(
+        by_alias=True, mode="json")
+    raw["metadata"]["name"] = "arbl-e2e"
+    raw["spec"]["training"].update(epochs=1, targetAccuracy=None)
+    raw["spec"]["network"]["accessLink"]["loss"] = 0.01
+    job = spec.from_dict(raw)
+    result = local.run(job, tmp_path, progress=lambda line: None)
+    assert result.epochs == 1 and result.iterations == 63 and result.final_accuracy > 0.4
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["sync_mode"] == "allreduce" and metrics["transport"] == "bounded-loss"
+    summary = json.loads((tmp_path / "allreduce.json").read_text())
+    assert summary["iterations"] == 63
+    # Each rank took a PUSH and a PARAMS from each of the 3 others per iteration, at
+    # least p of each, the rest repaired (NACK) or left out.
+    rows = [r for i in range(4)
+            for r in csv.DictReader(open(tmp_path / f"messages-worker-{i}.csv"))]
+    assert len(rows) == 4 * 3 * 2 * 63
+    shard = 64714 // 4 + 1   # the largest of the four shards
+    assert max(int(r["missing"]) for r in rows) <= shard - int(0.9 * shard) + 1
+    logs = (tmp_path / "logs" / "worker-2.log").read_text()
+    assert "XDP counter attached" in logs
+    nothing_of("arbl-e2e")
+    progs = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
+    assert "arbl" not in progs

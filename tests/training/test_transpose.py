@@ -1,0 +1,106 @@
+"""syncMode allreduce over a datagram transport: the transpose all-reduce's ranks as
+real processes over 127.0.0.1 (tailcut.training.transpose).
+
+Three ranks of the torch MLP: with p = 1 the model they end with is a bsp PS's on the
+same minibatches; with p < 1 every message keeps at least p and rank 0 reports as
+the Gloo ranks do (start, epoch, done; epochs.csv, allreduce-worker-<i>.csv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tailcut.ml import data, models, torchmodel
+from tailcut.training import allreduce, ps, records, worker
+from tailcut.training.config import RoleConfig
+from tailcut.transports import datagram
+from tests.training.loopback import free_ports
+
+pytestmark = pytest.mark.skipif(not torchmodel.available(),
+                                reason="PyTorch is not installed (scripts/setup.sh)")
+ROLE = [sys.executable, "-m", "tailcut.training.role"]
+RANKS = 3
+
+
+def _run(tmp_path, p: float, **extra) -> list[dict]:
+    ports = free_ports(RANKS)
+    procs = []
+    for i in range(RANKS):
+        cfg = RoleConfig(
+            job="tar", role="worker", index=i, ps_host="127.0.0.1", ps_port=ports[0],
+            num_workers=RANKS, results_dir=str(tmp_path / "results"), model="torch-mlp",
+            batch_size=32, learning_rate=0.3, max_epochs=1, target_accuracy=None,
+            sync_mode="allreduce", timeout_s=120,
+            transport={"type": "bounded-loss", "p": p, "xdp": False, "job": "tar"},
+            shard_endpoints=[f"127.0.0.1:{port}" for port in ports], **extra)
+        path = tmp_path / f"worker-{i}.json"
+        cfg.to_json(path)
+        procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + 240
+    try:
+        while any(proc.poll() is None for proc in procs):   # a failed rank: say why at once
+            failed = [proc for proc in procs if proc.poll() not in (None, 0)]
+            assert not failed and time.monotonic() < deadline, \
+                [proc.stderr.read() for proc in failed] if failed else "timed out"  # type: ignore
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    outs = [proc.communicate() for proc in procs]
+    for proc, (_, err) in zip(procs, outs):
+        assert proc.returncode == 0, err
+    return [json.loads(line) for line in outs[0][0].splitlines()]
+
+
+def test_with_p_1_the_ranks_step_as_a_bsp_ps_would_on_the_same_minibatches(tmp_path):
+    events = _run(tmp_path, 1.0, max_iterations=5)
+    assert events[-1]["iterations"] == 5 and events[-1]["stop_reason"] == "max_iterations"
+    assert events[-1]["allreduce"] == "transpose"
+    d = models.dataset("torch-mlp", 0)
+    m = models.create("torch-mlp", d)
+    params = m.init_params(np.random.default_rng(0))
+    shards = [data.shard(d.x_train, d.y_train, i, RANKS) for i in range(RANKS)]
+    batches = [worker.minibatches(len(shards[i][0]), 32, np.random.default_rng([0, 1 + i]))
+               for i in range(RANKS)]
+    for _ in range(5):
+        grads = []
+        for i in range(RANKS):
+            rows = next(batches[i])
+            grads.append(m.loss_and_grad(params, shards[i][0][rows], shards[i][1][rows])[1])
+        params = params - 0.3 * sum(grads) / RANKS
+    loss, accuracy = m.evaluate(params, d.x_test, d.y_test)
+    assert events[-1]["final_loss"] == pytest.approx(loss, abs=1e-5)
+    assert events[-1]["final_accuracy"] == pytest.approx(accuracy, abs=1e-3)
+
+
+def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_path):
+    events = _run(tmp_path, 0.8)
+    assert [e["event"] for e in events] == ["start", "epoch", "done"]
+    ipe = ps.iterations_per_epoch(8000, 32, RANKS)
+    done = events[-1]
+    assert done["iterations"] == ipe and done["stop_reason"] == "max_epochs"
+    assert done["final_accuracy"] > 0.5
+    results = tmp_path / "results"
+    num_params = models.create("torch-mlp", models.dataset("torch-mlp", 0)).num_params
+    for rank in range(RANKS):
+        with open(results / allreduce.filename(rank)) as f:
+            steps = list(csv.DictReader(f))
+        assert len(steps) == ipe
+        assert all(float(r["allreduce_ms"]) > 0 for r in steps)
+        with open(results / records.messages_filename("worker", rank)) as f:
+            received = list(csv.DictReader(f))
+        # from each other rank: a PUSH and a PARAMS of this rank's / its shard, each step
+        assert len(received) == 2 * (RANKS - 1) * ipe
+        for r in received:
+            lo, hi = ps.shard_range(num_params, RANKS,
+                                    rank if r["kind"] == "PUSH" else int(r["sender"]))
+            assert int(r["missing"]) <= (hi - lo) - datagram.threshold_elements(0.8, hi - lo)
+        assert any(int(r["missing"]) > 0 for r in received)   # p left some out
