@@ -126,7 +126,9 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     params = model.init_params(np.random.default_rng(cfg.seed))
     ranges = [ps.shard_range(model.num_params, world, k) for k in range(world)]
     lo, hi = ranges[rank]
-    others = [k for k in range(world) if k != rank]
+    # Every rank sends to rank+1 first, then rank+2, ...: at each moment of a step the
+    # ranks' first messages form a permutation, not N-1 senders converging on rank 0.
+    others = [(rank + i) % world for i in range(1, world)]
     deadline = time.monotonic() + cfg.timeout_s + worker.GRACE_S
     options = {k: v for k, v in cfg.transport.items() if k != "type"}
     transport = transports.get(cfg.transport["type"], **options)
