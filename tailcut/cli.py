@@ -183,8 +183,10 @@ def _validate(args: argparse.Namespace) -> int:
         refused = plan.refusals(job, chosen)
         if refused:
             raise SpecError(f"{path}: {refused[0].message}")
-        print(f"{path}: ok ({chosen}): job {job.name}, "
-              f"{s.replicas.parameter_servers} PS + {s.replicas.workers} workers in "
+        roles = (f"{s.replicas.workers} workers all-reducing (no PS)"
+                 if s.training.sync_mode == "allreduce"
+                 else f"{s.replicas.parameter_servers} PS + {s.replicas.workers} workers")
+        print(f"{path}: ok ({chosen}): job {job.name}, {roles} in "
               f"{len(s.network.racks)} rack(s), model {s.training.model}, transport "
               f"{s.transport.type}")
         for refusal in plan.refusals(job, other):

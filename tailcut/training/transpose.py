@@ -66,11 +66,12 @@ class _Peers:
     def take(self, rank: int, kinds: tuple[Kind, ...], iteration: int) -> Message:
         """The message of one of ``kinds`` for ``iteration`` from ``rank``."""
         for kind in kinds:
-            msg = self.early.pop((rank, kind, iteration), None)
-            if msg is not None:
-                return msg
+            waiting = self.early.pop((rank, kind, iteration), None)
+            if waiting is not None:
+                return waiting
         while True:
-            msg = self._guard(rank, lambda: self.conns[rank].recv(peers.left(self.deadline)))
+            msg: Message = self._guard(
+                rank, lambda: self.conns[rank].recv(peers.left(self.deadline)))
             if msg.kind in (Kind.PUSH, Kind.PARAMS):
                 self.log.write(records.message_row(msg, self.rank))
             if msg.kind in kinds and msg.iteration == iteration:

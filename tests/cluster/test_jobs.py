@@ -226,13 +226,17 @@ def test_ps_0s_pod_deleted_mid_job_its_replica_takes_over_and_the_job_completes(
                  and set(phases().values()) == {"Succeeded"}, within_s=90, every_s=1), phases()
 
 
-def test_a_torch_job_and_a_gloo_job_run_on_the_torch_image_and_their_results_come_back(
+def test_a_torch_job_and_two_allreduce_jobs_run_on_the_torch_image_and_their_results_come_back(
         cluster, release, namespace, tmp_path):
-    """The torch MLP through a PS, and DDP over Gloo with no PS, side by side, two
-    epochs each (what is checked is that PyTorch runs in the pods, not convergence):
-    their pods run the chart's torch image, both end Succeeded with their figures,
-    and `tailcut collect` brings back the all-reduce report."""
-    jobs = {"torch-ps": "quickstart-torch.yaml", "gloo": "allreduce-gloo.yaml"}
+    """The torch MLP through a PS, by DDP over Gloo with no PS, and by the transpose
+    all-reduce over bounded-loss, side by side, two epochs each (what is checked is
+    that PyTorch and the ranks' connections work in the pods, not convergence): their
+    pods run the chart's torch image, all end Succeeded with their figures, and
+    `tailcut collect` brings back the all-reduce reports."""
+    jobs = {"torch-ps": "quickstart-torch.yaml", "gloo": "allreduce-gloo.yaml",
+            "transpose": "allreduce-bounded-loss.yaml"}
+    cluster.kubectl("label", "--overwrite", "namespace", namespace,
+                    "tailcut.dev/bounded-loss=allowed")
     for job_name, name in jobs.items():
         raw = yaml.safe_load(example(name, job_name))
         raw["spec"]["training"].update({"epochs": 2, "targetAccuracy": None})
@@ -248,20 +252,26 @@ def test_a_torch_job_and_a_gloo_job_run_on_the_torch_image_and_their_results_com
         cluster, namespace, "pods", "-l", "tailcut.dev/job=gloo")["items"]}
     assert gloo == {f"gloo-worker-{i}" for i in range(4)}   # no PS
 
-    results = collect.collect("gloo", namespace, str(cluster.kubeconfig), tmp_path / "gloo")
-    metrics = json.loads((results / "metrics.json").read_text())
-    assert metrics["model"] == "torch-mlp" and metrics["epochs"] == 2
-    report = json.loads((results / "allreduce.json").read_text())
-    assert report, "empty all-reduce report"
-    assert (results / "allreduce-worker-0.csv").exists()
+    for job_name in ("gloo", "transpose"):
+        results = collect.collect(job_name, namespace, str(cluster.kubeconfig),
+                                  tmp_path / job_name)
+        metrics = json.loads((results / "metrics.json").read_text())
+        assert metrics["model"] == "torch-mlp" and metrics["epochs"] == 2
+        report = json.loads((results / "allreduce.json").read_text())
+        assert report, f"{job_name}: empty all-reduce report"
+        assert (results / "allreduce-worker-0.csv").exists()
+    # The transpose's ranks received through the XDP counter, and logged each message.
+    assert "XDP counter attached" in (results / "logs" / "worker-3.log").read_text()
+    assert (results / "messages-worker-3.csv").stat().st_size > 0
 
 
 # Run above with more checks: quickstart, cadentflow, quickstart-background, mlfabric,
-# and (two epochs each) quickstart-torch and allreduce-gloo.
+# and (two epochs each) quickstart-torch, allreduce-gloo and allreduce-bounded-loss.
 OTHER_EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.yaml")
                         if p.name not in ("quickstart.yaml", "cadentflow.yaml",
                                           "quickstart-background.yaml", "mlfabric.yaml",
-                                          "quickstart-torch.yaml", "allreduce-gloo.yaml"))
+                                          "quickstart-torch.yaml", "allreduce-gloo.yaml",
+                                          "allreduce-bounded-loss.yaml"))
 
 
 @pytest.mark.parametrize("name", OTHER_EXAMPLES)
