@@ -220,7 +220,7 @@ class Training(_Model):
             raise ValueError(f"module: only model torch takes a module (model is "
                              f"{self.model!r}); set model: torch or remove module")
         if self.sync_mode == "allreduce" and self.model not in torch_models() + (TORCH_MODEL,):
-            raise ValueError(f"syncMode: allreduce runs PyTorch DDP, so it needs a torch "
+            raise ValueError(f"syncMode: allreduce trains PyTorch models, so it needs a torch "
                              f"model ({', '.join(torch_models())} or torch with module), "
                              f"not {self.model!r}")
         return self

@@ -63,6 +63,10 @@ class _Aggregator:
                 records.CsvLog(results / records.rpc_filename("client", self.name),
                                records.CLIENT_RPC_FIELDS) as self.client_log,
             ):
+                # Listen for the group first, then connect to the shards: a datagram
+                # transport's connections share the socket listen opens.
+                host, port = split_endpoint(cfg.aggregators[cfg.index]["endpoint"])
+                accepted = transport.listen(host, port, len(self.group), peers.left(self.deadline))
                 ups = [(f"ps-{s}", h, p) for s, (h, p) in enumerate(cfg.shards)]
                 if cfg.replica is not None:
                     ups.append(("replica-0", *cfg.replica))
@@ -70,8 +74,6 @@ class _Aggregator:
                     conns[who] = peers.hello(transport, host, port, peers.AGGREGATOR, cfg.index,
                                              self.deadline)
                     conns[who].peer = f"{who} at {host}:{port}"
-                host, port = split_endpoint(cfg.aggregators[cfg.index]["endpoint"])
-                accepted = transport.listen(host, port, len(self.group), peers.left(self.deadline))
                 members = peers.accept(transport, accepted, {f"worker-{w}" for w in self.group},
                                        self.deadline)
                 conns.update(members)

@@ -22,9 +22,11 @@ the plain 1-PS BSP job above):
 - ``sync_mode`` ``bsp``, ``async`` or ``ssp`` with ``staleness`` (iterations a worker
   may run ahead of the slowest), ``ordering`` ``fifo`` or ``stf`` (shortest transfer
   first) for the updates a PS has waiting, ``window_us`` for concurrent connections.
-- ``sync_mode`` ``allreduce``: no PS; the workers run PyTorch DDP with Gloo
+- ``sync_mode`` ``allreduce``: no PS. Over tcp the workers run PyTorch DDP with Gloo
   (tailcut.training.allreduce), meeting at ``ps_host:ps_port``, which is then
-  worker-0's address and its rendezvous port. ``model`` is a torch model:
+  worker-0's address and its rendezvous port. Over udp or bounded-loss they run the
+  transpose all-reduce (tailcut.training.transpose): ``shard_endpoints`` then lists
+  every rank's own endpoint, rank i owning shard i. ``model`` is a torch model:
   ``torch-mlp``, ``torch-cnn`` or ``torch:<package.module:factory>``.
 - ``aggregation``: how a bsp PS combines the gradient values that arrived, ``mean``
   (over the workers that delivered each coordinate) or ``unbiased`` (inverse-probability

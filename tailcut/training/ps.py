@@ -162,8 +162,14 @@ class _Server:
         conns: list[base.Connection] = []
         logs: list[records.CsvLog] = []
         try:
+            host, port = cfg.replica if self.is_replica else cfg.shards[self.shard]  # type: ignore[misc]
+            expected = self._expected_peers()
+            # Listen first, then connect to shard 0 / the primary: a datagram transport's
+            # connections share the socket listen opens on our own endpoint. Shard 0
+            # waits for us meanwhile; our workers reach us as they come.
+            accepted = transport.listen(host, port, len(expected), peers.left(self.deadline))
+            conns.extend(accepted)
             upstream: base.Connection | None = None
-            # Connect out before listening: shard 0 / the primary waits for us to listen.
             if self.is_replica:
                 host, port = cfg.shards[0]
                 upstream = peers.hello(transport, host, port, peers.REPLICA, 0, self.deadline)
@@ -174,10 +180,6 @@ class _Server:
                 upstream = peers.hello(transport, host, port, peers.SHARD, self.shard, self.deadline)
                 upstream.peer = f"ps 0 ({host}:{port})"
                 conns.append(upstream)
-            host, port = cfg.replica if self.is_replica else cfg.shards[self.shard]  # type: ignore[misc]
-            expected = self._expected_peers()
-            accepted = transport.listen(host, port, len(expected), peers.left(self.deadline))
-            conns.extend(accepted)
             role, index = self.name.rsplit("-", 1)
             self.messages = records.CsvLog(
                 self.results / records.messages_filename(role, int(index)),

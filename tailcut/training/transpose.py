@@ -11,16 +11,17 @@ shard would) and keeps a copy of the rest. Every iteration, on every rank at onc
     PARAMS w[shard r] to every other rank                (all-gather, one step)
     write what arrived of each other shard into its copy; keep the rest
 
-Two steps of N-1 messages of 1/N of the vector each, sent at once, where a ring takes
-2(N-1) steps in a chain: a late or lost packet delays one message, not every step
-after it. The bytes per rank are a ring's: 2(N-1)/N of the vector out and in. This is
+Two steps of N-1 messages of 1/N of the vector each, handed to the transport at once
+(its scheduler, srpt.py, orders them on the rank's link), where a ring takes 2(N-1)
+steps in a chain: a late or lost packet delays one message, not every step after it. The bytes per rank are a ring's: 2(N-1)/N of the vector out and in. This is
 OptiReduce's Transpose AllReduce (NSDI'25), without its Hadamard transform.
 
-Over bounded-loss both steps take at least p of each message, as a PS job does: a
+Over bounded-loss both steps take at least p of each message (minP with early
+close), as a PS job does: a
 coordinate of PUSH that did not arrive is left out of the mean, one of PARAMS keeps
 the copy's older value (the rank that owns it has the latest). So the model is the
-ranks' own shards together; rank 0 evaluates its copy, as a PS worker's copy, at most
-a few iterations old in the coordinates it missed.
+ranks' own shards together; rank 0 evaluates its copy, as a PS worker's copy,
+typically an iteration or two old in the coordinates it missed.
 
 Rank 0 reports as the Gloo ranks do (tailcut.training.allreduce): events, epochs.csv,
 ``allreduce-worker-<i>.csv`` (``buckets`` is 1: the whole vector at once), and every
@@ -50,18 +51,22 @@ NAME = "transpose"   # the "allreduce" of the start event: which algorithm ran
 
 class _Peers:
     """The connections to the other ranks, and what came early: a peer's next
-    iteration's PUSH may arrive while this rank still gathers this one's PARAMS."""
+    iteration's PUSH may arrive while this rank still gathers this one's PARAMS, and
+    a control frame (ACK, STOP) may overtake a message still coming in.
+
+    Every send and receive may take ``wait_s``, as each of Gloo's operations may: a
+    job past its timeoutS stops at the next epoch boundary, not here."""
 
     def __init__(self, conns: dict[int, base.Connection], log: records.CsvLog,
-                 rank: int, deadline: float) -> None:
+                 rank: int, wait_s: float) -> None:
         self.conns = conns
         self.log = log
         self.rank = rank
-        self.deadline = deadline
+        self.wait_s = wait_s
         self.early: dict[tuple[int, Kind, int], Message] = {}
 
     def send(self, rank: int, msg: Message) -> None:
-        self._guard(rank, lambda: self.conns[rank].send(msg, peers.left(self.deadline)))
+        self._guard(rank, lambda: self.conns[rank].send(msg, self.wait_s))
 
     def take(self, rank: int, kinds: tuple[Kind, ...], iteration: int) -> Message:
         """The message of one of ``kinds`` for ``iteration`` from ``rank``."""
@@ -70,13 +75,15 @@ class _Peers:
             if waiting is not None:
                 return waiting
         while True:
-            msg: Message = self._guard(
-                rank, lambda: self.conns[rank].recv(peers.left(self.deadline)))
+            msg: Message = self._guard(rank, lambda: self.conns[rank].recv(self.wait_s))
             if msg.kind in (Kind.PUSH, Kind.PARAMS):
                 self.log.write(records.message_row(msg, self.rank))
             if msg.kind in kinds and msg.iteration == iteration:
                 return msg
-            if msg.iteration < iteration or (rank, msg.kind, msg.iteration) in self.early:
+            if (rank, msg.kind, msg.iteration) in self.early:
+                raise errors.RunError(f"worker {rank} sent {msg.kind.name} for iteration "
+                                      f"{msg.iteration} twice")
+            if msg.iteration < iteration:
                 raise errors.RunError(f"worker {rank} sent {msg.kind.name} for iteration "
                                       f"{msg.iteration} while worker {self.rank} waited "
                                       f"for {'/'.join(k.name for k in kinds)} of {iteration}")
@@ -87,6 +94,8 @@ class _Peers:
             return call()
         except base.PeerClosed as err:
             raise worker.PSGone(f"worker {rank} went away: {err}") from err
+        except base.TransportTimeout as err:   # silent that long: gone, as a worker says
+            raise worker.PSGone(f"worker {rank} did not answer in time: {err}") from err
         except base.TransportError as err:
             raise errors.RunError(f"all-reduce with worker {rank} failed: {err}") from err
 
@@ -127,8 +136,8 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     params = model.init_params(np.random.default_rng(cfg.seed))
     ranges = [ps.shard_range(model.num_params, world, k) for k in range(world)]
     lo, hi = ranges[rank]
-    # Every rank sends to rank+1 first, then rank+2, ...: at each moment of a step the
-    # ranks' first messages form a permutation, not N-1 senders converging on rank 0.
+    # Every rank sends to rank+1 first, then rank+2, ...: the ranks' first messages
+    # usually form a permutation, not N-1 senders converging on rank 0.
     others = [(rank + i) % world for i in range(1, world)]
     deadline = time.monotonic() + cfg.timeout_s + worker.GRACE_S
     options = {k: v for k, v in cfg.transport.items() if k != "type"}
@@ -144,7 +153,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
             except base.TransportError as err:
                 raise errors.RunError(f"worker {rank}: could not reach the other ranks: "
                                       f"{err}") from err
-            mesh = _Peers(conns, messages, rank, deadline)
+            mesh = _Peers(conns, messages, rank, cfg.timeout_s + worker.GRACE_S)
             if rank == 0:
                 emit({"event": "start", "num_params": model.num_params,
                       "iterations_per_epoch": ipe, "model": cfg.model,
@@ -162,6 +171,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                 for k in others:
                     a, b = ranges[k]
                     mesh.send(k, Message(Kind.PUSH, step, rank, grad[a:b]))
+                # float64: the sum of N float32 gradients, divided once (combine)
                 total = grad[lo:hi].astype(np.float64)
                 counts = np.ones(hi - lo, dtype=np.int32)
                 for k in others:
@@ -180,6 +190,8 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                            "allreduce_ms": round((t2 - t1) * 1e3, 3),
                            "iteration_ms": round((t2 - t0) * 1e3, 3), "buckets": 1})
                 at_max = cfg.max_iterations is not None and step >= cfg.max_iterations
+                # Only at an epoch's end (rank 0 evaluates) or at the last iteration is
+                # there a verdict to wait for: the other iterations run back to back.
                 if step % ipe and not at_max:
                     continue
                 if rank == 0:
@@ -189,7 +201,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                                                     time.monotonic() - started, emit)
                     stop_reason = allreduce.verdict(cfg, epoch, last_eval[1], at_max,
                                                      job_deadline)
-                    verdict = Kind.STOP if stop_reason else Kind.ACK
+                    verdict = Kind.STOP if stop_reason else Kind.ACK   # ACK: go on
                     for k in others:
                         mesh.send(k, Message(verdict, step, rank))
                     if stop_reason:

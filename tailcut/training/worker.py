@@ -45,7 +45,8 @@ GRACE_S = 30.0
 
 
 class PSGone(errors.RunError):
-    """The parameter server closed the connection, broke the protocol or fell silent."""
+    """The parameter server (under the transpose all-reduce, another rank) closed the
+    connection, broke the protocol or fell silent."""
 
 
 class _Stopped(Exception):

@@ -416,6 +416,11 @@ class DatagramTransport(base.Transport):
     # ---- setup ----------------------------------------------------------------------
 
     def listen(self, host: str, port: int, count: int, timeout_s: float) -> list[base.Connection]:
+        if self._udp is not None:
+            # Peers that connect here send their datagrams to host:port, so listen owns
+            # the one UDP socket (and XDP counter) that later connections share.
+            raise base.TransportError(f"listen on {host}:{port} after a connect: a datagram "
+                                      "transport must listen first, then connect")
         deadline = base.deadline_after(timeout_s)
         self._open_udp(host, port)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

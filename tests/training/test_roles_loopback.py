@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tailcut.training import ps, rpc
 from tests.training import loopback
@@ -145,3 +146,24 @@ def test_killing_the_primary_mid_job_hands_over_to_the_replica_which_finishes(
     plain.run()
     assert [r["test_loss"] for r in epochs] == [
         r["test_loss"] for r in _rows(plain.results / "epochs.csv")]
+
+
+@pytest.mark.parametrize("transport", [
+    {"type": "udp", "job": "roles-dg"},
+    {"type": "bounded-loss", "p": 0.9, "xdp": False, "job": "roles-dg"}],
+    ids=["udp", "bounded-loss"])
+def test_shards_an_aggregator_and_a_replica_start_over_the_datagram_transports(
+    tmp_path: Path, transport: dict
+) -> None:
+    """Shard 1, the aggregator and the replica listen and then connect upstream: their
+    connections share the one UDP socket listen opened (they once connected first and
+    then failed to listen)."""
+    options = {"max_iterations": 5, "target_accuracy": None, "transport": transport}
+    sharded = loopback.Job(tmp_path / "sharded", num_workers=3, shards=2, groups=[[0, 1]],
+                           options=options)
+    events = sharded.run()
+    assert events["ps-0"][-1]["iterations"] == 5
+    assert events["aggregator-0"][-1]["rounds"] == 5
+    replicated = loopback.Job(tmp_path / "replicated", num_workers=2, replica=True,
+                              options=options)
+    assert replicated.run()["ps-0"][-1]["iterations"] == 5
