@@ -17,6 +17,7 @@ gives each pod the same address on its second interface, tc0 (tailcut.k8s.agent)
 a role's configuration is the same wherever it runs.
 """
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
@@ -173,35 +174,27 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
     def endpoint(name: str) -> str:
         return f"{hosts(pod_name, name)}:{PS_PORT}"
 
+    # What every role's configuration holds, whatever its sync mode.
+    config = functools.partial(
+        RoleConfig, job=job.name, role=pod.role, index=pod.index, num_workers=r.workers,
+        model=t.model_ref, batch_size=t.batch_size, learning_rate=t.learning_rate,
+        max_epochs=t.epochs, max_iterations=t.iterations,
+        target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
+        results_dir=results_dir, timeout_s=t.timeout_s)
     if t.sync_mode == "allreduce" and job.spec.transport.type == "tcp":
         # DDP over Gloo, no PS: the workers meet at worker-0
-        return RoleConfig(
-            job=job.name, role=pod.role, index=pod.index,
-            ps_host=hosts(pod_name, "worker-0"), ps_port=ALLREDUCE_PORT,
-            num_workers=r.workers, model=t.model_ref, batch_size=t.batch_size,
-            learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
-            target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
-            transport={"type": "tcp"}, results_dir=results_dir, timeout_s=t.timeout_s)
+        return config(ps_host=hosts(pod_name, "worker-0"), ps_port=ALLREDUCE_PORT,
+                      transport={"type": "tcp"})
     if t.sync_mode == "allreduce":
         # The transpose all-reduce (training.transpose): rank i owns shard i and
         # listens at its own address, as a PS shard would.
-        return RoleConfig(
-            job=job.name, role=pod.role, index=pod.index,
-            ps_host=hosts(pod_name, "worker-0"), ps_port=PS_PORT,
-            num_workers=r.workers, model=t.model_ref, batch_size=t.batch_size,
-            learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
-            target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
-            transport=transport_options(job, pod), results_dir=results_dir,
-            timeout_s=t.timeout_s,
-            shard_endpoints=[endpoint(f"worker-{i}") for i in range(r.workers)])
+        return config(ps_host=hosts(pod_name, "worker-0"), ps_port=PS_PORT,
+                      transport=transport_options(job, pod),
+                      shard_endpoints=[endpoint(f"worker-{i}") for i in range(r.workers)])
 
-    return RoleConfig(
-        job=job.name, role=pod.role, index=pod.index, ps_host=hosts(pod_name, "ps-0"),
-        ps_port=PS_PORT, num_workers=r.workers, model=t.model_ref, batch_size=t.batch_size,
-        learning_rate=t.learning_rate, max_epochs=t.epochs, max_iterations=t.iterations,
-        target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
-        transport=transport_options(job, pod), results_dir=results_dir,
-        timeout_s=t.timeout_s,
+    return config(
+        ps_host=hosts(pod_name, "ps-0"), ps_port=PS_PORT,
+        transport=transport_options(job, pod),
         shard_endpoints=[endpoint(f"ps-{i}") for i in range(r.parameter_servers)],
         replica_endpoint=endpoint("replica-0") if r.ps_replica else None,
         aggregators=[{"endpoint": endpoint(f"aggregator-{a}"), "workers": list(agg.workers)}

@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -94,14 +94,9 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
 
     results = Path(cfg.results_dir)
     results.mkdir(parents=True, exist_ok=True)
-    dataset = models.dataset(cfg.model, cfg.seed)
-    model = models.create(cfg.model, dataset)
+    dataset, model, x, y, batches, ipe = rank_inputs(cfg)
     if not isinstance(model, torchmodel.TorchModel):
         raise errors.RunError(f"model={cfg.model!r}: allreduce needs a torch model")
-    x, y = data.shard(dataset.x_train, dataset.y_train, cfg.index, cfg.num_workers)
-    batches = worker.minibatches(len(x), cfg.batch_size,
-                                 np.random.default_rng([cfg.seed, 1 + cfg.index]))
-    ipe = ps.iterations_per_epoch(len(dataset.x_train), cfg.batch_size, cfg.num_workers)
     rank, world = cfg.index, cfg.num_workers
     ifname, address = interface_of(cfg.ps_host)
     os.environ["GLOO_SOCKET_IFNAME"] = ifname
@@ -167,13 +162,35 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
         guard.start()
         dist.destroy_process_group()
         guard.cancel()
-    if rank != 0:
-        return {"event": "worker_done", "index": rank, "last_iteration": step - 1}
+    return closing_event(cfg, model, torchmodel.to_numpy(model.flat), dataset, epoch, step,
+                         stop_reason, jct_s, last_eval)
+
+
+def rank_inputs(cfg: RoleConfig) -> tuple[data.Dataset, models.Model, np.ndarray, np.ndarray,
+                                          Iterator[np.ndarray], int]:
+    """(dataset, model, the rank's shard x and y, its minibatches, iterations per
+    epoch): a PS worker's of the same index, so a rank trains on what it would."""
+    dataset = models.dataset(cfg.model, cfg.seed)
+    model = models.create(cfg.model, dataset)
+    x, y = data.shard(dataset.x_train, dataset.y_train, cfg.index, cfg.num_workers)
+    batches = worker.minibatches(len(x), cfg.batch_size,
+                                 np.random.default_rng([cfg.seed, 1 + cfg.index]))
+    ipe = ps.iterations_per_epoch(len(dataset.x_train), cfg.batch_size, cfg.num_workers)
+    return dataset, model, x, y, batches, ipe
+
+
+def closing_event(cfg: RoleConfig, model: models.Model, params: np.ndarray,
+                  dataset: data.Dataset, epoch: int, step: int, stop_reason: str,
+                  jct_s: float, last_eval: tuple[float, float],
+                  **extra: Any) -> dict[str, Any]:
+    """Rank 0's "done" event (the PS's fields, and ``extra``), the others'
+    "worker_done"."""
+    if cfg.index != 0:
+        return {"event": "worker_done", "index": cfg.index, "last_iteration": step - 1}
     if last_eval[1] != last_eval[1]:   # stopped between epochs: evaluate the end
-        last_eval = model.evaluate(torchmodel.to_numpy(model.flat), dataset.x_test,
-                                   dataset.y_test)
+        last_eval = model.evaluate(params, dataset.x_test, dataset.y_test)
     target = cfg.target_accuracy
-    return {"event": "done", "role": "worker-0", "sync_mode": "allreduce",
+    return {"event": "done", "role": "worker-0", "sync_mode": "allreduce", **extra,
             "converged": bool(target is not None and last_eval[1] >= target),
             "stop_reason": stop_reason, "epochs": epoch, "iterations": step,
             "updates": step, "jct_s": round(jct_s, 3),

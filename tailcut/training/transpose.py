@@ -13,13 +13,13 @@ shard would) and keeps a copy of the rest. Every iteration, on every rank at onc
 
 Two steps of N-1 messages of 1/N of the vector each, handed to the transport at once
 (its scheduler, srpt.py, orders them on the rank's link), where a ring takes 2(N-1)
-steps in a chain: a late or lost packet delays one message, not every step after it. The bytes per rank are a ring's: 2(N-1)/N of the vector out and in. This is
+steps in a chain: a late or lost packet delays one message, not every step after it.
+The bytes per rank are a ring's: 2(N-1)/N of the vector out and in. This is
 OptiReduce's Transpose AllReduce (NSDI'25), without its Hadamard transform.
 
-Over bounded-loss both steps take at least p of each message (minP with early
-close), as a PS job does: a
-coordinate of PUSH that did not arrive is left out of the mean, one of PARAMS keeps
-the copy's older value (the rank that owns it has the latest). So the model is the
+Over bounded-loss both steps take at least p of each message (minP with early close),
+as a PS job does: a coordinate of PUSH that did not arrive is left out of the mean,
+one of PARAMS keeps the copy's older value (the rank that owns it has the latest). So the model is the
 ranks' own shards together; rank 0 evaluates its copy, as a PS worker's copy,
 typically an iteration or two old in the coordinates it missed.
 
@@ -39,7 +39,6 @@ from typing import Any, Callable
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.ml import data, models
 from tailcut.training import aggregation, allreduce, cpustats, peers, ps, records, worker
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base
@@ -126,12 +125,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                               f"per rank, got {cfg.num_shards} for {cfg.num_workers} ranks")
     results = Path(cfg.results_dir)
     results.mkdir(parents=True, exist_ok=True)
-    dataset = models.dataset(cfg.model, cfg.seed)
-    model = models.create(cfg.model, dataset)
-    x, y = data.shard(dataset.x_train, dataset.y_train, cfg.index, cfg.num_workers)
-    batches = worker.minibatches(len(x), cfg.batch_size,
-                                 np.random.default_rng([cfg.seed, 1 + cfg.index]))
-    ipe = ps.iterations_per_epoch(len(dataset.x_train), cfg.batch_size, cfg.num_workers)
+    dataset, model, x, y, batches, ipe = allreduce.rank_inputs(cfg)
     rank, world = cfg.index, cfg.num_workers
     params = model.init_params(np.random.default_rng(cfg.seed))
     ranges = [ps.shard_range(model.num_params, world, k) for k in range(world)]
@@ -221,17 +215,8 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
         for conn in conns.values():
             conn.close()
         transport.close()
-    if rank != 0:
-        return {"event": "worker_done", "index": rank, "last_iteration": step - 1}
-    if last_eval[1] != last_eval[1]:   # stopped between epochs: evaluate the end
-        last_eval = model.evaluate(params, dataset.x_test, dataset.y_test)
-    target = cfg.target_accuracy
-    return {"event": "done", "role": "worker-0", "sync_mode": "allreduce",
-            "allreduce": NAME, "converged": bool(target is not None
-                                                 and last_eval[1] >= target),
-            "stop_reason": stop_reason, "epochs": epoch, "iterations": step,
-            "updates": step, "jct_s": round(jct_s, 3),
-            "final_accuracy": round(last_eval[1], 6), "final_loss": round(last_eval[0], 6)}
+    return allreduce.closing_event(cfg, model, params, dataset, epoch, step, stop_reason,
+                                   jct_s, last_eval, allreduce=NAME)
 
 
 def _add(total: np.ndarray, counts: np.ndarray, push: Message, size: int, rank: int) -> None:

@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,33 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def run_ranks(tmp_path: Path, cfgs: list[RoleConfig], timeout_s: float = 240
+              ) -> list[dict[str, Any]]:
+    """Run all-reduce ranks as processes; fail at once, with its stderr, when one fails.
+    Returns rank 0's events."""
+    procs = []
+    for cfg in cfgs:
+        path = tmp_path / f"worker-{cfg.index}.json"
+        cfg.to_json(path)
+        procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            assert not failed and time.monotonic() < deadline, \
+                [p.stderr.read() for p in failed if p.stderr] if failed else "timed out"
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    outs = [p.communicate() for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    return [json.loads(line) for line in outs[0][0].splitlines()]
 
 
 @dataclass

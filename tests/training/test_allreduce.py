@@ -8,10 +8,6 @@ the model they end with is a bsp PS's: the same gradients averaged, the same ste
 from __future__ import annotations
 
 import csv
-import json
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,11 +15,10 @@ import pytest
 from tailcut.ml import data, models, torchmodel
 from tailcut.training import allreduce, ps, worker
 from tailcut.training.config import ConfigError, RoleConfig
-from tests.training.loopback import free_ports
+from tests.training.loopback import free_ports, run_ranks
 
 pytestmark = pytest.mark.skipif(not torchmodel.available(),
                                 reason="PyTorch is not installed (scripts/setup.sh)")
-ROLE = [sys.executable, "-m", "tailcut.training.role"]
 
 
 def _config(tmp_path, index: int, port: int, **extra) -> RoleConfig:
@@ -35,27 +30,7 @@ def _config(tmp_path, index: int, port: int, **extra) -> RoleConfig:
 
 def _run(tmp_path, **extra) -> list[dict]:
     port = free_ports(1)[0]
-    procs = []
-    for i in range(2):
-        path = tmp_path / f"worker-{i}.json"
-        _config(tmp_path, i, port, **extra).to_json(path)
-        procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    deadline = time.monotonic() + 240
-    try:
-        while any(p.poll() is None for p in procs):   # a failed rank: say why at once
-            failed = [p for p in procs if p.poll() not in (None, 0)]
-            assert not failed and time.monotonic() < deadline, \
-                [p.stderr.read() for p in failed] if failed else "timed out"  # type: ignore
-            time.sleep(0.2)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    outs = [p.communicate() for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    return [json.loads(line) for line in outs[0][0].splitlines()]
+    return run_ranks(tmp_path, [_config(tmp_path, i, port, **extra) for i in range(2)])
 
 
 def test_two_allreduce_ranks_train_and_rank_0_reports_like_a_ps(tmp_path):

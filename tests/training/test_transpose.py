@@ -8,11 +8,7 @@ the Gloo ranks do (start, epoch, done; epochs.csv, allreduce-worker-<i>.csv)."""
 from __future__ import annotations
 
 import csv
-import json
 import os
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -23,44 +19,22 @@ from tailcut.training import allreduce, ps, records, transpose, worker
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, datagram
 from tailcut.transports.base import Kind, Message
-from tests.training.loopback import free_ports
+from tests.training.loopback import free_ports, run_ranks
 
 pytestmark = pytest.mark.skipif(not torchmodel.available(),
                                 reason="PyTorch is not installed (scripts/setup.sh)")
-ROLE = [sys.executable, "-m", "tailcut.training.role"]
 RANKS = 3
 
 
 def _run(tmp_path, transport: dict, **extra) -> list[dict]:
     ports = free_ports(RANKS)
-    procs = []
-    for i in range(RANKS):
-        cfg = RoleConfig(
-            job="tar", role="worker", index=i, ps_host="127.0.0.1", ps_port=ports[0],
-            num_workers=RANKS, results_dir=str(tmp_path / "results"), model="torch-mlp",
-            batch_size=32, learning_rate=0.3, max_epochs=1, target_accuracy=None,
-            sync_mode="allreduce", timeout_s=120,
-            transport=transport,
-            shard_endpoints=[f"127.0.0.1:{port}" for port in ports], **extra)
-        path = tmp_path / f"worker-{i}.json"
-        cfg.to_json(path)
-        procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    deadline = time.monotonic() + 240
-    try:
-        while any(proc.poll() is None for proc in procs):   # a failed rank: say why at once
-            failed = [proc for proc in procs if proc.poll() not in (None, 0)]
-            assert not failed and time.monotonic() < deadline, \
-                [proc.stderr.read() for proc in failed] if failed else "timed out"  # type: ignore
-            time.sleep(0.2)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    outs = [proc.communicate() for proc in procs]
-    for proc, (_, err) in zip(procs, outs):
-        assert proc.returncode == 0, err
-    return [json.loads(line) for line in outs[0][0].splitlines()]
+    return run_ranks(tmp_path, [RoleConfig(
+        job="tar", role="worker", index=i, ps_host="127.0.0.1", ps_port=ports[0],
+        num_workers=RANKS, results_dir=str(tmp_path / "results"), model="torch-mlp",
+        batch_size=32, learning_rate=0.3, max_epochs=1, target_accuracy=None,
+        sync_mode="allreduce", timeout_s=120, transport=transport,
+        shard_endpoints=[f"127.0.0.1:{port}" for port in ports], **extra)
+        for i in range(RANKS)])
 
 
 @pytest.mark.parametrize("transport", [
