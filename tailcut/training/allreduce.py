@@ -136,7 +136,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                            "allreduce_ms": round(reduce_s * 1e3, 3),
                            "iteration_ms": round((t1 - t0) * 1e3, 3), "buckets": buckets})
                 at_max = cfg.max_iterations is not None and step >= cfg.max_iterations
-                if step % ipe and not at_max:
+                if not verdict_due(step, ipe, at_max):
                     continue
                 stop = torch.zeros(1, dtype=torch.int64)
                 if rank == 0:
@@ -195,6 +195,19 @@ def closing_event(cfg: RoleConfig, model: models.Model, params: np.ndarray,
             "stop_reason": stop_reason, "epochs": epoch, "iterations": step,
             "updates": step, "jct_s": round(jct_s, 3),
             "final_accuracy": round(last_eval[1], 6), "final_loss": round(last_eval[0], 6)}
+
+
+# Rank 0 gives its verdict (go on or stop) at each epoch's end, at max_iterations and
+# every VERDICT_EVERY iterations: so a job past its timeoutS stops within that many
+# iterations, not at an epoch's end that may come minutes later (past `tailcut run`'s
+# own limit, timeoutS + 30 s). Each costs a broadcast of one integer (Gloo) or a control
+# frame per rank (transpose), and a wait for rank 0.
+VERDICT_EVERY = 10
+
+
+def verdict_due(step: int, iterations_per_epoch: int, at_max: bool) -> bool:
+    """Whether rank 0 gives its verdict after ``step`` iterations (every rank asks)."""
+    return at_max or step % iterations_per_epoch == 0 or step % VERDICT_EVERY == 0
 
 
 def verdict(cfg: RoleConfig, epoch: int, accuracy: float, at_max: bool,

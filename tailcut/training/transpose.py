@@ -27,7 +27,8 @@ Rank 0 reports as the Gloo ranks do (tailcut.training.allreduce): events, epochs
 ``allreduce-worker-<i>.csv`` (``buckets`` is 1: the whole vector at once), and every
 rank ``messages-worker-<i>.csv`` with each PUSH and PARAMS it received, what was
 missing and how many repair rounds it took. Rank 0 says go on (ACK) or STOP at each
-epoch boundary; a rank closes once every peer has said STOP, i.e. has all it needs.
+epoch boundary and every ``allreduce.VERDICT_EVERY`` iterations; a rank closes once
+every peer has said STOP, i.e. has all it needs.
 """
 
 from __future__ import annotations
@@ -48,13 +49,16 @@ Emit = Callable[[dict[str, Any]], None]
 NAME = "transpose"   # the "allreduce" of the start event: which algorithm ran
 
 
+_KINDS = (Kind.PUSH, Kind.PARAMS, Kind.ACK, Kind.STOP)
+
+
 class _Peers:
     """The connections to the other ranks, and what came early: a peer's next
     iteration's PUSH may arrive while this rank still gathers this one's PARAMS, and
     a control frame (ACK, STOP) may overtake a message still coming in.
 
     Every send and receive may take ``wait_s``, as each of Gloo's operations may: a
-    job past its timeoutS stops at the next epoch boundary, not here."""
+    job past its timeoutS stops at rank 0's next verdict, not here."""
 
     def __init__(self, conns: dict[int, base.Connection], log: records.CsvLog,
                  rank: int, wait_s: float) -> None:
@@ -79,6 +83,13 @@ class _Peers:
                 self.log.write(records.message_row(msg, self.rank))
             if msg.kind in kinds and msg.iteration == iteration:
                 return msg
+            if msg.kind not in _KINDS:
+                raise errors.RunError(f"worker {rank} sent {msg.kind.name}; all-reduce "
+                                      f"ranks send {'/'.join(k.name for k in _KINDS)}")
+            if msg.iteration > iteration + 1:   # a rank runs at most one iteration ahead
+                raise errors.RunError(f"worker {rank} sent {msg.kind.name} for iteration "
+                                      f"{msg.iteration} while worker {self.rank} waited "
+                                      f"for {'/'.join(k.name for k in kinds)} of {iteration}")
             if (rank, msg.kind, msg.iteration) in self.early:
                 raise errors.RunError(f"worker {rank} sent {msg.kind.name} for iteration "
                                       f"{msg.iteration} twice")
@@ -99,22 +110,24 @@ class _Peers:
             raise errors.RunError(f"all-reduce with worker {rank} failed: {err}") from err
 
 
-def connect(transport: base.Transport, cfg: RoleConfig, deadline: float
-            ) -> dict[int, base.Connection]:
-    """One connection to every other rank: listen for the higher ranks, then connect
+def connect(transport: base.Transport, cfg: RoleConfig, deadline: float,
+            conns: dict[int, base.Connection]) -> None:
+    """One connection to every other rank, into ``conns`` as each is made (the caller
+    closes them, also after a failure here): listen for the higher ranks, then connect
     to the lower ones (rank N-1 listens for none). Listening first opens the UDP
     socket on this rank's own endpoint, which the connections then share."""
     rank, world = cfg.index, cfg.num_workers
     host, port = cfg.shards[rank]
     accepted = transport.listen(host, port, world - 1 - rank, peers.left(deadline))
+    conns.update({-1 - i: conn for i, conn in enumerate(accepted)})   # not named yet
     named = peers.accept(transport, accepted,
                          {f"worker-{k}" for k in range(rank + 1, world)}, deadline)
-    conns = {int(who.split("-")[1]): conn for who, conn in named.items()}
+    conns.clear()
+    conns.update({int(who.split("-")[1]): conn for who, conn in named.items()})
     for k in range(rank):
         h, p = cfg.shards[k]
         conns[k] = peers.hello(transport, h, p, peers.WORKER, rank, deadline)
         conns[k].peer = f"worker {k} ({h}:{p})"
-    return conns
 
 
 def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
@@ -143,7 +156,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                 records.CsvLog(results / allreduce.filename(rank), allreduce.FIELDS) as log, \
                 allreduce.EpochLog(results, rank) as epochs:
             try:
-                conns = connect(transport, cfg, deadline)
+                connect(transport, cfg, deadline, conns)
             except base.TransportError as err:
                 raise errors.RunError(f"worker {rank}: could not reach the other ranks: "
                                       f"{err}") from err
@@ -177,16 +190,16 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                     mesh.send(k, Message(Kind.PARAMS, step, rank, params[lo:hi]))
                 for k in others:
                     a, b = ranges[k]
-                    worker.apply_params(params[a:b], mesh.take(k, (Kind.PARAMS,), step))
+                    worker.apply_params(params[a:b], _sized(
+                        mesh.take(k, (Kind.PARAMS,), step), b - a, k))
                 t2 = time.perf_counter()
                 step += 1
                 log.write({"step": step - 1, "compute_ms": round((t1 - t0) * 1e3, 3),
                            "allreduce_ms": round((t2 - t1) * 1e3, 3),
                            "iteration_ms": round((t2 - t0) * 1e3, 3), "buckets": 1})
                 at_max = cfg.max_iterations is not None and step >= cfg.max_iterations
-                # Only at an epoch's end (rank 0 evaluates) or at the last iteration is
-                # there a verdict to wait for: the other iterations run back to back.
-                if step % ipe and not at_max:
+                # Between verdicts (allreduce.verdict_due) the iterations run back to back.
+                if not allreduce.verdict_due(step, ipe, at_max):
                     continue
                 if rank == 0:
                     if step % ipe == 0:
@@ -219,11 +232,17 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                                    jct_s, last_eval, allreduce=NAME)
 
 
+def _sized(msg: Message, size: int, rank: int) -> Message:
+    """``msg`` (a PUSH or PARAMS from ``rank``), if it has the ``size`` values of its shard."""
+    if msg.values.size != size:
+        raise errors.RunError(f"worker {rank}'s {msg.kind.name} has {msg.values.size} "
+                              f"values; its shard has {size}")
+    return msg
+
+
 def _add(total: np.ndarray, counts: np.ndarray, push: Message, size: int, rank: int) -> None:
     """Add the coordinates of ``push`` that arrived to ``total`` and ``counts``."""
-    if push.values.size != size:
-        raise errors.RunError(f"worker {rank}'s PUSH has {push.values.size} values; this "
-                              f"rank's shard has {size}")
+    _sized(push, size, rank)
     if push.mask is None:
         total += push.values
         counts += 1

@@ -22,10 +22,11 @@ pytestmark = pytest.mark.skipif(not torchmodel.available(),
 
 
 def _config(tmp_path, index: int, port: int, **extra) -> RoleConfig:
-    return RoleConfig(job="ar", role="worker", index=index, ps_host="127.0.0.1",
-                      ps_port=port, num_workers=2, results_dir=str(tmp_path / "results"),
-                      model="torch-mlp", batch_size=32, learning_rate=0.3, max_epochs=2,
-                      target_accuracy=None, sync_mode="allreduce", timeout_s=120, **extra)
+    fields = dict(job="ar", role="worker", index=index, ps_host="127.0.0.1",
+                  ps_port=port, num_workers=2, results_dir=str(tmp_path / "results"),
+                  model="torch-mlp", batch_size=32, learning_rate=0.3, max_epochs=2,
+                  target_accuracy=None, sync_mode="allreduce", timeout_s=120)
+    return RoleConfig(**{**fields, **extra})
 
 
 def _run(tmp_path, **extra) -> list[dict]:
@@ -53,8 +54,11 @@ def test_two_allreduce_ranks_train_and_rank_0_reports_like_a_ps(tmp_path):
 
 
 def test_allreduce_steps_as_a_bsp_ps_would_on_the_same_minibatches(tmp_path):
-    events = _run(tmp_path, max_iterations=5)
-    assert events[-1]["iterations"] == 5 and events[-1]["stop_reason"] == "max_iterations"
+    # past rank 0's go-on verdict at 10 (mid-epoch), then a stop between verdicts
+    steps = allreduce.VERDICT_EVERY + 2
+    events = _run(tmp_path, max_iterations=steps)
+    assert events[-1]["iterations"] == steps
+    assert events[-1]["stop_reason"] == "max_iterations"
     # The PS's arithmetic by hand: each worker's next minibatch of its shard, the mean
     # gradient, one step.
     d = models.dataset("torch-mlp", 0)
@@ -63,7 +67,7 @@ def test_allreduce_steps_as_a_bsp_ps_would_on_the_same_minibatches(tmp_path):
     shards = [data.shard(d.x_train, d.y_train, i, 2) for i in range(2)]
     batches = [worker.minibatches(len(shards[i][0]), 32, np.random.default_rng([0, 1 + i]))
                for i in range(2)]
-    for _ in range(5):
+    for _ in range(steps):
         grads = []
         for i in range(2):
             rows = next(batches[i])
@@ -72,6 +76,14 @@ def test_allreduce_steps_as_a_bsp_ps_would_on_the_same_minibatches(tmp_path):
     loss, accuracy = m.evaluate(params, d.x_test, d.y_test)
     assert events[-1]["final_loss"] == pytest.approx(loss, abs=1e-5)
     assert events[-1]["final_accuracy"] == pytest.approx(accuracy, abs=1e-3)
+
+
+def test_a_job_past_its_timeout_stops_at_rank_0s_next_verdict_not_at_the_epochs_end(tmp_path):
+    ipe = ps.iterations_per_epoch(8000, 2, 2)   # 2,000 steps of batch 2
+    done = _run(tmp_path, batch_size=2, timeout_s=1)[-1]
+    assert done["stop_reason"] == "timeout"
+    assert done["iterations"] % allreduce.VERDICT_EVERY == 0 and done["iterations"] < ipe
+    assert done["epochs"] == 0 and done["jct_s"] < 1 + 5   # a few steps past 1 s
 
 
 def test_allreduce_config_is_refused_for_a_numpy_model_or_a_ps(tmp_path):

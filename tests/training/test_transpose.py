@@ -28,13 +28,14 @@ RANKS = 3
 
 def _run(tmp_path, transport: dict, **extra) -> list[dict]:
     ports = free_ports(RANKS)
-    return run_ranks(tmp_path, [RoleConfig(
-        job="tar", role="worker", index=i, ps_host="127.0.0.1", ps_port=ports[0],
-        num_workers=RANKS, results_dir=str(tmp_path / "results"), model="torch-mlp",
-        batch_size=32, learning_rate=0.3, max_epochs=1, target_accuracy=None,
-        sync_mode="allreduce", timeout_s=120, transport=transport,
-        shard_endpoints=[f"127.0.0.1:{port}" for port in ports], **extra)
-        for i in range(RANKS)])
+    fields = dict(job="tar", role="worker", ps_host="127.0.0.1", ps_port=ports[0],
+                  num_workers=RANKS, results_dir=str(tmp_path / "results"),
+                  model="torch-mlp", batch_size=32, learning_rate=0.3, max_epochs=1,
+                  target_accuracy=None, sync_mode="allreduce", timeout_s=120,
+                  transport=transport,
+                  shard_endpoints=[f"127.0.0.1:{port}" for port in ports])
+    fields.update(extra)
+    return run_ranks(tmp_path, [RoleConfig(index=i, **fields) for i in range(RANKS)])
 
 
 @pytest.mark.parametrize("transport", [
@@ -44,8 +45,11 @@ def _run(tmp_path, transport: dict, **extra) -> list[dict]:
         os.geteuid() != 0, reason="udp's socket buffers need root"))],
     ids=["bounded-loss-p1", "udp"])
 def test_with_everything_delivered_the_ranks_step_as_a_bsp_ps_would(tmp_path, transport):
-    events = _run(tmp_path, transport, max_iterations=5)
-    assert events[-1]["iterations"] == 5 and events[-1]["stop_reason"] == "max_iterations"
+    # 12: past rank 0's go-on verdict at 10 (mid-epoch), then a stop between verdicts
+    steps = allreduce.VERDICT_EVERY + 2
+    events = _run(tmp_path, transport, max_iterations=steps)
+    assert events[-1]["iterations"] == steps
+    assert events[-1]["stop_reason"] == "max_iterations"
     assert events[-1]["allreduce"] == "transpose"
     d = models.dataset("torch-mlp", 0)
     m = models.create("torch-mlp", d)
@@ -53,7 +57,7 @@ def test_with_everything_delivered_the_ranks_step_as_a_bsp_ps_would(tmp_path, tr
     shards = [data.shard(d.x_train, d.y_train, i, RANKS) for i in range(RANKS)]
     batches = [worker.minibatches(len(shards[i][0]), 32, np.random.default_rng([0, 1 + i]))
                for i in range(RANKS)]
-    for _ in range(5):
+    for _ in range(steps):
         grads = []
         for i in range(RANKS):
             rows = next(batches[i])
@@ -62,6 +66,17 @@ def test_with_everything_delivered_the_ranks_step_as_a_bsp_ps_would(tmp_path, tr
     loss, accuracy = m.evaluate(params, d.x_test, d.y_test)
     assert events[-1]["final_loss"] == pytest.approx(loss, abs=1e-5)
     assert events[-1]["final_accuracy"] == pytest.approx(accuracy, abs=1e-3)
+
+
+def test_a_job_past_its_timeout_stops_at_rank_0s_next_verdict_not_at_the_epochs_end(tmp_path):
+    ipe = ps.iterations_per_epoch(8000, 2, RANKS)   # 1,333 steps of batch 2
+    events = _run(tmp_path, {"type": "bounded-loss", "p": 1.0, "xdp": False, "job": "tar"},
+                  batch_size=2, timeout_s=1)
+    done = events[-1]
+    assert done["stop_reason"] == "timeout"
+    assert done["iterations"] % allreduce.VERDICT_EVERY == 0 and done["iterations"] < ipe
+    assert done["epochs"] == 0 and done["jct_s"] < 1 + 5   # a few steps past 1 s
+    assert done["final_accuracy"] > 0   # evaluated at the stop
 
 
 def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_path):
@@ -108,6 +123,23 @@ class _Replay(base.Connection):
         pass
 
 
+def test_what_arrived_of_a_push_is_summed_and_counted_coordinate_by_coordinate():
+    total = np.array([1.0, 1.0, 1.0, 1.0])
+    counts = np.ones(4, dtype=np.int32)
+    mask = np.array([True, False, True, False])
+    push = Message(Kind.PUSH, 0, 2, np.array([2, 9, 4, 9], dtype=np.float32), mask)
+    transpose._add(total, counts, push, 4, 2)
+    assert total.tolist() == [3, 1, 5, 1] and counts.tolist() == [2, 1, 2, 1]
+    params = np.zeros(6, dtype=np.float32)
+    got = Message(Kind.PARAMS, 0, 2, np.array([7, 9, 8], dtype=np.float32),
+                  np.array([True, False, True]))
+    worker.apply_params(params[2:5], got)   # the owner's shard in this rank's copy
+    assert params.tolist() == [0, 0, 7, 0, 8, 0]   # a missing value keeps the old one
+    with pytest.raises(errors.RunError, match="worker 2's PARAMS has 3 values; its "
+                                              "shard has 4"):
+        transpose._sized(got, 4, 2)
+
+
 def test_a_message_that_comes_early_waits_and_a_stale_one_is_refused_naming_the_rank(tmp_path):
     values = np.ones(4, dtype=np.float32)
     conn = _Replay([Message(Kind.PUSH, 1, 2, values), Message(Kind.PARAMS, 0, 2, values),
@@ -127,3 +159,15 @@ def test_a_message_that_comes_early_waits_and_a_stale_one_is_refused_naming_the_
                                                   "while worker 1 waited for PUSH of 3"):
             mesh.take(2, (Kind.PUSH,), 3)
     assert len(list(csv.DictReader(open(tmp_path / "m.csv")))) == 5   # data only
+
+
+@pytest.mark.parametrize("msg, why", [
+    (Message(Kind.PULL, 0, 2), "worker 2 sent PULL; all-reduce ranks send PUSH/PARAMS/ACK/STOP"),
+    (Message(Kind.PUSH, 2, 2, np.ones(4, dtype=np.float32)),
+     "worker 2 sent PUSH for iteration 2 while worker 1 waited for PARAMS of 0")],
+    ids=["kind", "too-far-ahead"])
+def test_a_message_no_rank_sends_is_refused_naming_the_rank(tmp_path, msg, why):
+    with records.CsvLog(tmp_path / "m.csv", records.MESSAGE_FIELDS) as log:
+        mesh = transpose._Peers({2: _Replay([msg])}, log, rank=1, wait_s=5)
+        with pytest.raises(errors.RunError, match=why):
+            mesh.take(2, (Kind.PARAMS,), 0)
