@@ -188,9 +188,13 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
     if t.sync_mode == "allreduce":
         # The transpose all-reduce (training.transpose): rank i owns shard i and
         # listens at its own address, as a PS shard would.
+        racks = [rack.name for rack in job.spec.network.racks]
+        rack_of = job.spec.rack_of()
         return config(ps_host=hosts(pod_name, "worker-0"), ps_port=PS_PORT,
                       transport=transport_options(job, pod),
-                      shard_endpoints=[endpoint(f"worker-{i}") for i in range(r.workers)])
+                      shard_endpoints=[endpoint(f"worker-{i}") for i in range(r.workers)],
+                      rank_racks=[racks.index(rack_of[f"worker-{i}"])
+                                  for i in range(r.workers)])
 
     return config(
         ps_host=hosts(pod_name, "ps-0"), ps_port=PS_PORT,

@@ -192,12 +192,15 @@ def test_an_allreduce_job_plans_workers_that_meet_at_worker_0():
 @torch_installed
 def test_allreduce_over_bounded_loss_plans_one_shard_endpoint_per_rank():
     ar = job(replicas={"workers": 3}, training={"model": "torch-mlp", "syncMode": "allreduce"},
-             transport={"type": "bounded-loss", "p": 0.8})
+             transport={"type": "bounded-loss", "p": 0.8},
+             network={"racks": [{"name": "r0"}, {"name": "r1"}],
+                      "placement": {"worker-0": "r1", "worker-1": "r0", "worker-2": "r1"}})
     topo = topology.plan(ar)
     cfg = plan.role_config(ar, "worker-1", "/r", plan.hosts(topo))
     assert cfg.shard_endpoints == [f"{topo.pod(f'worker-{i}').ip}:{plan.PS_PORT}"
                                    for i in range(3)]
     assert cfg.transport["type"] == "bounded-loss" and cfg.transport["p"] == 0.8
+    assert cfg.rank_racks == [1, 0, 1]   # each rank's rack (training.relay)
     assert plan.needs_xdp(ar) and plan.needs_torch(ar)
     with pytest.raises(SpecError, match="spec.transport.type: allreduce runs Gloo over tcp, or "
                        "tailcut's transpose all-reduce over bounded-loss or udp, not app-drop"):

@@ -26,7 +26,8 @@ the plain 1-PS BSP job above):
   (tailcut.training.allreduce), meeting at ``ps_host:ps_port``, which is then
   worker-0's address and its rendezvous port. Over udp or bounded-loss they run the
   transpose all-reduce (tailcut.training.transpose): ``shard_endpoints`` then lists
-  every rank's own endpoint, rank i owning shard i. ``model`` is a torch model:
+  every rank's own endpoint, rank i owning shard i, and ``rank_racks`` each rank's
+  rack (training.relay: one rank per rack relays). ``model`` is a torch model:
   ``torch-mlp``, ``torch-cnn`` or ``torch:<package.module:factory>``.
 - ``aggregation``: how a bsp PS combines the gradient values that arrived, ``mean``
   (over the workers that delivered each coordinate) or ``unbiased`` (inverse-probability
@@ -95,6 +96,9 @@ class RoleConfig:
     aggregate: dict[str, Any] | None = None
     # The ToRs' multicast of the parameters: as aggregate's (training.innetmcast)
     multicast: dict[str, Any] | None = None
+    # The transpose all-reduce: each rank's rack (an index), rank 0 first; None: one rack
+    # (training.relay)
+    rank_racks: list[int] | None = None
 
     @property
     def shards(self) -> list[tuple[str, int]]:
@@ -195,6 +199,12 @@ def _check_roles(c: RoleConfig) -> None:
         raise ConfigError(
             f"role='replica' index={c.index}: needs replica_endpoint and index 0"
         )
+    if c.rank_racks is not None and (
+        not isinstance(c.rank_racks, list) or len(c.rank_racks) != c.num_workers
+        or not all(isinstance(r, int) and not isinstance(r, bool) for r in c.rank_racks)
+    ):
+        raise ConfigError(f"rank_racks={c.rank_racks!r}: must list one rack index per "
+                          f"worker ({c.num_workers})")
     if not isinstance(c.aggregators, list):
         raise ConfigError(f"aggregators={c.aggregators!r}: must be a list")
     seen: dict[int, int] = {}

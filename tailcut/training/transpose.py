@@ -17,10 +17,17 @@ steps in a chain: a late or lost packet delays one message, not every step after
 The bytes per rank are a ring's: 2(N-1)/N of the vector out and in. This is
 OptiReduce's Transpose AllReduce (NSDI'25), without its Hadamard transform.
 
-Over bounded-loss both steps take at least p of each message (minP with early close),
-as a PS job does: a coordinate of PUSH that did not arrive is left out of the mean,
-one of PARAMS keeps the copy's older value (the rank that owns it has the latest). So the model is the
-ranks' own shards together; rank 0 evaluates its copy, as a PS worker's copy,
+With ranks in several racks (``rank_racks``), one rank of each rack relays each shard
+owned in another rack (relay.py): its rack peers PUSH it their pieces with the ones
+for its own shard, it sends the owner the rack's sum, takes the owner's PARAMS and
+hands them on with its own. So each uplink carries one vector each way per
+iteration, not one per rank of the rack, in four steps of one message per peer.
+
+Over bounded-loss every step takes at least p of each message (minP with early close),
+as a PS job does: a coordinate of PUSH that did not arrive is left out of the mean (a
+relay's sum holds the mean of what its rack delivered, times the rack's size), one of
+PARAMS keeps the copy's older value (the rank that owns it has the latest). So the
+model is the ranks' own shards together; rank 0 evaluates its copy, as a PS worker's copy,
 typically an iteration or two old in the coordinates it missed.
 
 Rank 0 reports as the Gloo ranks do (tailcut.training.allreduce): events, epochs.csv,
@@ -40,7 +47,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tailcut import errors, transports
-from tailcut.training import aggregation, allreduce, cpustats, peers, ps, records, worker
+from tailcut.training import (aggregation, allreduce, cpustats, peers, ps, records, relay,
+                              worker)
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -141,11 +149,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     dataset, model, x, y, batches, ipe = allreduce.rank_inputs(cfg)
     rank, world = cfg.index, cfg.num_workers
     params = model.init_params(np.random.default_rng(cfg.seed))
-    ranges = [ps.shard_range(model.num_params, world, k) for k in range(world)]
-    lo, hi = ranges[rank]
-    # Every rank sends to rank+1 first, then rank+2, ...: the ranks' first messages
-    # usually form a permutation, not N-1 senders converging on rank 0.
-    others = [(rank + i) % world for i in range(1, world)]
+    others = [k for k in range(world) if k != rank]
     deadline = time.monotonic() + cfg.timeout_s + worker.GRACE_S
     options = {k: v for k, v in cfg.transport.items() if k != "type"}
     transport = transports.get(cfg.transport["type"], **options)
@@ -155,12 +159,16 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                             records.MESSAGE_FIELDS) as messages, \
                 records.CsvLog(results / allreduce.filename(rank), allreduce.FIELDS) as log, \
                 allreduce.EpochLog(results, rank) as epochs:
+            racks = relay.Racks.of(world, cfg.rank_racks)
+            _check_fits(racks, model.num_params, getattr(transport, "message_limit", None))
             try:
                 connect(transport, cfg, deadline, conns)
             except base.TransportError as err:
                 raise errors.RunError(f"worker {rank}: could not reach the other ranks: "
                                       f"{err}") from err
             mesh = _Peers(conns, messages, rank, cfg.timeout_s + worker.GRACE_S)
+            exchange = _Exchange(mesh, racks, model.num_params,
+                                 np.float32(cfg.learning_rate), cfg.aggregation)
             if rank == 0:
                 emit({"event": "start", "num_params": model.num_params,
                       "iterations_per_epoch": ipe, "model": cfg.model,
@@ -175,23 +183,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 _, grad = model.loss_and_grad(params, x[rows], y[rows])
                 t1 = time.perf_counter()
-                for k in others:
-                    a, b = ranges[k]
-                    mesh.send(k, Message(Kind.PUSH, step, rank, grad[a:b]))
-                # float64: the sum of N float32 gradients, divided once (combine)
-                total = grad[lo:hi].astype(np.float64)
-                counts = np.ones(hi - lo, dtype=np.int32)
-                for k in others:
-                    push = mesh.take(k, (Kind.PUSH,), step)
-                    _add(total, counts, push, hi - lo, k)
-                direction, _ = aggregation.combine(total, counts, cfg.aggregation)
-                params[lo:hi] -= np.float32(cfg.learning_rate) * direction
-                for k in others:
-                    mesh.send(k, Message(Kind.PARAMS, step, rank, params[lo:hi]))
-                for k in others:
-                    a, b = ranges[k]
-                    worker.apply_params(params[a:b], _sized(
-                        mesh.take(k, (Kind.PARAMS,), step), b - a, k))
+                exchange.step(grad, params, step)
                 t2 = time.perf_counter()
                 step += 1
                 log.write({"step": step - 1, "compute_ms": round((t1 - t0) * 1e3, 3),
@@ -232,20 +224,134 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                                    jct_s, last_eval, allreduce=NAME)
 
 
-def _sized(msg: Message, size: int, rank: int) -> Message:
-    """``msg`` (a PUSH or PARAMS from ``rank``), if it has the ``size`` values of its shard."""
-    if msg.values.size != size:
+class _Exchange:
+    """One iteration's all-reduce as this rank does it (relay.py: the four steps)."""
+
+    def __init__(self, mesh: _Peers, racks: relay.Racks, num_params: int,
+                 learning_rate: np.float32, rule: str) -> None:
+        self.mesh = mesh
+        self.racks = racks
+        rank = self.rank = mesh.rank
+        world = len(racks.rack_of)
+        self.ranges = _ranges(num_params, world)
+        # rank+1 first, then rank+2, ...: the ranks' first messages usually form a
+        # permutation, not N-1 senders converging on rank 0.
+        self.rack_peers = sorted(racks.peers(rank), key=lambda r: (r - rank) % world)
+        self.relayed = racks.relayed(rank)
+        self.handles = racks.handles(rank)
+        self.relays = racks.relays_of(rank)
+        self.rack_size = racks.size(rank)
+        self.learning_rate = learning_rate
+        self.rule = rule
+
+    def step(self, grad: np.ndarray, params: np.ndarray, step: int) -> None:
+        """Average ``grad`` with the other ranks' and step ``params`` in place: this
+        rank's shard by itself, the others as their owners send them."""
+        mesh, rank, ranges = self.mesh, self.rank, self.ranges
+        for t in self.rack_peers:   # 1 gather
+            mesh.send(t, Message(Kind.PUSH, step, rank,
+                                 _pieces(grad, ranges, self.racks.handles(t))))
+        # float64: the sum of N float32 gradients, divided once (combine)
+        sums = {k: grad[ranges[k][0]:ranges[k][1]].astype(np.float64) for k in self.handles}
+        counts = {k: np.ones(sums[k].size, dtype=np.int32) for k in self.handles}
+        for i in self.rack_peers:
+            push = mesh.take(i, (Kind.PUSH,), step)
+            for k, values, mask in _split(push, ranges, self.handles, i):
+                _add(sums[k], counts[k], values, mask, 1)
+        for k in self.relayed:   # 2 reduce
+            mesh.send(k, Message(Kind.PUSH, step, rank,
+                                 _rack_sum(sums[k], counts[k], self.rack_size)))
+        total, count = sums[rank], counts[rank]
+        for r in self.relays:
+            push = mesh.take(r, (Kind.PUSH,), step)
+            for _, values, mask in _split(push, ranges, [rank], r):
+                _add(total, count, values, mask, self.racks.size(r))
+        direction, _ = aggregation.combine(total, count, self.rule)
+        lo, hi = ranges[rank]
+        params[lo:hi] -= self.learning_rate * direction
+        for r in self.relays:   # 3 broadcast
+            mesh.send(r, Message(Kind.PARAMS, step, rank, params[lo:hi]))
+        for k in self.relayed:
+            got = mesh.take(k, (Kind.PARAMS,), step)
+            for _, values, mask in _split(got, ranges, [k], k):
+                _apply(params, ranges[k], values, mask)
+        if self.rack_peers:   # 4 scatter
+            mine = _pieces(params, ranges, self.handles)
+            for t in self.rack_peers:
+                mesh.send(t, Message(Kind.PARAMS, step, rank, mine))
+        for i in self.rack_peers:
+            got = mesh.take(i, (Kind.PARAMS,), step)
+            for k, values, mask in _split(got, ranges, self.racks.handles(i), i):
+                _apply(params, ranges[k], values, mask)
+
+
+def _ranges(num_params: int, world: int) -> list[tuple[int, int]]:
+    return [ps.shard_range(num_params, world, k) for k in range(world)]
+
+
+def _check_fits(racks: relay.Racks, num_params: int, message_limit: int | None) -> None:
+    """Refuse a model whose messages the transport cannot carry, before connecting
+    (every rank finds the same)."""
+    world = len(racks.rack_of)
+    largest = racks.largest([b - a for a, b in _ranges(num_params, world)])
+    if message_limit is not None and largest > message_limit:
+        raise errors.RunError(
+            f"a model of {num_params} parameters over {world} ranks in racks "
+            f"{list(racks.rack_of)}: the all-reduce's messages hold up to {largest} "
+            f"values, the transport at most {message_limit} (more ranks, or a larger "
+            f"mtu, make them fit)")
+
+
+def _pieces(vector: np.ndarray, ranges: list[tuple[int, int]], shards: list[int]) -> np.ndarray:
+    """The shards ``shards`` of ``vector``, one after the other (one message)."""
+    if len(shards) == 1:
+        a, b = ranges[shards[0]]
+        return vector[a:b]
+    return np.concatenate([vector[ranges[k][0]:ranges[k][1]] for k in shards])
+
+
+def _split(msg: Message, ranges: list[tuple[int, int]], shards: list[int], rank: int
+           ) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+    """(shard, values, mask or None) of each of ``shards`` in ``msg`` from ``rank``."""
+    sizes = [ranges[k][1] - ranges[k][0] for k in shards]
+    if msg.values.size != sum(sizes):
         raise errors.RunError(f"worker {rank}'s {msg.kind.name} has {msg.values.size} "
-                              f"values; its shard has {size}")
-    return msg
+                              f"values; shard{'s' if len(shards) > 1 else ''} "
+                              f"{', '.join(map(str, shards))} hold {sum(sizes)}")
+    out: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+    offset = 0
+    for k, size in zip(shards, sizes):
+        mask = None if msg.mask is None else msg.mask[offset:offset + size]
+        out.append((k, msg.values[offset:offset + size], mask))
+        offset += size
+    return out
 
 
-def _add(total: np.ndarray, counts: np.ndarray, push: Message, size: int, rank: int) -> None:
-    """Add the coordinates of ``push`` that arrived to ``total`` and ``counts``."""
-    _sized(push, size, rank)
-    if push.mask is None:
-        total += push.values
-        counts += 1
+def _add(total: np.ndarray, counts: np.ndarray, values: np.ndarray, mask: np.ndarray | None,
+         weight: int) -> None:
+    """Add the coordinates of ``values`` that arrived to ``total``, and ``weight`` (how
+    many ranks' gradients each holds) to their ``counts``."""
+    if mask is None:
+        total += values
+        counts += weight
     else:
-        total[push.mask] += push.values[push.mask]
-        counts += push.mask
+        total[mask] += values[mask]
+        counts += weight * mask
+
+
+def _rack_sum(total: np.ndarray, counts: np.ndarray, rack_size: int) -> np.ndarray:
+    """What a relay sends the owner: its rack's sum of a shard, each coordinate's mean
+    over the rack's gradients that arrived times the rack's size (the relay's own is
+    always there), so that the owner counts it as ``rack_size`` gradients."""
+    rack_sum: np.ndarray = (total / counts * rack_size).astype(np.float32)
+    return rack_sum
+
+
+def _apply(params: np.ndarray, shard: tuple[int, int], values: np.ndarray,
+           mask: np.ndarray | None) -> None:
+    """Write what arrived of a shard's parameters into this rank's copy; keep the rest."""
+    view = params[shard[0]:shard[1]]
+    if mask is None:
+        view[...] = values
+    else:
+        view[mask] = values[mask]

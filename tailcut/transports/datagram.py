@@ -415,6 +415,11 @@ class DatagramTransport(base.Transport):
 
     # ---- setup ----------------------------------------------------------------------
 
+    @property
+    def message_limit(self) -> int:
+        """The most values one message may hold."""
+        return min(self.max_elements, MAX_SLOTS * self.stride)
+
     def listen(self, host: str, port: int, count: int, timeout_s: float) -> list[base.Connection]:
         if self._udp is not None:
             # Peers that connect here send their datagrams to host:port, so listen owns
@@ -627,8 +632,7 @@ class DatagramTransport(base.Transport):
         total = values.size
         n_slots = wire.slots(total, self.stride)
         if total > self.max_elements or n_slots > MAX_SLOTS:
-            raise ValueError(f"message of {total} values: at most "
-                             f"{min(self.max_elements, MAX_SLOTS * self.stride)} "
+            raise ValueError(f"message of {total} values: at most {self.message_limit} "
                              f"({MAX_SLOTS} packets of {self.stride})")
         mid = conn._next_id()
         tx = conn.tx[mid] = _Tx(grant_bit=conn.start_grant_bit)
@@ -801,7 +805,7 @@ class DatagramTransport(base.Transport):
             raise base.ProtocolError(f"{conn.peer}: BEGIN of kind {f.kind}; data is PUSH/PARAMS")
         if not 1 <= f.count <= self.max_elements or wire.slots(f.count, self.stride) > MAX_SLOTS:
             raise base.ProtocolError(f"{conn.peer}: BEGIN total {f.count} elements is out of "
-                                     f"range 1..{min(self.max_elements, MAX_SLOTS * self.stride)}")
+                                     f"range 1..{self.message_limit}")
         if f.message >> 16 != conn.peer_id:
             raise base.ProtocolError(f"{conn.peer}: message id {f.message:#x} is not of peer "
                                      f"{conn.peer_id}")

@@ -62,6 +62,8 @@ def test_config_survives_a_json_round_trip(tmp_path: Path) -> None:
         ({"sync_mode": "ssp", "staleness": -1}, "staleness=-1"),
         ({"ordering": "lifo"}, "ordering='lifo': supported: fifo, stf"),
         ({"aggregation": "median"}, "aggregation='median': must be one of mean, unbiased"),
+        ({"rank_racks": [0, 1]}, "rank_racks=[0, 1]: must list one rack index per worker (4)"),
+        ({"rank_racks": [0, 0, "a", 1]}, "rank_racks=[0, 0, 'a', 1]: must list one rack"),
         ({"aggregation": "unbiased", "sync_mode": "async"},
          "aggregation='unbiased': combines a bsp iteration's pushes, so it needs sync_mode bsp"),
     ],

@@ -15,7 +15,7 @@ import pytest
 
 from tailcut import errors
 from tailcut.ml import data, models, torchmodel
-from tailcut.training import allreduce, ps, records, transpose, worker
+from tailcut.training import allreduce, ps, records, relay, transpose, worker
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, datagram
 from tailcut.transports.base import Kind, Message
@@ -38,16 +38,19 @@ def _run(tmp_path, transport: dict, **extra) -> list[dict]:
     return run_ranks(tmp_path, [RoleConfig(index=i, **fields) for i in range(RANKS)])
 
 
-@pytest.mark.parametrize("transport", [
-    {"type": "bounded-loss", "p": 1.0, "xdp": False, "job": "tar"},
+@pytest.mark.parametrize("transport, racks", [
+    ({"type": "bounded-loss", "p": 1.0, "xdp": False, "job": "tar"}, None),
+    # ranks 0 and 1 in one rack, 2 in another: each rack's relay (training.relay)
+    ({"type": "bounded-loss", "p": 1.0, "xdp": False, "job": "tar"}, [0, 0, 1]),
     # Nothing lost needs the 32 MB socket buffers only root may force.
-    pytest.param({"type": "udp", "job": "tar"}, marks=pytest.mark.skipif(
+    pytest.param({"type": "udp", "job": "tar"}, None, marks=pytest.mark.skipif(
         os.geteuid() != 0, reason="udp's socket buffers need root"))],
-    ids=["bounded-loss-p1", "udp"])
-def test_with_everything_delivered_the_ranks_step_as_a_bsp_ps_would(tmp_path, transport):
+    ids=["bounded-loss-p1", "bounded-loss-p1-two-racks", "udp"])
+def test_with_everything_delivered_the_ranks_step_as_a_bsp_ps_would(tmp_path, transport,
+                                                                     racks):
     # 12: past rank 0's go-on verdict at 10 (mid-epoch), then a stop between verdicts
     steps = allreduce.VERDICT_EVERY + 2
-    events = _run(tmp_path, transport, max_iterations=steps)
+    events = _run(tmp_path, transport, max_iterations=steps, rank_racks=racks)
     assert events[-1]["iterations"] == steps
     assert events[-1]["stop_reason"] == "max_iterations"
     assert events[-1]["allreduce"] == "transpose"
@@ -80,9 +83,12 @@ def test_a_job_past_its_timeout_stops_at_rank_0s_next_verdict_not_at_the_epochs_
 
 
 def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_path):
+    # Two racks, so that relays sum and hand on (one rack, the plain transpose, is
+    # test_relay.py's and the p = 1 test's).
+    racks = [0, 0, 1]
     # Paced (on loopback nothing else is): DONE at p stops each pass before its end.
     events = _run(tmp_path, {"type": "bounded-loss", "p": 0.8, "xdp": False, "job": "tar",
-                             "rate_mbit": 200})
+                             "rate_mbit": 200}, rank_racks=racks)
     assert [e["event"] for e in events] == ["start", "epoch", "done"]
     ipe = ps.iterations_per_epoch(8000, 32, RANKS)
     done = events[-1]
@@ -90,6 +96,7 @@ def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_pa
     assert done["final_accuracy"] > 0.5
     results = tmp_path / "results"
     num_params = models.create("torch-mlp", models.dataset("torch-mlp", 0)).num_params
+    layout = relay.Racks.of(RANKS, racks)
     for rank in range(RANKS):
         with open(results / allreduce.filename(rank)) as f:
             steps = list(csv.DictReader(f))
@@ -97,13 +104,24 @@ def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_pa
         assert all(float(r["allreduce_ms"]) > 0 for r in steps)
         with open(results / records.messages_filename("worker", rank)) as f:
             received = list(csv.DictReader(f))
-        # from each other rank: a PUSH and a PARAMS of this rank's / its shard, each step
-        assert len(received) == 2 * (RANKS - 1) * ipe
+        assert len(received) == ipe * _messages_to(layout, rank)   # relay.py's plan
         for r in received:
-            lo, hi = ps.shard_range(num_params, RANKS,
-                                    rank if r["kind"] == "PUSH" else int(r["sender"]))
-            assert int(r["missing"]) <= (hi - lo) - datagram.threshold_elements(0.8, hi - lo)
+            shards = _shards_in(layout, r["kind"], int(r["sender"]), rank)
+            size = sum(np.diff(ps.shard_range(num_params, RANKS, k))[0] for k in shards)
+            assert int(r["missing"]) <= size - datagram.threshold_elements(0.8, size)
         assert any(int(r["missing"]) > 0 for r in received)   # p left some out
+
+
+def _shards_in(layout: relay.Racks, kind: str, sender: int, receiver: int) -> list[int]:
+    """The shards a message of ``kind`` from ``sender`` to ``receiver`` holds."""
+    if sender in layout.peers(receiver):   # a gather, or a scatter
+        return layout.handles(receiver if kind == "PUSH" else sender)
+    return [receiver] if kind == "PUSH" else [sender]   # a relay's sum, an owner's PARAMS
+
+
+def _messages_to(layout: relay.Racks, rank: int) -> int:
+    return (2 * len(layout.peers(rank)) + len(layout.relays_of(rank))
+            + len(layout.relayed(rank)))
 
 
 class _Replay(base.Connection):
@@ -127,17 +145,20 @@ def test_what_arrived_of_a_push_is_summed_and_counted_coordinate_by_coordinate()
     total = np.array([1.0, 1.0, 1.0, 1.0])
     counts = np.ones(4, dtype=np.int32)
     mask = np.array([True, False, True, False])
-    push = Message(Kind.PUSH, 0, 2, np.array([2, 9, 4, 9], dtype=np.float32), mask)
-    transpose._add(total, counts, push, 4, 2)
+    transpose._add(total, counts, np.array([2, 9, 4, 9], dtype=np.float32), mask, 1)
     assert total.tolist() == [3, 1, 5, 1] and counts.tolist() == [2, 1, 2, 1]
+    # a relay's sum of a rack of 2: the mean of what arrived, times 2
+    assert transpose._rack_sum(total, counts, 2).tolist() == [3, 2, 5, 2]
+    transpose._add(total, counts, np.array([10, 20, 30, 40], dtype=np.float32), mask, 2)
+    assert total.tolist() == [13, 1, 35, 1] and counts.tolist() == [4, 1, 4, 1]
     params = np.zeros(6, dtype=np.float32)
-    got = Message(Kind.PARAMS, 0, 2, np.array([7, 9, 8], dtype=np.float32),
-                  np.array([True, False, True]))
-    worker.apply_params(params[2:5], got)   # the owner's shard in this rank's copy
+    transpose._apply(params, (2, 5), np.array([7, 9, 8], dtype=np.float32),
+                     np.array([True, False, True]))
     assert params.tolist() == [0, 0, 7, 0, 8, 0]   # a missing value keeps the old one
-    with pytest.raises(errors.RunError, match="worker 2's PARAMS has 3 values; its "
-                                              "shard has 4"):
-        transpose._sized(got, 4, 2)
+    got = Message(Kind.PARAMS, 0, 2, np.ones(5, dtype=np.float32))
+    with pytest.raises(errors.RunError, match="worker 2's PARAMS has 5 values; shards 0, 1 "
+                                              "hold 6"):
+        transpose._split(got, [(0, 3), (3, 6)], [0, 1], 2)
 
 
 def test_a_message_that_comes_early_waits_and_a_stale_one_is_refused_naming_the_rank(tmp_path):
