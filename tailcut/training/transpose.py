@@ -48,7 +48,7 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.training import (aggregation, allreduce, cpustats, peers, ps, records, relay,
-                              worker)
+                              syncmodes, worker)
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -230,7 +230,6 @@ class _Exchange:
     def __init__(self, mesh: _Peers, racks: relay.Racks, num_params: int,
                  learning_rate: np.float32, rule: str) -> None:
         self.mesh = mesh
-        self.racks = racks
         rank = self.rank = mesh.rank
         world = len(racks.rack_of)
         self.ranges = _ranges(num_params, world)
@@ -239,7 +238,8 @@ class _Exchange:
         self.rack_peers = sorted(racks.peers(rank), key=lambda r: (r - rank) % world)
         self.relayed = racks.relayed(rank)
         self.handles = racks.handles(rank)
-        self.relays = racks.relays_of(rank)
+        self.peer_handles = {t: racks.handles(t) for t in self.rack_peers}
+        self.relays = {r: racks.size(r) for r in racks.relays_of(rank)}   # -> rack size
         self.rack_size = racks.size(rank)
         self.learning_rate = learning_rate
         self.rule = rule
@@ -250,39 +250,38 @@ class _Exchange:
         mesh, rank, ranges = self.mesh, self.rank, self.ranges
         for t in self.rack_peers:   # 1 gather
             mesh.send(t, Message(Kind.PUSH, step, rank,
-                                 _pieces(grad, ranges, self.racks.handles(t))))
+                                 _pieces(grad, ranges, self.peer_handles[t])))
         # float64: the sum of N float32 gradients, divided once (combine)
         sums = {k: grad[ranges[k][0]:ranges[k][1]].astype(np.float64) for k in self.handles}
         counts = {k: np.ones(sums[k].size, dtype=np.int32) for k in self.handles}
         for i in self.rack_peers:
             push = mesh.take(i, (Kind.PUSH,), step)
-            for k, values, mask in _split(push, ranges, self.handles, i):
-                _add(sums[k], counts[k], values, mask, 1)
+            for k, piece in _split(push, ranges, self.handles, i):
+                syncmodes.accumulate(sums[k], counts[k], piece, piece.values.size, 1)
         for k in self.relayed:   # 2 reduce
             mesh.send(k, Message(Kind.PUSH, step, rank,
                                  _rack_sum(sums[k], counts[k], self.rack_size)))
         total, count = sums[rank], counts[rank]
-        for r in self.relays:
+        for r, size in self.relays.items():
             push = mesh.take(r, (Kind.PUSH,), step)
-            for _, values, mask in _split(push, ranges, [rank], r):
-                _add(total, count, values, mask, self.racks.size(r))
+            for _, piece in _split(push, ranges, [rank], r):
+                syncmodes.accumulate(total, count, piece, piece.values.size, size)
         direction, _ = aggregation.combine(total, count, self.rule)
         lo, hi = ranges[rank]
         params[lo:hi] -= self.learning_rate * direction
         for r in self.relays:   # 3 broadcast
             mesh.send(r, Message(Kind.PARAMS, step, rank, params[lo:hi]))
         for k in self.relayed:
-            got = mesh.take(k, (Kind.PARAMS,), step)
-            for _, values, mask in _split(got, ranges, [k], k):
-                _apply(params, ranges[k], values, mask)
+            for _, piece in _split(mesh.take(k, (Kind.PARAMS,), step), ranges, [k], k):
+                worker.apply_params(params[ranges[k][0]:ranges[k][1]], piece)
         if self.rack_peers:   # 4 scatter
             mine = _pieces(params, ranges, self.handles)
             for t in self.rack_peers:
                 mesh.send(t, Message(Kind.PARAMS, step, rank, mine))
         for i in self.rack_peers:
             got = mesh.take(i, (Kind.PARAMS,), step)
-            for k, values, mask in _split(got, ranges, self.racks.handles(i), i):
-                _apply(params, ranges[k], values, mask)
+            for k, piece in _split(got, ranges, self.peer_handles[i], i):
+                worker.apply_params(params[ranges[k][0]:ranges[k][1]], piece)
 
 
 def _ranges(num_params: int, world: int) -> list[tuple[int, int]]:
@@ -311,32 +310,21 @@ def _pieces(vector: np.ndarray, ranges: list[tuple[int, int]], shards: list[int]
 
 
 def _split(msg: Message, ranges: list[tuple[int, int]], shards: list[int], rank: int
-           ) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
-    """(shard, values, mask or None) of each of ``shards`` in ``msg`` from ``rank``."""
+           ) -> list[tuple[int, Message]]:
+    """(shard, its piece of ``msg``) for each of ``shards`` in ``msg`` from ``rank``."""
     sizes = [ranges[k][1] - ranges[k][0] for k in shards]
     if msg.values.size != sum(sizes):
         raise errors.RunError(f"worker {rank}'s {msg.kind.name} has {msg.values.size} "
                               f"values; shard{'s' if len(shards) > 1 else ''} "
                               f"{', '.join(map(str, shards))} hold {sum(sizes)}")
-    out: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+    out: list[tuple[int, Message]] = []
     offset = 0
     for k, size in zip(shards, sizes):
         mask = None if msg.mask is None else msg.mask[offset:offset + size]
-        out.append((k, msg.values[offset:offset + size], mask))
+        out.append((k, Message(msg.kind, msg.iteration, msg.sender,
+                               msg.values[offset:offset + size], mask)))
         offset += size
     return out
-
-
-def _add(total: np.ndarray, counts: np.ndarray, values: np.ndarray, mask: np.ndarray | None,
-         weight: int) -> None:
-    """Add the coordinates of ``values`` that arrived to ``total``, and ``weight`` (how
-    many ranks' gradients each holds) to their ``counts``."""
-    if mask is None:
-        total += values
-        counts += weight
-    else:
-        total[mask] += values[mask]
-        counts += weight * mask
 
 
 def _rack_sum(total: np.ndarray, counts: np.ndarray, rack_size: int) -> np.ndarray:
@@ -345,13 +333,3 @@ def _rack_sum(total: np.ndarray, counts: np.ndarray, rack_size: int) -> np.ndarr
     always there), so that the owner counts it as ``rack_size`` gradients."""
     rack_sum: np.ndarray = (total / counts * rack_size).astype(np.float32)
     return rack_sum
-
-
-def _apply(params: np.ndarray, shard: tuple[int, int], values: np.ndarray,
-           mask: np.ndarray | None) -> None:
-    """Write what arrived of a shard's parameters into this rank's copy; keep the rest."""
-    view = params[shard[0]:shard[1]]
-    if mask is None:
-        view[...] = values
-    else:
-        view[mask] = values[mask]

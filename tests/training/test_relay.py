@@ -103,11 +103,11 @@ def test_every_rank_ends_with_the_mean_gradient_step_and_sends_what_a_ring_sends
         for b in set(rack_of) - {a}:   # what crosses between two racks: one vector each way
             crossing = sum(n for r in range(world) if rack_of[r] == a
                            for to, n in meshes[r].sent if rack_of[to] == b)
-            assert crossing == sum(meshes_shard(size, world, k) for k in range(world)
+            assert crossing == sum(_shard_size(size, world, k) for k in range(world)
                                    if rack_of[k] in (a, b))
 
 
-def meshes_shard(size: int, world: int, k: int) -> int:
+def _shard_size(size: int, world: int, k: int) -> int:
     lo, hi = transpose.ps.shard_range(size, world, k)
     return hi - lo
 

@@ -15,7 +15,7 @@ import pytest
 
 from tailcut import errors
 from tailcut.ml import data, models, torchmodel
-from tailcut.training import allreduce, ps, records, relay, transpose, worker
+from tailcut.training import allreduce, ps, records, relay, syncmodes, transpose, worker
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, datagram
 from tailcut.transports.base import Kind, Message
@@ -145,15 +145,17 @@ def test_what_arrived_of_a_push_is_summed_and_counted_coordinate_by_coordinate()
     total = np.array([1.0, 1.0, 1.0, 1.0])
     counts = np.ones(4, dtype=np.int32)
     mask = np.array([True, False, True, False])
-    transpose._add(total, counts, np.array([2, 9, 4, 9], dtype=np.float32), mask, 1)
+    syncmodes.accumulate(total, counts, Message(Kind.PUSH, 0, 1, np.array(
+        [2, 9, 4, 9], dtype=np.float32), mask), 4, 1)
     assert total.tolist() == [3, 1, 5, 1] and counts.tolist() == [2, 1, 2, 1]
     # a relay's sum of a rack of 2: the mean of what arrived, times 2
     assert transpose._rack_sum(total, counts, 2).tolist() == [3, 2, 5, 2]
-    transpose._add(total, counts, np.array([10, 20, 30, 40], dtype=np.float32), mask, 2)
+    syncmodes.accumulate(total, counts, Message(Kind.PUSH, 0, 1, np.array(
+        [10, 20, 30, 40], dtype=np.float32), mask), 4, 2)   # a relay's: 2 gradients
     assert total.tolist() == [13, 1, 35, 1] and counts.tolist() == [4, 1, 4, 1]
     params = np.zeros(6, dtype=np.float32)
-    transpose._apply(params, (2, 5), np.array([7, 9, 8], dtype=np.float32),
-                     np.array([True, False, True]))
+    worker.apply_params(params[2:5], Message(Kind.PARAMS, 0, 2, np.array(
+        [7, 9, 8], dtype=np.float32), np.array([True, False, True])))
     assert params.tolist() == [0, 0, 7, 0, 8, 0]   # a missing value keeps the old one
     got = Message(Kind.PARAMS, 0, 2, np.ones(5, dtype=np.float32))
     with pytest.raises(errors.RunError, match="worker 2's PARAMS has 5 values; shards 0, 1 "
