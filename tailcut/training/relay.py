@@ -7,26 +7,17 @@ two vectors each way per iteration, where a ring takes 1.5. Here one rank of eac
 relays each shard owned outside it (``relay``), so each shard crosses between two
 racks once each way (with two racks: one vector each way per uplink):
 
-    1 gather    to each rack peer t: my pieces of the shards t relays (one message),
-                then my piece of t's own shard
-    2 reduce    as a relay, once my rack's pieces of a shard I relay are in: to its
-                owner, my rack's sum of it
-    3 broadcast as an owner, once my rack's pieces and every other rack's sum are in:
-                to the relay of my shard in every other rack, then to my rack peers
-    4 scatter   as a relay, once its owners' shards are in: to each rack peer, the
-                shards I relay (one message)
-
-Each step starts on what it needs, not on the step before it on every rank: a relay
-forwards its rack's sum while the owners' own pieces still arrive, and an owner hands
-its rack its shard while that shard crosses to the other racks. So the access links
-and the uplinks work at once, as a ring's links do; cutting a gather and a scatter in
-two costs two messages per rank and iteration (with two ranks per rack, 6 where one
-per step would be 4: the plain transpose's count).
+    1 gather    to each rack peer t: my pieces of the shards t handles
+                (``handles``: t's own shard, and those t relays)
+    2 reduce    as a relay, to the owner of each shard I relay: my rack's sum of it
+    3 broadcast as an owner, to the relay of my shard in every other rack: my shard
+    4 scatter   to each rack peer: the shards I handle (mine, and those I relay)
 
 All ranks together send what the plain transpose sends, 2(N-1) shards each way; each
 rank 2(N-1)/N of the vector where a rack's size divides the number of shards owned
-outside it (else a rank relays one shard more than its rack peers). Four racks of one
-rank, or one rack of all of them, are the plain transpose. Racks are what
+outside it (else a rank relays one shard more than its rack peers). One message goes
+to a rack peer per step (pieces for the same peer go as one message), so four racks of
+one rank, or one rack of all of them, are the plain transpose. Racks are what
 ``spec.network.placement`` says (``RoleConfig.rank_racks``); none given: one rack.
 """
 
@@ -66,6 +57,11 @@ class Racks:
         return [k for k, rack in enumerate(self.rack_of)
                 if rack != self.rack_of[rank] and self.relay(rank, k) == rank]
 
+    def handles(self, rank: int) -> list[int]:
+        """What ``rank`` gathers from its rack peers and scatters back to them: its own
+        shard and the shards it relays, in shard order."""
+        return sorted([rank, *self.relayed(rank)])
+
     def relays_of(self, shard: int) -> list[int]:
         """The ranks that send the owner of ``shard`` their rack's sum (and get its
         shard back): one in every other rack."""
@@ -77,7 +73,7 @@ class Racks:
         return len(self.members(rank))
 
     def largest(self, shard_sizes: Sequence[int]) -> int:
-        """The most values any message of the plan holds: one shard, or the shards
-        one rank relays (its gather's first part and its scatter)."""
-        return max(max(shard_sizes), *(sum(shard_sizes[k] for k in self.relayed(r))
-                                       for r in range(len(self.rack_of))))
+        """The most values any message of the plan holds (a gather or scatter holds
+        every shard its receiver, or sender, handles)."""
+        return max(sum(shard_sizes[k] for k in self.handles(r))
+                   for r in range(len(self.rack_of)))

@@ -18,10 +18,10 @@ The bytes per rank are a ring's: 2(N-1)/N of the vector out and in. This is
 OptiReduce's Transpose AllReduce (NSDI'25), without its Hadamard transform.
 
 With ranks in several racks (``rank_racks``), one rank of each rack relays each shard
-owned in another rack (relay.py): its rack peers PUSH it their pieces, it sends the
-owner the rack's sum, takes the owner's PARAMS and hands them on. So each uplink
-carries one vector each way per iteration, not one per rank of the rack; each step
-starts once what it needs is in, so that relaying overlaps the rest.
+owned in another rack (relay.py): its rack peers PUSH it their pieces with the ones
+for its own shard, it sends the owner the rack's sum, takes the owner's PARAMS and
+hands them on with its own. So each uplink carries one vector each way per
+iteration, not one per rank of the rack, in four steps of one message per peer.
 
 Over bounded-loss every step takes at least p of each message (minP with early close),
 as a PS job does: a coordinate of PUSH that did not arrive is left out of the mean (a
@@ -40,7 +40,6 @@ every peer has said STOP, i.e. has all it needs.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -59,20 +58,6 @@ NAME = "transpose"   # the "allreduce" of the start event: which algorithm ran
 
 
 _KINDS = (Kind.PUSH, Kind.PARAMS, Kind.ACK, Kind.STOP)
-# A rank sends a rack peer up to two messages of one kind an iteration: the pieces of
-# the peer's own shard (OWN) and those of the shards a relay hands on (RELAYED), which
-# go first so that relaying starts while the rest still arrives. Messages carry their
-# part in the iteration: step * PARTS + part, decoded by _Peers.take.
-OWN, RELAYED = 0, 1
-PARTS = 2
-
-
-def on_wire(kind: Kind, step: int, sender: int, values: np.ndarray | None = None,
-            part: int = OWN) -> Message:
-    """The message of ``part`` for ``step`` as it goes on the wire."""
-    if values is None:
-        return Message(kind, step * PARTS + part, sender)
-    return Message(kind, step * PARTS + part, sender, values)
 
 
 class _Peers:
@@ -89,43 +74,38 @@ class _Peers:
         self.log = log
         self.rank = rank
         self.wait_s = wait_s
-        self.early: dict[tuple[int, Kind, int, int], Message] = {}
+        self.early: dict[tuple[int, Kind, int], Message] = {}
 
     def send(self, rank: int, msg: Message) -> None:
-        """Send ``msg`` (made by on_wire) to ``rank``."""
         self._guard(rank, lambda: self.conns[rank].send(msg, self.wait_s))
 
-    def take(self, rank: int, kinds: tuple[Kind, ...], iteration: int,
-             part: int = OWN) -> Message:
-        """The message of one of ``kinds`` for ``iteration`` and ``part`` from
-        ``rank``, its iteration decoded."""
+    def take(self, rank: int, kinds: tuple[Kind, ...], iteration: int) -> Message:
+        """The message of one of ``kinds`` for ``iteration`` from ``rank``."""
         for kind in kinds:
-            waiting = self.early.pop((rank, kind, iteration, part), None)
+            waiting = self.early.pop((rank, kind, iteration), None)
             if waiting is not None:
                 return waiting
         while True:
             msg: Message = self._guard(rank, lambda: self.conns[rank].recv(self.wait_s))
-            step, got_part = divmod(msg.iteration, PARTS)
-            msg = dataclasses.replace(msg, iteration=step)
             if msg.kind in (Kind.PUSH, Kind.PARAMS):
                 self.log.write(records.message_row(msg, self.rank))
-            if msg.kind in kinds and step == iteration and got_part == part:
+            if msg.kind in kinds and msg.iteration == iteration:
                 return msg
             if msg.kind not in _KINDS:
                 raise errors.RunError(f"worker {rank} sent {msg.kind.name}; all-reduce "
                                       f"ranks send {'/'.join(k.name for k in _KINDS)}")
-            if step > iteration + 1:   # a rank runs at most one iteration ahead
+            if msg.iteration > iteration + 1:   # a rank runs at most one iteration ahead
                 raise errors.RunError(f"worker {rank} sent {msg.kind.name} for iteration "
-                                      f"{step} while worker {self.rank} waited "
+                                      f"{msg.iteration} while worker {self.rank} waited "
                                       f"for {'/'.join(k.name for k in kinds)} of {iteration}")
-            if (rank, msg.kind, step, got_part) in self.early:
+            if (rank, msg.kind, msg.iteration) in self.early:
                 raise errors.RunError(f"worker {rank} sent {msg.kind.name} for iteration "
-                                      f"{step} twice")
-            if step < iteration:
+                                      f"{msg.iteration} twice")
+            if msg.iteration < iteration:
                 raise errors.RunError(f"worker {rank} sent {msg.kind.name} for iteration "
-                                      f"{step} while worker {self.rank} waited "
+                                      f"{msg.iteration} while worker {self.rank} waited "
                                       f"for {'/'.join(k.name for k in kinds)} of {iteration}")
-            self.early[(rank, msg.kind, step, got_part)] = msg
+            self.early[(rank, msg.kind, msg.iteration)] = msg
 
     def _guard(self, rank: int, call: Callable[[], Any]) -> Any:
         try:
@@ -222,12 +202,12 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                                                      job_deadline)
                     verdict = Kind.STOP if stop_reason else Kind.ACK   # ACK: go on
                     for k in others:
-                        mesh.send(k, on_wire(verdict, step, rank))
+                        mesh.send(k, Message(verdict, step, rank))
                     if stop_reason:
                         break
                 elif mesh.take(0, (Kind.ACK, Kind.STOP), step).kind == Kind.STOP:
                     for k in others:
-                        mesh.send(k, on_wire(Kind.STOP, step, rank))
+                        mesh.send(k, Message(Kind.STOP, step, rank))
                     break
             jct_s = time.monotonic() - started
             # A STOP says its sender has every message it needs from this rank, which
@@ -245,7 +225,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
 
 
 class _Exchange:
-    """One iteration's all-reduce as this rank does it (relay.py: the steps)."""
+    """One iteration's all-reduce as this rank does it (relay.py: the four steps)."""
 
     def __init__(self, mesh: _Peers, racks: relay.Racks, num_params: int,
                  learning_rate: np.float32, rule: str) -> None:
@@ -257,7 +237,8 @@ class _Exchange:
         # permutation, not N-1 senders converging on rank 0.
         self.rack_peers = sorted(racks.peers(rank), key=lambda r: (r - rank) % world)
         self.relayed = racks.relayed(rank)
-        self.peer_relays = {t: racks.relayed(t) for t in self.rack_peers}
+        self.handles = racks.handles(rank)
+        self.peer_handles = {t: racks.handles(t) for t in self.rack_peers}
         self.relays = {r: racks.size(r) for r in racks.relays_of(rank)}   # -> rack size
         self.rack_size = racks.size(rank)
         self.learning_rate = learning_rate
@@ -267,53 +248,39 @@ class _Exchange:
         """Average ``grad`` with the other ranks' and step ``params`` in place: this
         rank's shard by itself, the others as their owners send them."""
         mesh, rank, ranges = self.mesh, self.rank, self.ranges
-        lo, hi = ranges[rank]
-        # 1 gather: first what each rack peer relays, then its own shard's piece
-        for t, shards in self.peer_relays.items():
-            if shards:
-                mesh.send(t, on_wire(Kind.PUSH, step, rank, _pieces(grad, ranges, shards),
-                                     RELAYED))
-        for t in self.rack_peers:
-            a, b = ranges[t]
-            mesh.send(t, on_wire(Kind.PUSH, step, rank, grad[a:b]))
-        # 2 reduce, as soon as the rack's pieces of the shards this rank relays are in.
+        for t in self.rack_peers:   # 1 gather
+            mesh.send(t, Message(Kind.PUSH, step, rank,
+                                 _pieces(grad, ranges, self.peer_handles[t])))
         # float64: the sum of N float32 gradients, divided once (combine)
-        if self.relayed:
-            sums = {k: grad[ranges[k][0]:ranges[k][1]].astype(np.float64)
-                    for k in self.relayed}
-            counts = {k: np.ones(sums[k].size, dtype=np.int32) for k in self.relayed}
-            for i in self.rack_peers:
-                push = mesh.take(i, (Kind.PUSH,), step, RELAYED)
-                for k, piece in _split(push, ranges, self.relayed, i):
-                    syncmodes.accumulate(sums[k], counts[k], piece, piece.values.size, 1)
-            for k in self.relayed:
-                mesh.send(k, on_wire(Kind.PUSH, step, rank,
-                                     _rack_sum(sums[k], counts[k], self.rack_size)))
-        # 3 this rank's shard: its rack's pieces and every other rack's sum
-        total = grad[lo:hi].astype(np.float64)
-        count = np.ones(total.size, dtype=np.int32)
-        for r, size in [*((i, 1) for i in self.rack_peers), *self.relays.items()]:
-            for _, piece in _split(mesh.take(r, (Kind.PUSH,), step), ranges, [rank], r):
+        sums = {k: grad[ranges[k][0]:ranges[k][1]].astype(np.float64) for k in self.handles}
+        counts = {k: np.ones(sums[k].size, dtype=np.int32) for k in self.handles}
+        for i in self.rack_peers:
+            push = mesh.take(i, (Kind.PUSH,), step)
+            for k, piece in _split(push, ranges, self.handles, i):
+                syncmodes.accumulate(sums[k], counts[k], piece, piece.values.size, 1)
+        for k in self.relayed:   # 2 reduce
+            mesh.send(k, Message(Kind.PUSH, step, rank,
+                                 _rack_sum(sums[k], counts[k], self.rack_size)))
+        total, count = sums[rank], counts[rank]
+        for r, size in self.relays.items():
+            push = mesh.take(r, (Kind.PUSH,), step)
+            for _, piece in _split(push, ranges, [rank], r):
                 syncmodes.accumulate(total, count, piece, piece.values.size, size)
         direction, _ = aggregation.combine(total, count, self.rule)
+        lo, hi = ranges[rank]
         params[lo:hi] -= self.learning_rate * direction
-        # ... and to the other racks' relays (the longer way) first, then the rack
-        for r in [*self.relays, *self.rack_peers]:
-            mesh.send(r, on_wire(Kind.PARAMS, step, rank, params[lo:hi]))
-        # 4 the shards this rank relays, from their owners on to its rack
+        for r in self.relays:   # 3 broadcast
+            mesh.send(r, Message(Kind.PARAMS, step, rank, params[lo:hi]))
         for k in self.relayed:
             for _, piece in _split(mesh.take(k, (Kind.PARAMS,), step), ranges, [k], k):
                 worker.apply_params(params[ranges[k][0]:ranges[k][1]], piece)
-        if self.relayed:
-            handed_on = _pieces(params, ranges, self.relayed)
+        if self.rack_peers:   # 4 scatter
+            mine = _pieces(params, ranges, self.handles)
             for t in self.rack_peers:
-                mesh.send(t, on_wire(Kind.PARAMS, step, rank, handed_on, RELAYED))
-        # 5 the rack peers' shards, and those they relay
-        for i, shards in self.peer_relays.items():
-            got = _split(mesh.take(i, (Kind.PARAMS,), step), ranges, [i], i)
-            if shards:
-                got += _split(mesh.take(i, (Kind.PARAMS,), step, RELAYED), ranges, shards, i)
-            for k, piece in got:
+                mesh.send(t, Message(Kind.PARAMS, step, rank, mine))
+        for i in self.rack_peers:
+            got = mesh.take(i, (Kind.PARAMS,), step)
+            for k, piece in _split(got, ranges, self.peer_handles[i], i):
                 worker.apply_params(params[ranges[k][0]:ranges[k][1]], piece)
 
 

@@ -106,30 +106,22 @@ def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_pa
             received = list(csv.DictReader(f))
         assert len(received) == ipe * _messages_to(layout, rank)   # relay.py's plan
         for r in received:
-            sizes = [sum(np.diff(ps.shard_range(num_params, RANKS, k))[0] for k in shards)
-                     for shards in _shards_in(layout, r["kind"], int(r["sender"]), rank)]
-            assert int(r["missing"]) <= max(size - datagram.threshold_elements(0.8, size)
-                                            for size in sizes)
+            shards = _shards_in(layout, r["kind"], int(r["sender"]), rank)
+            size = sum(np.diff(ps.shard_range(num_params, RANKS, k))[0] for k in shards)
+            assert int(r["missing"]) <= size - datagram.threshold_elements(0.8, size)
         assert any(int(r["missing"]) > 0 for r in received)   # p left some out
 
 
-def _shards_in(layout: relay.Racks, kind: str, sender: int, receiver: int
-               ) -> list[list[int]]:
-    """The shards a message of ``kind`` from ``sender`` to ``receiver`` may hold."""
-    if sender in layout.peers(receiver):   # a gather, or a scatter: own, or relayed
-        return [[receiver], layout.relayed(receiver)] if kind == "PUSH" \
-            else [[sender], layout.relayed(sender)]
-    return [[receiver]] if kind == "PUSH" else [[sender]]   # a relay's sum, PARAMS
+def _shards_in(layout: relay.Racks, kind: str, sender: int, receiver: int) -> list[int]:
+    """The shards a message of ``kind`` from ``sender`` to ``receiver`` holds."""
+    if sender in layout.peers(receiver):   # a gather, or a scatter
+        return layout.handles(receiver if kind == "PUSH" else sender)
+    return [receiver] if kind == "PUSH" else [sender]   # a relay's sum, an owner's PARAMS
 
 
 def _messages_to(layout: relay.Racks, rank: int) -> int:
-    """From each rack peer its pieces of this rank's shard and its own shard, and of
-    what either relays where it relays any; from the other racks their sums of this
-    rank's shard and the shards it relays."""
-    peers = layout.peers(rank)
-    return (2 * len(peers) + (len(peers) if layout.relayed(rank) else 0)
-            + sum(1 for t in peers if layout.relayed(t))
-            + len(layout.relays_of(rank)) + len(layout.relayed(rank)))
+    return (2 * len(layout.peers(rank)) + len(layout.relays_of(rank))
+            + len(layout.relayed(rank)))
 
 
 class _Replay(base.Connection):
@@ -173,21 +165,15 @@ def test_what_arrived_of_a_push_is_summed_and_counted_coordinate_by_coordinate()
 
 def test_a_message_that_comes_early_waits_and_a_stale_one_is_refused_naming_the_rank(tmp_path):
     values = np.ones(4, dtype=np.float32)
-    wire = transpose.on_wire
-    conn = _Replay([wire(Kind.PUSH, 1, 2, values), wire(Kind.PARAMS, 0, 2, values),
-                    # the part of a shard relayed comes after the own one it overtook
-                    wire(Kind.PARAMS, 1, 2, values * 2, transpose.RELAYED),
-                    wire(Kind.PARAMS, 1, 2, values * 3),
+    conn = _Replay([Message(Kind.PUSH, 1, 2, values), Message(Kind.PARAMS, 0, 2, values),
                     # rank 0's verdict, a control frame, overtakes its PARAMS
-                    wire(Kind.ACK, 1, 0), wire(Kind.PARAMS, 1, 0, values),
-                    wire(Kind.STOP, 2, 0), wire(Kind.PARAMS, 2, 0, values),
-                    wire(Kind.PUSH, 0, 2, values)])
+                    Message(Kind.ACK, 1, 0), Message(Kind.PARAMS, 1, 0, values),
+                    Message(Kind.STOP, 2, 0), Message(Kind.PARAMS, 2, 0, values),
+                    Message(Kind.PUSH, 0, 2, values)])
     with records.CsvLog(tmp_path / "m.csv", records.MESSAGE_FIELDS) as log:
         mesh = transpose._Peers({2: conn, 0: conn}, log, rank=1, wait_s=5)
         assert mesh.take(2, (Kind.PARAMS,), 0).kind == Kind.PARAMS   # PUSH 1 waits
         assert mesh.take(2, (Kind.PUSH,), 1).iteration == 1          # ... until asked
-        assert mesh.take(2, (Kind.PARAMS,), 1).values[0] == 3        # RELAYED waits
-        assert mesh.take(2, (Kind.PARAMS,), 1, transpose.RELAYED).values[0] == 2
         assert mesh.take(0, (Kind.PARAMS,), 1).kind == Kind.PARAMS   # ACK 1 waits
         assert mesh.take(0, (Kind.ACK, Kind.STOP), 1).kind == Kind.ACK
         assert mesh.take(0, (Kind.PARAMS,), 2).iteration == 2        # STOP 2 waits
@@ -195,13 +181,12 @@ def test_a_message_that_comes_early_waits_and_a_stale_one_is_refused_naming_the_
         with pytest.raises(errors.RunError, match="worker 2 sent PUSH for iteration 0 "
                                                   "while worker 1 waited for PUSH of 3"):
             mesh.take(2, (Kind.PUSH,), 3)
-    rows = list(csv.DictReader(open(tmp_path / "m.csv")))
-    assert [int(r["iteration"]) for r in rows] == [1, 0, 1, 1, 1, 2, 0]   # data only
+    assert len(list(csv.DictReader(open(tmp_path / "m.csv")))) == 5   # data only
 
 
 @pytest.mark.parametrize("msg, why", [
     (Message(Kind.PULL, 0, 2), "worker 2 sent PULL; all-reduce ranks send PUSH/PARAMS/ACK/STOP"),
-    (transpose.on_wire(Kind.PUSH, 2, 2, np.ones(4, dtype=np.float32)),
+    (Message(Kind.PUSH, 2, 2, np.ones(4, dtype=np.float32)),
      "worker 2 sent PUSH for iteration 2 while worker 1 waited for PARAMS of 0")],
     ids=["kind", "too-far-ahead"])
 def test_a_message_no_rank_sends_is_refused_naming_the_rank(tmp_path, msg, why):
