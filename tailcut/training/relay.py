@@ -73,7 +73,9 @@ class Racks:
         return len(self.members(rank))
 
     def largest(self, shard_sizes: Sequence[int]) -> int:
-        """The most values any message of the plan holds (a gather or scatter holds
-        every shard its receiver, or sender, handles)."""
-        return max(sum(shard_sizes[k] for k in self.handles(r))
-                   for r in range(len(self.rack_of)))
+        """The most values any message of the plan holds: one shard (a relay's sum, an
+        owner's PARAMS), or every shard a rank handles (a gather to it or its scatter,
+        which only a rank with rack peers gets or sends)."""
+        gathers = [sum(shard_sizes[k] for k in self.handles(r))
+                   for r in range(len(self.rack_of)) if self.peers(r)]
+        return max([*shard_sizes, *gathers])

@@ -151,6 +151,9 @@ def test_what_did_not_arrive_is_left_out_not_summed(racks):
 def test_a_model_too_big_for_one_message_is_refused_before_connecting():
     racks = relay.Racks.of(4, [0, 0, 1, 1])
     assert racks.largest([10, 10, 10, 11]) == 21   # a gather: own shard and a relayed one
+    # a rank alone in its rack (rank 0) sends and gets one shard a message
+    assert relay.Racks.of(3, [0, 1, 1]).largest([5, 6, 7]) == 11   # to rank 1: shards 0, 1
+    assert relay.Racks.of(4, [0, 1, 2, 3]).largest([5, 5, 5, 6]) == 6   # plain transpose
     transpose._check_fits(racks, 41, 21)
     with pytest.raises(transpose.errors.RunError,
                        match="messages hold up to 21 values, the transport at most 20"):
