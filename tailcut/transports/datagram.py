@@ -531,6 +531,17 @@ class DatagramTransport(base.Transport):
         except OSError as err:
             udp.close()
             raise base.TransportError(f"cannot bind UDP {host}:{port}: {err.strerror}") from err
+        granted = udp.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        if granted < DEEP_SOCKET_BYTES:
+            # Without CAP_NET_ADMIN (a udp pod on Kubernetes runs unprivileged) the
+            # buffer stops at net.core.rmem_max: say so, or its drops pass for the link's.
+            log.warning("UDP %s:%d: the kernel granted a %d-byte receive buffer (SO_RCVBUF, "
+                        "capped by net.core.rmem_max without CAP_NET_ADMIN), under the %d "
+                        "the transport needs: messages arriving at once can overflow it "
+                        "and count as lost though the link lost nothing. Raise "
+                        "net.core.rmem_max to %d on the host or node (sysctl -w), or run "
+                        "the role with CAP_NET_ADMIN.", host, udp.getsockname()[1], granted,
+                        DEEP_SOCKET_BYTES, SOCKET_BUFFER_BYTES)
         # Kernel receive timestamps tell the receive loop how far it has read (see
         # receiver.Receiver.sweep).
         udp.setsockopt(socket.SOL_SOCKET, batch.SO_TIMESTAMPNS, 1)

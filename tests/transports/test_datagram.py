@@ -1,8 +1,10 @@
 """The udp and bounded-loss transports: delivery, p as a floor, hostile datagrams into a
 live receiver, and (as root) the XDP-signalled receiver across a lossy veth."""
 
+import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -265,6 +267,42 @@ def test_forged_packets_from_another_address_are_ignored() -> None:
         ok = delivered(msg)
         assert np.array_equal(msg.values[ok], VECTOR[ok])
         assert server.stats["unknown_message"] + server.stats["foreign_source"] >= 50
+
+
+_OPEN_AND_REPORT = """
+import logging, socket, sys
+from tailcut import transports
+from tailcut.transports import datagram
+datagram.DEEP_SOCKET_BYTES = int(sys.argv[1])
+logging.basicConfig(level=logging.WARNING)
+t = transports.get("udp")
+t._open_udp("127.0.0.1", 0)
+print(t._udp.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+t.close()
+"""
+
+
+def _open_udp(enough: int, *without_net_admin: str) -> tuple[int, str]:
+    """(the receive buffer the kernel granted, the log) of a udp transport opened in
+    a child process that counts ``enough`` bytes as enough."""
+    done = subprocess.run([*without_net_admin, sys.executable, "-c", _OPEN_AND_REPORT,
+                           str(enough)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout), done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops a capability root has")
+def test_a_receive_buffer_capped_by_rmem_max_is_named_in_a_warning() -> None:
+    # Root forces the buffer past net.core.rmem_max (the kernel reports twice the size)
+    granted, log = _open_udp(datagram.DEEP_SOCKET_BYTES)
+    assert granted == 2 * datagram.SOCKET_BUFFER_BYTES and "receive buffer" not in log
+    # ... a role without CAP_NET_ADMIN (a udp pod on Kubernetes) gets rmem_max at most.
+    rmem_max = int(open("/proc/sys/net/core/rmem_max").read())
+    granted, log = _open_udp(2 * rmem_max + 1, "setpriv", "--bounding-set=-net_admin",
+                             "--inh-caps=-net_admin")
+    assert granted == 2 * min(rmem_max, datagram.SOCKET_BUFFER_BYTES)
+    assert f"the kernel granted a {granted}-byte receive buffer" in log
+    assert "net.core.rmem_max" in log and "CAP_NET_ADMIN" in log
 
 
 def test_a_vector_beyond_the_slot_limit_is_refused_before_sending() -> None:
