@@ -1,7 +1,7 @@
 """The torch MLP by DDP/Gloo against a PS over tcp and over bounded-loss, three conditions.
 
     .venv/bin/python bench/vs_gloo.py [--runs 3] [--conditions clean loss-1% ...]
-        [--model torch-mlp] [--bandwidth RATE] [--json FILE]
+        [--model torch-mlp] [--bandwidth RATE] [--mtu BYTES] [--json FILE]
 
 Each run is the quickstart network (4 workers in 2 racks, 1 Gbit/s, or every link at
 --bandwidth) training the torch MLP (model torch-mlp: the quickstart MLP as an
@@ -83,13 +83,15 @@ def _background_shallow(raw: dict[str, Any]) -> dict[str, Any]:
 CONDITIONS = {"clean": _clean, "loss-1%": _lossy, "background-shallow": _background_shallow}
 
 
-def job(condition: str, mode: str, model: str,
-        bandwidth: str | None = None) -> spec.model.TrainingJob:
+def job(condition: str, mode: str, model: str, bandwidth: str | None = None,
+        mtu: int | None = None) -> spec.model.TrainingJob:
     raw = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
     raw = CONDITIONS[condition](raw)
     if bandwidth:
         for link in ("accessLink", "uplink"):
             raw["spec"]["network"][link]["bandwidth"] = bandwidth
+    if mtu:
+        raw["spec"]["network"]["mtu"] = mtu
     sync, transport = MODES[mode]
     raw["metadata"]["name"] = f"vsg-{mode}"
     raw["spec"]["training"].update(model=model, syncMode=sync)
@@ -123,8 +125,9 @@ def _time_to_target(results: Path, target: float) -> float:
     return float("nan")
 
 
-def one(condition: str, mode: str, model: str, bandwidth: str | None) -> dict[str, Any]:
-    j = job(condition, mode, model, bandwidth)
+def one(condition: str, mode: str, model: str, bandwidth: str | None,
+        mtu: int | None) -> dict[str, Any]:
+    j = job(condition, mode, model, bandwidth, mtu)
     with tempfile.TemporaryDirectory(prefix="vsg-") as out:
         r = local.run(j, Path(out), progress=lambda line: None)
         its = _iteration_ms(Path(out), mode, j.spec.replicas.workers)
@@ -149,6 +152,8 @@ def main() -> None:
     ap.add_argument("--bandwidth", metavar="RATE",
                     help="every link's bandwidth (e.g. 200Mbit: where the network, not "
                          "the CPU of 2 cores, bounds the step); unset: the example's 1Gbit")
+    ap.add_argument("--mtu", type=int, help="the network's MTU for every mode (e.g. 9000: "
+                    "jumbo frames, as many ML clusters run); unset: the example's 1500")
     ap.add_argument("--json", type=Path, help="also write every run's figures here")
     args = ap.parse_args()
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
@@ -158,7 +163,7 @@ def main() -> None:
         for c in args.conditions:
             for m in args.modes:
                 started = time.monotonic()
-                r = one(c, m, args.model, args.bandwidth)
+                r = one(c, m, args.model, args.bandwidth, args.mtu)
                 runs[c][m].append(r)
                 loads.append(float(load()))
                 print(f"run {run + 1}/{args.runs} {c:>18} {m:>6}: to target "
@@ -173,7 +178,8 @@ def main() -> None:
     def med(c: str, m: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[c][m])
 
-    print(f"\n{args.model}, links at {args.bandwidth or '1Gbit'}, medians of {args.runs} "
+    print(f"\n{args.model}, links at {args.bandwidth or '1Gbit'}, MTU {args.mtu or 1500}, "
+          f"medians of {args.runs} "
           f"interleaved run(s); load average during the runs "
           f"{min(loads):.1f}-{max(loads):.1f} on {_cores()} cores:\n")
     print("| condition | mode | to target (s) | iteration p50 (ms) | p99 (ms) | p99 / p50 "
