@@ -103,7 +103,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     timeout = datetime.timedelta(seconds=cfg.timeout_s + worker.GRACE_S)
     dist.init_process_group("gloo", init_method=f"tcp://{cfg.ps_host}:{cfg.ps_port}",
                             rank=rank, world_size=world, timeout=timeout)
-    finished = False
+    finished, failed = False, exits.FAILED
     try:
         ddp = DistributedDataParallel(model.module)
         timer = _Timer(dist, world)
@@ -153,17 +153,30 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
         jct_s = time.monotonic() - started
         dist.barrier()   # every rank is done with the group before rank 0's store goes
         finished = True
+    except RuntimeError as err:
+        if not peer_gone(err):
+            raise
+        failed = exits.PEER_GONE
+        raise worker.PSGone(f"another rank went away or stopped answering (Gloo: "
+                            f"{err})") from err
     finally:
         # torch 1.13's store client was seen spinning forever once rank 0 (which serves
         # the store) had gone: the results are written, so a stuck teardown just ends.
         guard = threading.Timer(TEARDOWN_S, os._exit,
-                                args=(exits.OK if finished else exits.FAILED,))
+                                args=(exits.OK if finished else failed,))
         guard.daemon = True
         guard.start()
         dist.destroy_process_group()
         guard.cancel()
     return closing_event(cfg, model, torchmodel.to_numpy(model.flat), dataset, epoch, step,
                          stop_reason, jct_s, last_eval)
+
+
+def peer_gone(err: RuntimeError) -> bool:
+    """Whether Gloo raised ``err`` because a connection to another rank broke or timed
+    out (its TCP pair's read and write errors: a rank that died or went silent),
+    rather than for a mistake of this rank's."""
+    return "gloo/transport" in str(err)
 
 
 def rank_inputs(cfg: RoleConfig) -> tuple[data.Dataset, models.Model, np.ndarray, np.ndarray,

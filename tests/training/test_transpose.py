@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import csv
 import os
+import subprocess
 
 import numpy as np
 import pytest
 
 from tailcut import errors
 from tailcut.ml import data, models, torchmodel
-from tailcut.training import allreduce, ps, records, relay, syncmodes, transpose, worker
+from tailcut.training import (allreduce, exits, ps, records, relay, syncmodes, transpose,
+                              worker)
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, datagram
 from tailcut.transports.base import Kind, Message
-from tests.training.loopback import free_ports, run_ranks
+from tests import waiting
+from tests.training.loopback import ROLE, free_ports, run_ranks
 
 pytestmark = pytest.mark.skipif(not torchmodel.available(),
                                 reason="PyTorch is not installed (scripts/setup.sh)")
@@ -194,3 +197,42 @@ def test_a_message_no_rank_sends_is_refused_naming_the_rank(tmp_path, msg, why):
         mesh = transpose._Peers({2: _Replay([msg])}, log, rank=1, wait_s=5)
         with pytest.raises(errors.RunError, match=why):
             mesh.take(2, (Kind.PARAMS,), 0)
+
+
+@pytest.mark.parametrize("transport", [
+    {"type": "bounded-loss", "p": 1.0, "xdp": False, "job": "tar"},
+    {"type": "tcp", "job": "tar"}], ids=["transpose", "gloo"])
+def test_a_rank_killed_mid_run_makes_the_others_exit_saying_it_went_away(tmp_path, transport):
+    """The others fail as peers of a role that went away (exit code PEER_GONE), naming
+    it, at once and not at their timeout, so the job blames the rank that died."""
+    ports = free_ports(RANKS)
+    cfgs = [RoleConfig(index=i, job="tar", role="worker", ps_host="127.0.0.1",
+                       ps_port=ports[0], num_workers=RANKS,
+                       results_dir=str(tmp_path / "results"), model="torch-mlp",
+                       batch_size=2, learning_rate=0.3, max_epochs=5,
+                       target_accuracy=None, sync_mode="allreduce", timeout_s=120,
+                       transport=transport,
+                       shard_endpoints=[f"127.0.0.1:{port}" for port in ports])
+            for i in range(RANKS)]
+    procs = []
+    try:
+        for cfg in cfgs:
+            path = tmp_path / f"worker-{cfg.index}.json"
+            cfg.to_json(path)
+            procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        steps = tmp_path / "results" / allreduce.filename(0)
+        assert waiting.until(lambda: steps.exists() and len(steps.read_text().splitlines()) > 20,
+                             within_s=120, every_s=0.2), "training did not start"
+        procs[2].kill()
+        for p in procs[:2]:
+            _, err = p.communicate(timeout=60)   # far less than timeout_s
+            assert p.returncode == exits.PEER_GONE, err
+            # the transpose knows which rank it lost; Gloo's errors name an address
+            assert ("worker 2 went away" if transport["type"] != "tcp"
+                    else "another rank went away or stopped answering (Gloo: ") in err, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
