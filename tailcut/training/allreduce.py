@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -103,7 +104,8 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     timeout = datetime.timedelta(seconds=cfg.timeout_s + worker.GRACE_S)
     dist.init_process_group("gloo", init_method=f"tcp://{cfg.ps_host}:{cfg.ps_port}",
                             rank=rank, world_size=world, timeout=timeout)
-    finished, failed = False, exits.FAILED
+    finished = False
+    gone: worker.PSGone | None = None   # set when another rank went away
     try:
         ddp = DistributedDataParallel(model.module)
         timer = _Timer(dist, world)
@@ -156,14 +158,13 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     except RuntimeError as err:
         if not peer_gone(err):
             raise
-        failed = exits.PEER_GONE
-        raise worker.PSGone(f"another rank went away or stopped answering (Gloo: "
-                            f"{err})") from err
+        gone = worker.PSGone(f"another rank went away or stopped answering (Gloo: {err})")
+        raise gone from err
     finally:
         # torch 1.13's store client was seen spinning forever once rank 0 (which serves
         # the store) had gone: the results are written, so a stuck teardown just ends.
-        guard = threading.Timer(TEARDOWN_S, os._exit,
-                                args=(exits.OK if finished else failed,))
+        guard = threading.Timer(TEARDOWN_S, _end_hung_teardown,
+                                args=(cfg, emit, finished, gone))
         guard.daemon = True
         guard.start()
         dist.destroy_process_group()
@@ -172,11 +173,25 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
                          stop_reason, jct_s, last_eval)
 
 
+# What Gloo's TCP pairs say when the rank at the other end died or went silent.
+_PEER_LOST = ("closed by peer", "reset by peer", "Broken pipe", "Timed out")
+
+
 def peer_gone(err: RuntimeError) -> bool:
     """Whether Gloo raised ``err`` because a connection to another rank broke or timed
-    out (its TCP pair's read and write errors: a rank that died or went silent),
-    rather than for a mistake of this rank's."""
-    return "gloo/transport" in str(err)
+    out, not for a mistake of this rank's (its size checks, its own memory)."""
+    text = str(err)
+    return "gloo/transport" in text and any(lost in text for lost in _PEER_LOST)
+
+
+def _end_hung_teardown(cfg: RoleConfig, emit: Emit, finished: bool,
+                       gone: worker.PSGone | None) -> None:
+    """End the process whose teardown hung. A rank that lost a peer first says so as
+    role.py would have once teardown returned: on stderr and as an "error" event."""
+    if gone is not None:
+        print(f"tailcut {cfg.role} {cfg.index}: {gone}", file=sys.stderr, flush=True)
+        emit({"event": "error", "role": cfg.role, "index": cfg.index, "message": str(gone)})
+    os._exit(exits.OK if finished else exits.PEER_GONE if gone else exits.FAILED)
 
 
 def rank_inputs(cfg: RoleConfig) -> tuple[data.Dataset, models.Model, np.ndarray, np.ndarray,

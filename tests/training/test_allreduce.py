@@ -93,3 +93,18 @@ def test_allreduce_config_is_refused_for_a_numpy_model_or_a_ps(tmp_path):
     with pytest.raises(ConfigError, match="sync_mode='allreduce'"):
         RoleConfig(**{**good, "role": "ps"})
 
+
+
+@pytest.mark.parametrize("text, gone", [
+    ("[./gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:26536: Connection reset "
+     "by peer", True),
+    ("[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+     "[10.1.0.3]:41234", True),
+    ("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:84] Timed out waiting "
+     "1800000ms for recv operation to complete", True),
+    # this rank's own mistake: the sizes the ranks exchange disagree
+    ("[enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
+     "op.preamble.length <= op.nbytes. 8 vs 4", False),
+    ("Connection reset by peer", False)])   # not Gloo's
+def test_only_gloos_errors_of_a_lost_peer_count_as_another_rank_gone(text, gone):
+    assert allreduce.peer_gone(RuntimeError(text)) is gone
