@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 import numpy as np
 
@@ -105,7 +105,6 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     dist.init_process_group("gloo", init_method=f"tcp://{cfg.ps_host}:{cfg.ps_port}",
                             rank=rank, world_size=world, timeout=timeout)
     finished = False
-    gone: worker.PSGone | None = None   # set when another rank went away
     try:
         ddp = DistributedDataParallel(model.module)
         timer = _Timer(dist, world)
@@ -158,13 +157,14 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
     except RuntimeError as err:
         if not peer_gone(err):
             raise
-        gone = worker.PSGone(f"another rank went away or stopped answering (Gloo: {err})")
-        raise gone from err
+        # No teardown: with a peer gone Gloo's own threads were seen to abort the
+        # process (an uncaught gloo::IoException) while the group was destroyed.
+        _end(cfg, emit, finished, worker.PSGone(
+            f"another rank went away or stopped answering (Gloo: {err})"))
     finally:
         # torch 1.13's store client was seen spinning forever once rank 0 (which serves
         # the store) had gone: the results are written, so a stuck teardown just ends.
-        guard = threading.Timer(TEARDOWN_S, _end_hung_teardown,
-                                args=(cfg, emit, finished, gone))
+        guard = threading.Timer(TEARDOWN_S, _end, args=(cfg, emit, finished, None))
         guard.daemon = True
         guard.start()
         dist.destroy_process_group()
@@ -184,10 +184,10 @@ def peer_gone(err: RuntimeError) -> bool:
     return "gloo/transport" in text and any(lost in text for lost in _PEER_LOST)
 
 
-def _end_hung_teardown(cfg: RoleConfig, emit: Emit, finished: bool,
-                       gone: worker.PSGone | None) -> None:
-    """End the process whose teardown hung. A rank that lost a peer first says so as
-    role.py would have once teardown returned: on stderr and as an "error" event."""
+def _end(cfg: RoleConfig, emit: Emit, finished: bool, gone: worker.PSGone | None) -> NoReturn:
+    """End the process now, without Gloo's teardown. A rank that lost a peer first says
+    so as role.py would: on stderr and as an "error" event (the results files are
+    closed already)."""
     if gone is not None:
         print(f"tailcut {cfg.role} {cfg.index}: {gone}", file=sys.stderr, flush=True)
         emit({"event": "error", "role": cfg.role, "index": cfg.index, "message": str(gone)})
