@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -159,7 +158,7 @@ def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
             raise
         # No teardown: with a peer gone Gloo's own threads were seen to abort the
         # process (an uncaught gloo::IoException) while the group was destroyed.
-        _end(cfg, emit, finished, worker.PSGone(
+        _end(cfg, emit, False, worker.PSGone(
             f"another rank went away or stopped answering (Gloo: {err})"))
     finally:
         # torch 1.13's store client was seen spinning forever once rank 0 (which serves
@@ -186,11 +185,9 @@ def peer_gone(err: RuntimeError) -> bool:
 
 def _end(cfg: RoleConfig, emit: Emit, finished: bool, gone: worker.PSGone | None) -> NoReturn:
     """End the process now, without Gloo's teardown. A rank that lost a peer first says
-    so as role.py would: on stderr and as an "error" event (the results files are
-    closed already)."""
+    so, as role.py would have (the results files are closed already)."""
     if gone is not None:
-        print(f"tailcut {cfg.role} {cfg.index}: {gone}", file=sys.stderr, flush=True)
-        emit({"event": "error", "role": cfg.role, "index": cfg.index, "message": str(gone)})
+        exits.say_failed(emit, cfg.role, cfg.index, str(gone))
     os._exit(exits.OK if finished else exits.PEER_GONE if gone else exits.FAILED)
 
 

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None,
     try:
         cfg = config.RoleConfig.from_json(args[0])
     except (config.ConfigError, TypeError) as err:
-        _fail(emit, "?", -1, f"{args[0]}: {err}")
+        exits.say_failed(emit, "?", -1, f"{args[0]}: {err}")
         return exits.USAGE
     emit = _with_cpu_time(cfg, _with_tcp_counters(cfg, emit))
     try:
@@ -86,11 +86,11 @@ def main(argv: list[str] | None = None,
         else:
             emit(worker.run(cfg))
     except errors.TailcutError as err:
-        _fail(emit, cfg.role, cfg.index, str(err))
+        exits.say_failed(emit, cfg.role, cfg.index, str(err))
         return exits.PEER_GONE if _peer_went_away(err) else exits.FAILED
     except Exception as err:  # anything else is our bug: say so, keep the traceback
         traceback.print_exc()
-        _fail(emit, cfg.role, cfg.index,
+        exits.say_failed(emit, cfg.role, cfg.index,
               f"internal error (a tailcut bug, please report it): {err!r}")
         return exits.FAILED
     return exits.OK
@@ -157,14 +157,6 @@ def _peer_went_away(err: BaseException | None) -> bool:
             return True
         err = err.__cause__
     return False
-
-
-def _fail(emit: Callable[[dict[str, Any]], None], role: str, index: int,
-          message: str) -> None:
-    """Say why the role failed: on stderr, and as an "error" event through the
-    caller's `emit` (in a pod, the entrypoint's: it becomes the termination message)."""
-    print(f"tailcut {role} {index}: {message}", file=sys.stderr, flush=True)
-    emit({"event": "error", "role": role, "index": index, "message": message})
 
 
 if __name__ == "__main__":

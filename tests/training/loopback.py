@@ -27,16 +27,22 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def run_ranks(tmp_path: Path, cfgs: list[RoleConfig], timeout_s: float = 240
-              ) -> list[dict[str, Any]]:
-    """Run all-reduce ranks as processes; fail at once, with its stderr, when one fails.
-    Returns rank 0's events."""
+def start_ranks(tmp_path: Path, cfgs: list[RoleConfig]) -> list[subprocess.Popen[str]]:
+    """All-reduce ranks started as processes, their output piped."""
     procs = []
     for cfg in cfgs:
         path = tmp_path / f"worker-{cfg.index}.json"
         cfg.to_json(path)
         procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def run_ranks(tmp_path: Path, cfgs: list[RoleConfig], timeout_s: float = 240
+              ) -> list[dict[str, Any]]:
+    """Run all-reduce ranks as processes; fail at once, with its stderr, when one fails.
+    Returns rank 0's events."""
+    procs = start_ranks(tmp_path, cfgs)
     deadline = time.monotonic() + timeout_s
     try:
         while any(p.poll() is None for p in procs):

@@ -94,7 +94,6 @@ def test_allreduce_config_is_refused_for_a_numpy_model_or_a_ps(tmp_path):
         RoleConfig(**{**good, "role": "ps"})
 
 
-
 @pytest.mark.parametrize("text, gone", [
     ("[./gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:26536: Connection reset "
      "by peer", True),

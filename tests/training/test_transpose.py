@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -23,14 +22,14 @@ from tailcut.training.config import RoleConfig
 from tailcut.transports import base, datagram
 from tailcut.transports.base import Kind, Message
 from tests import waiting
-from tests.training.loopback import ROLE, free_ports, run_ranks
+from tests.training.loopback import free_ports, run_ranks, start_ranks
 
 pytestmark = pytest.mark.skipif(not torchmodel.available(),
                                 reason="PyTorch is not installed (scripts/setup.sh)")
 RANKS = 3
 
 
-def _run(tmp_path, transport: dict, **extra) -> list[dict]:
+def _configs(tmp_path, transport: dict, **extra) -> list[RoleConfig]:
     ports = free_ports(RANKS)
     fields = dict(job="tar", role="worker", ps_host="127.0.0.1", ps_port=ports[0],
                   num_workers=RANKS, results_dir=str(tmp_path / "results"),
@@ -39,7 +38,11 @@ def _run(tmp_path, transport: dict, **extra) -> list[dict]:
                   transport=transport,
                   shard_endpoints=[f"127.0.0.1:{port}" for port in ports])
     fields.update(extra)
-    return run_ranks(tmp_path, [RoleConfig(index=i, **fields) for i in range(RANKS)])
+    return [RoleConfig(index=i, **fields) for i in range(RANKS)]
+
+
+def _run(tmp_path, transport: dict, **extra) -> list[dict]:
+    return run_ranks(tmp_path, _configs(tmp_path, transport, **extra))
 
 
 @pytest.mark.parametrize("transport, racks", [
@@ -206,22 +209,8 @@ def test_a_message_no_rank_sends_is_refused_naming_the_rank(tmp_path, msg, why):
 def test_a_rank_killed_mid_run_makes_the_others_exit_saying_it_went_away(tmp_path, transport):
     """The others fail as peers of a role that went away (exit code PEER_GONE), saying
     so, at once and not at their timeout, so the job blames the rank that died."""
-    ports = free_ports(RANKS)
-    cfgs = [RoleConfig(index=i, job="tar", role="worker", ps_host="127.0.0.1",
-                       ps_port=ports[0], num_workers=RANKS,
-                       results_dir=str(tmp_path / "results"), model="torch-mlp",
-                       batch_size=2, learning_rate=0.3, max_epochs=5,
-                       target_accuracy=None, sync_mode="allreduce", timeout_s=120,
-                       transport=transport,
-                       shard_endpoints=[f"127.0.0.1:{port}" for port in ports])
-            for i in range(RANKS)]
-    procs = []
+    procs = start_ranks(tmp_path, _configs(tmp_path, transport, batch_size=2, max_epochs=5))
     try:
-        for cfg in cfgs:
-            path = tmp_path / f"worker-{cfg.index}.json"
-            cfg.to_json(path)
-            procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
         steps = tmp_path / "results" / allreduce.filename(0)
         assert waiting.until(lambda: steps.exists() and len(steps.read_text().splitlines()) > 20,
                              within_s=120, every_s=0.2), "training did not start"
