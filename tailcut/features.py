@@ -47,6 +47,7 @@ class Feature:
     available: bool
     detail: str
     meaning: str
+    probed: bool = True   # False: not tried (it needs root), so `available` is unknown
 
     def require(self) -> None:
         """Raise KernelFeatureMissing if this feature is missing."""
@@ -81,7 +82,7 @@ def _probe(name: str, body: Callable[[], str], yes: str, no: str,
            needs_root: bool = True) -> Feature:
     """Run `body` (it returns what it saw) and say what the outcome means for a job."""
     if needs_root and os.geteuid() != 0:
-        return Feature(name, False, "not probed: needs root", no)
+        return Feature(name, False, "not probed: needs root", no, probed=False)
     try:
         return Feature(name, True, body(), yes)
     except _AbsentError as absent:

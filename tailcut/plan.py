@@ -9,7 +9,11 @@ the spec into role configurations. It gives
   its peers (PS shards, the replica, aggregators) listens, and the sections of the
   ToR's programs (`in_network`: addresses, racks, the hot set resolved once),
 - what an executor cannot build, each refusal naming its field (`refusals`):
-  `tailcut validate --executor`, `tailcut run` and the operator all ask it.
+  `tailcut validate --executor`, `tailcut run` and the operator all ask it; the
+  local executor's include what this machine's kernel lacks (a delay or jitter
+  without netem), found by tailcut.features' probe, which a caller may replace,
+- what runs but is most likely not what was meant (`cautions`: a link that drops
+  every packet, a rack no pod is placed in).
 
 A role reaches its peers by their addresses in the topology on both executors: the
 local runtime gives each pod namespace its address on eth0, the Kubernetes node agent
@@ -18,16 +22,18 @@ a role's configuration is the same wherever it runs.
 """
 
 import functools
+import platform
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+from tailcut import features
 from tailcut.background import plan as bgplan
 from tailcut.errors import SpecError
 from tailcut.net import shaping, topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import enforce, flowreport
-from tailcut.spec.model import ALLREDUCE_PORT, TrainingJob
+from tailcut.spec.model import ALLREDUCE_PORT, Link, TrainingJob
 from tailcut import innetwork
 from tailcut.ml import models, torchmodel
 from tailcut.training import innetagg, innetmcast
@@ -39,6 +45,8 @@ EXECUTORS: tuple[Executor, ...] = ("local", "kubernetes")
 
 # (pod it is seen from, pod named) -> the host the first uses to reach the second.
 Hosts = Callable[[str, str], str]
+# Probes this machine's kernel for netem (features.netem); tests pass their own.
+NetemProbe = Callable[[], features.Feature]
 
 
 def hosts(topo: topology.Topology) -> Hosts:
@@ -56,11 +64,26 @@ class Refusal:
         return self.message
 
 
-def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
-    """What `executor` cannot build of `job`, each naming its field; [] if it runs."""
+@dataclass(frozen=True)
+class Caution:
+    """Something `job` asks for that runs but is most likely not what was meant."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def refusals(job: TrainingJob, executor: Executor,
+             netem: NetemProbe = features.netem) -> list[Refusal]:
+    """What `executor` cannot build of `job`, each naming its field; [] if it runs.
+    `netem` tells whether this machine's kernel has netem (asked only by the local
+    executor, and only when a link sets a delay or jitter)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; one of {', '.join(EXECUTORS)}")
-    found = _kubernetes_refusals(job) if executor == "kubernetes" else _local_refusals(job)
+    found = (_kubernetes_refusals(job) if executor == "kubernetes"
+             else _local_refusals(job, netem))
     if found:
         return found   # the checks below build the model
     # The same everywhere: cadentflow or coflow over what cannot carry them, a tag
@@ -84,10 +107,36 @@ def refusals(job: TrainingJob, executor: Executor) -> list[Refusal]:
     return found
 
 
-def _local_refusals(job: TrainingJob) -> list[Refusal]:
-    """A torch model needs torch in this Python, where the roles run. (On Kubernetes
+def _links(job: TrainingJob) -> list[tuple[str, Link]]:
+    network = job.spec.network
+    return [("spec.network.accessLink", network.access_link),
+            ("spec.network.uplink", network.uplink)]
+
+
+def _delays(job: TrainingJob) -> list[tuple[str, float]]:
+    """(field, value) of every delay and jitter the job's links set."""
+    return [(f"{name}.{key}", value) for name, link in _links(job)
+            for key, value in (("delayMs", link.delay_ms), ("jitterMs", link.jitter_ms))
+            if value > 0]
+
+
+def _local_refusals(job: TrainingJob, netem: NetemProbe) -> list[Refusal]:
+    """A delay or jitter needs netem in this machine's kernel, which builds the links
+    (tailcut.net.shaping refuses it too, but only once `tailcut run` is building).
+    A torch model needs torch in this Python, where the roles run. (On Kubernetes
     the worker image must carry it, which the operator cannot see from here; a
     `module` is imported by the spec itself, so it needed torch already.)"""
+    delays = _delays(job)
+    if delays:
+        found = netem()
+        if found.probed and not found.available:
+            field, value = delays[0]
+            return [Refusal(field, f"{field}={value:g}: this kernel (Linux "
+                                   f"{platform.release()}) has no netem qdisc "
+                                   f"({found.detail}), so delay and jitter cannot be "
+                                   "emulated; set it to 0, or run on a kernel with netem "
+                                   "(Debian 12's has it as a module; `tailcut doctor` "
+                                   "shows what this one has)")]
     t = job.spec.training
     if not models.is_torch(t.model_ref):
         return []
@@ -105,6 +154,35 @@ def check(job: TrainingJob, executor: Executor) -> None:
     found = refusals(job, executor)
     if found:
         raise SpecError(found[0].message)
+
+
+def cautions(job: TrainingJob, executor: Executor = "local",
+             netem: NetemProbe = features.netem) -> list[Caution]:
+    """What runs but is most likely not what was meant, each naming its field: a link
+    that drops every packet (no message gets through, so the job never finishes), a
+    rack with no pod (built, and carries nothing), and, for the local executor, a
+    delay whose netem could not be probed (the probe needs root)."""
+    found = [Caution(f"{name}.loss", f"{name}.loss=1: every packet is dropped in each "
+                                     "direction, so no message gets through and the job "
+                                     "cannot finish; loss is a fraction (0.01 is 1%)")
+             for name, link in _links(job) if link.loss >= 1]
+    for i, rack in enumerate(topology.plan(job).racks):
+        if not rack.pods:
+            found.append(Caution(
+                f"spec.network.racks[{i}]",
+                f"spec.network.racks[{i}] ({rack.name}): no pod is in this rack "
+                f"(spec.network.placement puts them elsewhere, or the job has fewer pods "
+                f"than racks); it is built and carries no traffic; remove it or place a "
+                f"pod in it"))
+    delays = _delays(job)
+    if executor == "local" and delays and not netem().probed:
+        field, value = delays[0]
+        found.append(Caution(field, f"{field}={value:g} needs netem, and whether this "
+                                    f"kernel (Linux {platform.release()}) has it was not "
+                                    "probed (the probe needs root): `tailcut run` refuses "
+                                    "it where netem is missing; `sudo tailcut doctor` "
+                                    "tells"))
+    return found
 
 
 def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:

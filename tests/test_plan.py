@@ -2,11 +2,12 @@
 gives the same roles under `tailcut run` and on Kubernetes (the agent gives a pod the
 address the topology plans for it), and each executor's refusals name their field."""
 
+import platform
 from pathlib import Path
 
 import pytest
 
-from tailcut import plan, spec, transports
+from tailcut import cli, features, plan, spec, transports
 from tailcut.errors import SpecError
 from tailcut.ml import models, torchmodel
 from tailcut.net import topology
@@ -228,3 +229,99 @@ def test_a_jobs_flows_stay_cached_while_other_jobs_come_and_go():
                     scheduling={"policy": "coflow"})
         plan.role_flows(other)
         assert plan.role_flows(kept) is first   # used again each time: never the oldest
+
+
+# What features.netem() answers on the two kinds of kernel, and without root.
+NO_NETEM = features.Feature("netem", False, "adding a netem qdisc to a veth failed with "
+                            "ENOENT: the kernel has no netem qdisc", "delay is refused")
+NETEM = features.Feature("netem", True, "added a netem qdisc to a veth", "delay by netem")
+NOT_PROBED = features.Feature("netem", False, "not probed: needs root", "delay is refused",
+                              probed=False)
+
+
+def never_probed() -> features.Feature:
+    raise AssertionError("a job without delay must not probe the kernel")
+
+
+@pytest.mark.parametrize("network, field", [
+    ({"accessLink": {"delayMs": 1}}, "spec.network.accessLink.delayMs=1"),
+    ({"uplink": {"delayMs": 0.05, "jitterMs": 0.01}}, "spec.network.uplink.delayMs=0.05"),
+    ({"accessLink": {"delayMs": 2, "jitterMs": 1}}, "spec.network.accessLink.delayMs=2")])
+def test_a_delay_is_refused_before_anything_is_built_where_the_kernel_has_no_netem(
+        network, field):
+    delayed = job(network=network)
+    found = plan.refusals(delayed, "local", netem=lambda: NO_NETEM)
+    assert [r.field for r in found] == [field.split("=")[0]]
+    message = found[0].message
+    assert message.startswith(f"{field}: this kernel (Linux {platform.release()}) has no "
+                              "netem qdisc (adding a netem qdisc to a veth failed with ENOENT")
+    assert "set it to 0, or run on a kernel with netem" in message
+
+
+def test_a_delay_runs_where_the_kernel_has_netem_and_on_kubernetes_the_node_decides():
+    delayed = job(network={"accessLink": {"delayMs": 5}, "uplink": {"delayMs": 0.02}})
+    assert plan.refusals(delayed, "local", netem=lambda: NETEM) == []
+    assert plan.refusals(delayed, "kubernetes", netem=lambda: NO_NETEM) == []
+    assert plan.cautions(delayed, netem=lambda: NETEM) == []
+
+
+def test_a_job_without_delay_never_probes_the_kernel():
+    lossy = job(network={"accessLink": {"loss": 0.01}})
+    assert plan.refusals(lossy, "local", netem=never_probed) == []
+    assert plan.cautions(lossy, netem=never_probed) == []
+
+
+def test_a_delay_that_could_not_be_probed_without_root_is_a_caution_not_a_refusal():
+    delayed = job(network={"uplink": {"delayMs": 3}})
+    assert plan.refusals(delayed, "local", netem=lambda: NOT_PROBED) == []
+    cautions = plan.cautions(delayed, netem=lambda: NOT_PROBED)
+    assert [c.field for c in cautions] == ["spec.network.uplink.delayMs"]
+    assert "was not probed (the probe needs root)" in cautions[0].message
+    assert plan.cautions(delayed, "kubernetes", netem=never_probed) == []
+
+
+@pytest.mark.netns
+def test_validate_refuses_a_delay_exactly_where_this_kernel_lacks_netem(tmp_path, capsys):
+    """The real probe, whichever kernel this is: the host's (no netem) refuses, the
+    user-mode Linux one (tests/uml) accepts."""
+    features.clear_cache()
+    path = tmp_path / "delayed.yaml"
+    path.write_text("apiVersion: tailcut.dev/v1alpha1\nkind: TrainingJob\n"
+                    "metadata: {name: delayed}\nspec:\n  network:\n"
+                    "    accessLink: {delayMs: 1}\n")
+    has_netem = features.netem().available
+    assert cli.main(["validate", str(path)]) == (0 if has_netem else 2)
+    out = capsys.readouterr()
+    if has_netem:
+        assert f"{path}: ok (local)" in out.out
+    else:
+        assert (f"{path}: spec.network.accessLink.delayMs=1: this kernel (Linux "
+                f"{platform.release()}) has no netem qdisc") in out.err
+
+
+@pytest.mark.parametrize("network, field", [
+    ({"accessLink": {"loss": 1}}, "spec.network.accessLink.loss"),
+    ({"uplink": {"loss": 1.0}}, "spec.network.uplink.loss")])
+def test_a_link_that_drops_every_packet_is_a_caution(network, field):
+    found = plan.cautions(job(network=network), netem=never_probed)
+    assert [c.field for c in found] == [field]
+    assert found[0].message.startswith(f"{field}=1: every packet is dropped")
+    assert plan.cautions(job(network={"uplink": {"loss": 0.99}}), netem=never_probed) == []
+
+
+def test_a_rack_no_pod_is_placed_in_is_a_caution():
+    racks = [{"name": "r0"}, {"name": "r1"}, {"name": "r2"}]
+    few = job(replicas={"workers": 1}, network={"racks": racks})   # ps-0, worker-0
+    found = plan.cautions(few, netem=never_probed)
+    assert [c.field for c in found] == ["spec.network.racks[2]"]
+    assert "spec.network.racks[2] (r2): no pod is in this rack" in found[0].message
+    placed = job(replicas={"workers": 2}, network={
+        "racks": racks[:2], "placement": {"ps-0": "r1", "worker-0": "r1", "worker-1": "r1"}})
+    assert [c.field for c in plan.cautions(placed, netem=never_probed)] == [
+        "spec.network.racks[0]"]
+    assert plan.cautions(job(**SHARDED), netem=never_probed) == []
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_no_example_draws_a_caution(example):
+    assert plan.cautions(spec.load_file(example), netem=never_probed) == []
