@@ -1,0 +1,118 @@
+"""Round-trip times on a built network: what its links add up to, and what TCP measured.
+
+A link's delay (`delayMs`) is netem's, on the egress of each end of the link
+(tailcut.net.shaping), so a packet from pod a to pod b is held once at a's end of its
+access link and once at the rack port towards b; between racks also once at each end
+of the uplinks it crosses (the rack's `up` and the spine's `r<rack>`):
+
+    RTT(a, b) = 2 * (2 * accessLink.delayMs + (2 * uplink.delayMs if a and b are in
+                                                different racks else 0))
+
+With `delayMs: 5` on the access links, two pods are 20 ms apart, in one rack or two.
+Jitter varies each packet's delay around that mean; serialisation and queueing add to
+it (at 100 Mbit/s a full frame takes 0.12 ms per shaped hop).
+
+`measure` reads what the kernel's TCP measured on a pod's established connections,
+as `ss -tin` prints it: the smoothed RTT (`rtt:`) and the least seen (`minrtt:`), the
+figure to set beside the configured one for each run that sets a delay (`compare`).
+"""
+
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Optional
+
+from tailcut.net.topology import Topology
+
+SS_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One TCP connection of a pod, as its kernel saw it."""
+
+    local: str                   # address:port
+    peer: str                    # address:port
+    rtt_ms: float                # smoothed RTT (srtt)
+    rttvar_ms: float
+    min_rtt_ms: Optional[float]  # the least RTT seen (kernels since 4.10 give it)
+
+    @property
+    def peer_ip(self) -> str:
+        return self.peer.rsplit(":", 1)[0]
+
+
+def configured_ms(topo: Topology, a: str, b: str) -> float:
+    """The RTT between pods `a` and `b` that the links' delays add up to (see above)."""
+    pa, pb = topo.pod(a), topo.pod(b)
+    one_way = 2 * topo.access_link.delay_ms
+    if pa.rack != pb.rack:
+        one_way += 2 * topo.uplink.delay_ms
+    return 2 * one_way
+
+
+_RTT = re.compile(r"\brtt:([\d.]+)/([\d.]+)")
+_MIN_RTT = re.compile(r"\bminrtt:([\d.]+)")
+
+
+def parse_ss(text: str) -> list[Sample]:
+    """The connections in the output of `ss -tinH` (no header): per connection a line
+    `[State] Recv-Q Send-Q Local:Port Peer:Port` (no state column when a state filter
+    is given), then an indented line of TCP's figures."""
+    samples: list[Sample] = []
+    address: Optional[tuple[str, str]] = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            words = line.split()
+            if words and not words[0].isdigit():
+                words = words[1:]   # the state
+            address = (words[2], words[3]) if len(words) >= 4 else None
+            continue
+        rtt = _RTT.search(line)
+        if address is None or rtt is None:
+            continue
+        least = _MIN_RTT.search(line)
+        samples.append(Sample(address[0], address[1], float(rtt.group(1)),
+                              float(rtt.group(2)),
+                              float(least.group(1)) if least else None))
+        address = None
+    return samples
+
+
+def measure(netns_name: str, port: Optional[int] = None) -> list[Sample]:
+    """The established TCP connections in namespace `netns_name` (those with `port` at
+    either end, if given), with the RTT the kernel measured on each."""
+    command = ["ip", "netns", "exec", netns_name, "ss", "-tinH", "state", "established"]
+    if port is not None:
+        command += [f"( sport = :{port} or dport = :{port} )"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=SS_TIMEOUT_S,
+                          check=True)
+    return parse_ss(done.stdout)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One connection's measured RTT beside what its links add up to."""
+
+    pod: str
+    peer: str                      # the pod at the other end
+    configured_ms: float
+    rtt_ms: float                  # srtt
+    min_rtt_ms: Optional[float]
+
+    def off_by(self) -> Optional[float]:
+        """(min RTT - configured) / configured; None without a delay or a min RTT."""
+        if not self.configured_ms or self.min_rtt_ms is None:
+            return None
+        return (self.min_rtt_ms - self.configured_ms) / self.configured_ms
+
+
+def compare(topo: Topology, pod: str, samples: list[Sample]) -> list[Comparison]:
+    """`pod`'s connections to other pods of `topo`, each beside its configured RTT
+    (connections to anything else, e.g. a Kubernetes pod's API server, are left out)."""
+    by_ip = {p.ip: p.name for p in topo.pods}
+    return [Comparison(pod, by_ip[s.peer_ip], configured_ms(topo, pod, by_ip[s.peer_ip]),
+                       s.rtt_ms, s.min_rtt_ms)
+            for s in samples if s.peer_ip in by_ip]

@@ -1,0 +1,86 @@
+"""tailcut.net.rtt: what a job's links add up to, and reading what TCP measured."""
+
+import socket
+
+import pytest
+
+from tailcut import spec
+from tailcut.net import netns, rtt, topology
+
+# `ss -tinH state established` as iproute2 6.1 prints it (no state column), from a
+# worker of a job with delayMs: 5 on its access links, in user-mode Linux.
+SS_FILTERED = """\
+0      0      10.1.0.3:40322 10.1.0.2:7000 
+\t cubic wscale:7,7 rto:224 rtt:20.713/0.388 ato:40 mss:1448 pmtu:1500 rcvmss:1448 advmss:1448 cwnd:10 bytes_sent:2094713 minrtt:20.204 snd_wnd:1048576
+"""
+# `ss -tinH` without a state filter: a state column first, and a bbr line with mrtt.
+SS_PLAIN = """\
+ESTAB 0      0          127.0.0.1:46712    127.0.0.1:7000
+\t bbr wscale:10,10 rto:204 rtt:0.033/0.018 mss:55808 bbr:(bw:49607108152bps,mrtt:0.009,pacing_gain:2.88672) minrtt:0.009 snd_wnd:111616
+SYN-SENT 0 1 127.0.0.1:5000 127.0.0.1:5001
+\t cubic rto:1000 backoff:1
+"""
+
+
+def job(network):
+    return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "rtt"},
+                           "spec": {"replicas": {"workers": 3}, "network": network}})
+
+
+TWO_RACKS = {"racks": [{"name": "r0"}, {"name": "r1"}],
+             "placement": {"ps-0": "r0", "worker-0": "r0", "worker-1": "r1",
+                           "worker-2": "r1"}}
+
+
+def test_ss_output_parses_with_and_without_a_state_column():
+    assert rtt.parse_ss(SS_FILTERED) == [
+        rtt.Sample("10.1.0.3:40322", "10.1.0.2:7000", 20.713, 0.388, 20.204)]
+    assert rtt.parse_ss(SS_PLAIN) == [
+        rtt.Sample("127.0.0.1:46712", "127.0.0.1:7000", 0.033, 0.018, 0.009)]
+    assert rtt.parse_ss("") == []
+
+
+def test_the_configured_rtt_counts_every_delayed_hop_both_ways():
+    topo = topology.plan(job({**TWO_RACKS, "accessLink": {"delayMs": 5},
+                              "uplink": {"delayMs": 0.5}}))
+    assert rtt.configured_ms(topo, "worker-0", "ps-0") == 20    # one rack: 4 access ends
+    assert rtt.configured_ms(topo, "worker-1", "ps-0") == 22    # and 4 uplink ends
+    assert rtt.configured_ms(topo, "ps-0", "worker-2") == 22
+    assert rtt.configured_ms(topology.plan(job(TWO_RACKS)), "worker-1", "ps-0") == 0
+
+
+def test_a_pods_connections_are_set_beside_their_configured_rtt():
+    topo = topology.plan(job({**TWO_RACKS, "accessLink": {"delayMs": 5}}))
+    worker = topo.pod("worker-0").ip
+    ps = topo.pod("ps-0").ip
+    samples = [rtt.Sample(f"{worker}:40000", f"{ps}:7000", 21.0, 0.3, 20.5),
+               rtt.Sample(f"{worker}:40001", "10.96.0.1:443", 1.0, 0.1, 0.9)]
+    (row,) = rtt.compare(topo, "worker-0", samples)
+    assert (row.pod, row.peer, row.configured_ms, row.rtt_ms) == ("worker-0", "ps-0", 20, 21)
+    assert row.off_by() == pytest.approx(0.025)
+    assert rtt.Comparison("a", "b", 0.0, 0.1, 0.05).off_by() is None
+
+
+@pytest.mark.netns
+def test_measure_reads_the_rtt_of_a_real_connection_in_a_namespace():
+    name = "tailcut-rtt-test"   # tailcut's prefix: the session fails if it is left
+    netns.create(name)
+    try:
+        with netns.entered(name):
+            server = socket.create_server(("127.0.0.1", 0))
+            client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        port = server.getsockname()[1]
+        try:
+            client.sendall(b"x" * 100_000)
+            assert len(peer.recv(1 << 20)) > 0
+            found = rtt.measure(name, port)
+            assert {s.peer for s in found} >= {f"127.0.0.1:{port}"}
+            assert all(0 < s.rtt_ms < 50 for s in found)
+            assert rtt.measure(name, port + 1 if port < 65535 else 1) == []
+        finally:
+            for s in (client, peer, server):
+                s.close()
+    finally:
+        netns.remove(name)
