@@ -49,7 +49,7 @@ def _handle(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         print("tailcut: interrupted; the job's network was removed", file=sys.stderr)
-        return 130
+        return 130   # record.EXIT_INTERRUPTED, without importing the runtime here
 
 
 CORE_COMMANDS = ("run", "validate", "clean", "net", "background", "background-ui", "doctor",
@@ -64,7 +64,12 @@ def _parser(lean: bool = False) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a TrainingJob on this host (needs root)")
     run.add_argument("job", help="TrainingJob YAML file")
     run.add_argument("--results-dir", type=Path,
-                     help="where to write results (default: results/<job>-<time>)")
+                     help="where to write results (default: results/<job>-<time>); "
+                          "one that holds a run's results already is refused")
+    run.add_argument("--require-fidelity", action="store_true",
+                     help="exit 4, naming the evidence, unless the run was network-bound "
+                          "(its fidelity verdict: the host had cores to spare and every "
+                          "backlogged link sent at its rate)")
     run.set_defaults(handler=_run)
 
     validate = sub.add_parser("validate", help="check a TrainingJob file without running it")
@@ -147,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
     # network and the datapath): they load their datasets on the other core meanwhile.
     # (Other jobs' roles are forked by local.run, after those imports.)
     ahead = rolefork.ahead_of(job) if rolefork.needs_no_more_imports(job) else None
-    from tailcut.runtime import local
+    from tailcut.runtime import local, record
     if not gc.isenabled():   # main turned it off for the imports: they are in
         gc.freeze()   # and stay as long as the process: never scanned again
         gc.enable()
@@ -162,10 +167,16 @@ def _run(args: argparse.Namespace) -> int:
           f"{result.final_accuracy:.3f}, final test loss {result.final_loss:.4f}{tcp}")
     print(f"results: {result.results_dir}")
     if target is not None and not result.converged:
-        print(f"tailcut: the job ended without reaching targetAccuracy={target}",
+        print(f"tailcut: the job finished without reaching targetAccuracy={target}",
               file=sys.stderr)
-        return 1
-    return 0
+        return record.EXIT_TARGET_NOT_REACHED
+    fidelity = result.fidelity or {}
+    if args.require_fidelity and fidelity.get("verdict") != "network-bound":
+        why = "; ".join(fidelity.get("reasons") or ["no verdict"])
+        print(f"tailcut: --require-fidelity: the run was {fidelity.get('verdict')}, not "
+              f"network-bound: {why}", file=sys.stderr)
+        return record.EXIT_NOT_NETWORK_BOUND
+    return record.EXIT_FINISHED
 
 
 def _load(path: str) -> "TrainingJob":

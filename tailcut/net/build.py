@@ -85,6 +85,7 @@ class Network:
     pod_end_ops: list[shaping.Op] = field(default_factory=list)  # the pod's own end
     wire_end_ops: list[shaping.Op] = field(default_factory=list)  # the port's ingress
     applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
+    rate_bit: dict[str, int] = field(default_factory=dict)  # "ns/ifname" -> its HTB rate
     droppers: list[object] = field(default_factory=list)    # on the fabric's links
     pods: dict[str, str] = field(default_factory=dict)      # wired pod -> its namespace
     pod_droppers: dict[str, list[object]] = field(default_factory=dict)
@@ -369,6 +370,7 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
                             (rack.netns, port, network.access_ops)):
         network.applied[f"{ns}/{ifname}"] = \
             f"{shaping.describe(ops)}, gso_max_size {shaping.GSO_BYTES}"
+        network.rate_bit[f"{ns}/{ifname}"] = shaping.rate_bit(ops)
     if network.wire_end_ops:
         network.applied[f"{rack.netns}/{port}"] += \
             f", ingress: {shaping.describe(network.wire_end_ops)}"
@@ -388,6 +390,7 @@ def _shape(network: Network, sockets: Sockets, ns: str, ifname: str,
     rtnl.send_in(ns, batch)
     droppers += shaping.attach_droppers(ops, ns, ifname)
     network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
+    network.rate_bit[f"{ns}/{ifname}"] = shaping.rate_bit(ops)
 
 
 def _attach_port(ipr: IPRoute, ifname: str, bridge_index: int, alias: str) -> int:

@@ -240,7 +240,7 @@ OPERSTATES = {0: "UNKNOWN", 1: "NOTPRESENT", 2: "DOWN", 3: "LOWERLAYERDOWN", 4: 
               5: "DORMANT", 6: "UP"}
 
 
-def _attrs(data: bytes, offset: int, end: int) -> dict[int, bytes]:
+def parse_attrs(data: bytes, offset: int, end: int) -> dict[int, bytes]:
     out = {}
     while offset + 4 <= end:
         length, kind = struct.unpack_from("=HH", data, offset)
@@ -274,12 +274,12 @@ def _dump_links(sock: socket.socket, family: int) -> list[tuple[str, str, int | 
             if kind == NLMSG_ERROR:
                 code, = struct.unpack_from("=i", data, offset + 16)
                 raise NetError(f"listing links: {os.strerror(-code)}")
-            attrs = _attrs(data, offset + 32, offset + length)
+            attrs = parse_attrs(data, offset + 32, offset + length)
             name = attrs.get(IFLA_IFNAME, b"").rstrip(b"\0").decode()
             oper = OPERSTATES.get(attrs.get(IFLA_OPERSTATE, b"\0")[0], "UNKNOWN")
             port = None
             if IFLA_PROTINFO in attrs:
-                nested = _attrs(attrs[IFLA_PROTINFO], 0, len(attrs[IFLA_PROTINFO]))
+                nested = parse_attrs(attrs[IFLA_PROTINFO], 0, len(attrs[IFLA_PROTINFO]))
                 if IFLA_BRPORT_STATE in nested:
                     port = nested[IFLA_BRPORT_STATE][0]
             out.append((name, oper, port))

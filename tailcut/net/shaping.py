@@ -195,6 +195,11 @@ def smallest_buffer_bytes(links: list[Link], mtu: int = DEFAULT_MTU) -> Optional
     return min(sizes) if sizes else None
 
 
+def rate_bit(ops: list[Op]) -> int:
+    """The link rate the ops shape to, in bit/s."""
+    return next(op.rate_bit for op in ops if isinstance(op, Htb))
+
+
 def drops_packets(ops: list[Op]) -> bool:
     """Whether these ops lose packets (random loss, or a buffer that overflows). Such
     a path needs its senders to hand the kernel one wire packet per skb: loss acts on

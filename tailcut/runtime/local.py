@@ -21,12 +21,14 @@ import yaml
 
 from tailcut import features, plan
 from tailcut.errors import DatapathError, RunError
+from tailcut.fidelity import monitor as fidelity_monitor
+from tailcut.fidelity import verdict as fidelity_verdict
 from tailcut.net import build, topology
 from tailcut.net.topology import Topology
 from tailcut import innetwork, transports
 from tailcut.transports import rxfast
 from tailcut.datapath import bcc
-from tailcut.runtime import background, forked, overheads, procs, rolefork
+from tailcut.runtime import background, forked, overheads, procs, record, rolefork
 from tailcut.spec.model import TrainingJob
 from tailcut.training import cpustats, exits, tcpstats
 
@@ -50,6 +52,8 @@ class RunResult:
     # when no role reported them
     tcp_retrans_segs: Optional[int] = None
     tcp_rto_timeouts: Optional[int] = None
+    # whether the run measured the network or the host (tailcut.fidelity.verdict)
+    fidelity: Optional[dict[str, Any]] = None
 
 
 def run(job: TrainingJob, results_dir: Path,
@@ -59,9 +63,21 @@ def run(job: TrainingJob, results_dir: Path,
     its roles' processes, forked already (rolefork.ahead_of); by default forked here,
     before the network is built."""
     pending = rolefork.ahead_of(job) if ahead is None else ahead
+    state = "failed"
     try:
-        return _run(job, results_dir, progress, pending)
+        record.start(results_dir, job.name)
+        result = _run(job, results_dir, progress, pending)
+        state = "finished" if result.converged or job.spec.training.target_accuracy is None \
+            else "target-not-reached"
+        record.finish(results_dir, state, jct_s=result.jct_s,
+                      fidelity=(result.fidelity or {}).get("verdict"))
+        return result
+    except (KeyboardInterrupt, SystemExit):
+        state = "interrupted"
+        raise
     finally:
+        if state in ("failed", "interrupted"):
+            record.finish(results_dir, state)
         for role in pending.values():   # the run failed before it started them
             role.abandon()
 
@@ -87,6 +103,8 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                             "pods": [asdict(p) for p in r.pods]} for r in topo.racks]})
 
     has_netem = features.netem().available
+    delay = {"netem": has_netem,
+             "round_trip_ms": 4 * (topo.access_link.delay_ms + topo.uplink.delay_ms)}
     progress(f"building network for {job.name}: {len(topo.pods)} pods in "
              f"{len(topo.racks)} rack(s) ({'netem' if has_netem else 'no netem'})")
     with procs.terminate_as_exit():
@@ -100,6 +118,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             progress(f"datagram send and receive paths: {rxfast.status()}")
         running: list[procs.Process] = []
         bg: Optional[background.Background] = None
+        watch = fidelity_monitor.Monitor(network.rate_bit, delay)
         # Teardown in reverse order of setup; each step runs even if one after it
         # (registered later) failed, and the namespaces always go last.
         with contextlib.ExitStack() as teardown:
@@ -119,6 +138,8 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                                       feature.summary)
                     progress(feature.describe())
 
+            teardown.callback(watch.stop)   # before the namespaces go, on any exit
+
             def stop_roles() -> None:
                 for proc in running:
                     procs.stop(proc)
@@ -133,8 +154,13 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             report_imports = threading.Thread(target=_import_report, args=(job,),
                                               daemon=True)
             readers: list[threading.Thread] = []
-            done = _watch(job, started, results_dir, progress,
-                          on_start=report_imports.start, readers=readers)
+
+            def training_started() -> None:
+                watch.start()
+                report_imports.start()
+            done = _watch(job, started, results_dir, progress, on_start=training_started,
+                          readers=readers)
+            fidelity = watch.stop()
             finished = time.monotonic()
             phases.add("training", float(done["jct_s"]))
             phases.add("role_start", finished - launched - float(done["jct_s"]))
@@ -173,7 +199,8 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                        final_accuracy=float(done["final_accuracy"]),
                        final_loss=float(done["final_loss"]),
                        tcp_retrans_segs=tcp["total"]["retrans_segs"] if reported else None,
-                       tcp_rto_timeouts=tcp["total"]["rto_timeouts"] if reported else None)
+                       tcp_rto_timeouts=tcp["total"]["rto_timeouts"] if reported else None,
+                       fidelity=fidelity)
     metrics = {**asdict(result), "transport": job.spec.transport.type,
                "model": job.spec.training.model,
                "target_accuracy": job.spec.training.target_accuracy,
@@ -184,6 +211,8 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
     _write_json(results_dir / "metrics.json", metrics)
     progress(tcpstats.describe(tcp))
     progress(cpustats.describe(cpu))
+    for line in fidelity_verdict.describe(fidelity):
+        progress(line)
     if done.get("takeover"):
         t = done["takeover"]
         progress(f"replica-0 took over from ps-0 at iteration {t['iteration']}, "
