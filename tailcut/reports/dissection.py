@@ -21,20 +21,22 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")  # headless: pods and CI have no display
+from tailcut.reports import style, thin
+from tailcut.training import rpc
 
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
-import numpy as np  # noqa: E402
-
-from tailcut.reports import plots, thin  # noqa: E402
-from tailcut.training import rpc  # noqa: E402
-
+# The parts of an RPC's time, in the order they are stacked (bottom first), named for
+# a reader with the IMC'20 paper's symbol after each (our PS_sync is not theirs).
 PART_LABELS = {
-    "w_proc_us": "W_proc", "w_queue_us": "W_queue", "ps_proc_us": "PS_proc",
-    "ps_queue_us": "PS_queue", "ps_sync_us": "PS_sync (barrier/staleness hold)",
-    "n_tx_us": "N_tx",
+    "n_tx_us": "network transfer, both ways (N_tx)",
+    "ps_queue_us": "request queued at the PS (PS_queue)",
+    "ps_sync_us": "PS waits for the barrier or staleness bound (PS_sync)",
+    "ps_proc_us": "PS processes the request (PS_proc)",
+    "w_queue_us": "reply queued at the worker (W_queue)",
+    "w_proc_us": "worker processes the reply (W_proc)",
 }
 TOP_K = (1, 10, 100, 1000, 10000, 100000)
 
@@ -114,34 +116,12 @@ def rpc_figures(results_dir: str | Path, title: str = "") -> tuple[list[Path], d
                 "response_bytes_median": float(np.median([r["response_bytes"] for r in rs])),
             }
     written = [results / "rpcs.csv"]
-    prefix = f"{title}: " if title else ""
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    for op, rs in by_op.items():
-        if rs:
-            x, y = thin.cdf(np.array([r["total_us"] for r in rs], dtype=float) / 1e3)
-            ax.plot(x, y, label=f"{op} ({len(rs)})")
-    plots.log_scale(ax, "x")
-    ax.set_xlabel("RPC latency (ms, log scale)")
-    ax.set_ylabel("CDF")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title(f"{prefix}push and pull latency")
-    written.append(_save(fig, results / "rpc_latency_cdf.png"))
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    ops = [op for op in ("push", "pull") if by_op[op]]
-    bottom = np.zeros(len(ops))
-    for key, label in PART_LABELS.items():
-        means = np.array([max(summary[op]["mean_us"][key], 0.0) / 1e3 for op in ops])
-        ax.bar(ops, means, bottom=bottom, label=label)
-        bottom += means
-    ax.set_ylabel("mean time per RPC (ms)")
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
-    ax.set_title(f"{prefix}latency breakdown")
-    written.append(_save(fig, results / "rpc_breakdown.png"))
+    latencies = {op: np.array([r["total_us"] for r in rs], dtype=float) / 1e3
+                 for op, rs in by_op.items() if rs}
+    written.append(style.save(draw_latency_cdf(latencies, title),
+                              results / "rpc_latency_cdf.png"))
+    means = {op: summary[op]["mean_us"] for op in latencies}
+    written.append(style.save(draw_breakdown(means, title), results / "rpc_breakdown.png"))
     return written, summary
 
 
@@ -150,26 +130,14 @@ def server_figures(results_dir: str | Path, title: str = ""
     """The concurrent connections and the hot parameters: the paths written and their
     numbers (the report's other half)."""
     results = Path(results_dir)
-    prefix = f"{title}: " if title else ""
     written = []
     summary: dict[str, Any] = {}
     conns = _connections(results)
     summary["concurrent_connections"] = {
         name: {"windows": len(a), "median": float(np.median(a)) if a else 0.0,
                "max": max(a, default=0)} for name, a in conns.items()}
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    for name, active in conns.items():
-        if active:
-            x, y = thin.cdf(active)
-            ax.step(x, y, where="post", label=name)
-    ax.set_xlabel("concurrent connections per window (distinct clients)")
-    ax.set_ylabel("CDF over windows with traffic")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    if conns:
-        ax.legend()
-    ax.set_title(f"{prefix}concurrent connections per PS")
-    written.append(_save(fig, results / "concurrent_connections.png"))
+    written.append(style.save(draw_connections(conns, title),
+                              results / "concurrent_connections.png"))
 
     counts = update_counts(results)
     shares = top_k_shares(counts)
@@ -183,27 +151,8 @@ def server_figures(results_dir: str | Path, title: str = ""
         summary["hot_parameters"]["served_by_tor"] = (
             float(tor[1].sum()) / float(counts.sum()) if counts.sum() else 0.0)
         summary["hot_parameters"]["tor_parameters"] = int(tor[0].size)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    ordered = np.sort(counts)[::-1]
-    if ordered.sum() > 0:
-        cumulative = np.cumsum(ordered, dtype=np.float64) / ordered.sum()
-        drawn = thin.log_spaced(ordered.size)   # a log axis: every k is ~10^5 points
-        ks = drawn + 1
-        ax.plot(ks, cumulative[drawn], color="tab:blue", label="measured")
-        ax.plot(ks, ks / ordered.size, "--", color="gray", label="if every parameter were "
-                                                              "updated equally often")
-        ax.legend(loc="upper left", fontsize=8)
-        for k, share in shares.items():
-            ax.annotate(f"top {k}: {share:.0%}", (k, share), fontsize=8,
-                        textcoords="offset points", xytext=(4, -10))
-            ax.plot([k], [share], "o", color="tab:red")
-    plots.log_scale(ax, "x")
-    ax.set_xlabel(f"top-k most-updated parameters (of {counts.size})")
-    ax.set_ylabel("share of all parameter updates")
-    ax.set_ylim(0, 1.05)
-    ax.grid(alpha=0.3)
-    ax.set_title(f"{prefix}hot parameters")
-    written.append(_save(fig, results / "hot_parameters.png"))
+    written.append(style.save(draw_hot_parameters(counts, title),
+                              results / "hot_parameters.png"))
     return written, summary
 
 
@@ -219,5 +168,92 @@ def write_summary(results_dir: str | Path,
     return [*(p for written, _ in parts for p in written), path]
 
 
-def _save(fig: Any, path: Path) -> Path:
-    return plots.save(fig, path)
+def draw_latency_cdf(latencies_ms: dict[str, np.ndarray], title: str = "") -> Figure:
+    """rpc_latency_cdf.png: the CDF of each op's RPC latencies (ms), not yet written."""
+    fig, ax = style.figure()
+    for op, values in latencies_ms.items():
+        x, y = thin.cdf(values)
+        ax.plot(x, y, label=f"{op} ({values.size} RPCs)")
+    style.log_scale(ax, "x")
+    ax.set_xlabel("RPC latency (ms, log scale)")
+    ax.set_ylabel("CDF (fraction of RPCs)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    style.legend(ax)
+    style.title(fig, style.titled(title, "push and pull RPC latency"))
+    return fig
+
+
+def draw_breakdown(means_us: dict[str, dict[str, float]], title: str = "") -> Figure:
+    """rpc_breakdown.png: each op's mean time per RPC (us) in PART_LABELS' parts,
+    stacked, not yet written."""
+    fig, ax = style.figure()
+    ops = list(means_us)
+    bottom = np.zeros(len(ops))
+    for key, label in PART_LABELS.items():
+        part = np.array([max(means_us[op][key], 0.0) / 1e3 for op in ops])
+        ax.bar(ops, part, width=0.5, bottom=bottom, label=label)
+        bottom += part
+    ax.set_xlabel("RPC")
+    ax.set_ylabel("mean time per RPC (ms)")
+    ax.set_xlim(-0.6, len(ops) - 0.4)
+    ax.grid(alpha=0.3, axis="y")
+    handles, labels = ax.get_legend_handles_labels()
+    style.legend(ax, handles[::-1], labels[::-1])   # listed top first, as stacked
+    style.title(fig, style.titled(title, "where an RPC's time goes (means)"))
+    return fig
+
+
+def draw_connections(conns: dict[str, list[int]], title: str = "") -> Figure:
+    """concurrent_connections.png: the CDF of each PS's distinct clients per window
+    with traffic, not yet written."""
+    fig, ax = style.figure()
+    for name, active in conns.items():
+        if active:
+            x, y = thin.cdf(active)
+            ax.step(x, y, where="post", label=name)
+    counts = [c for active in conns.values() for c in active]
+    if counts:   # a half-client margin: the steps at the ends stay off the axes' frame
+        ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # clients come whole
+    ax.set_xlabel("distinct clients heard from per window (connections)")
+    ax.set_ylabel("CDF (fraction of windows with traffic)")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    if any(conns.values()):
+        style.legend(ax)
+    style.title(fig, style.titled(title, "concurrent connections per PS"))
+    return fig
+
+
+def draw_hot_parameters(counts: np.ndarray, title: str = "") -> Figure:
+    """hot_parameters.png: the share of all updates the top-k parameters took, against
+    k on a log axis, not yet written."""
+    fig, ax = style.figure()
+    ordered = np.sort(counts)[::-1]
+    if ordered.sum() > 0:
+        cumulative = np.cumsum(ordered, dtype=np.float64) / ordered.sum()
+        drawn = thin.log_spaced(ordered.size)   # a log axis: every k is ~10^5 points
+        ks = drawn + 1
+        ax.plot(ks, cumulative[drawn], color="tab:blue", label="measured")
+        ax.plot(ks, ks / ordered.size, "--", color="gray",
+                label="if every parameter were updated equally often")
+        shares = top_k_shares(counts)
+        ax.plot(list(shares), list(shares.values()), "o", color="tab:red",
+                label=f"top k's share (top 1: {shares[1]:.0%})")
+        # Each share above and left of its point: the curves rise to the right, so
+        # nothing is drawn there. Top 1's sits on the axis's edge: it is in the legend.
+        for k, share in shares.items():
+            if k > 1:
+                ax.annotate(f"top {k}: {share:.0%}", (k, share), fontsize=8, ha="right",
+                            textcoords="offset points", xytext=(-3, 5))
+    style.log_scale(ax, "x")
+    ax.set_xlim(1, max(counts.size, 10))
+    ax.set_xlabel(f"k, the most-updated parameters counted (parameters, of {counts.size:,})")
+    ax.set_ylabel("share of all parameter updates (fraction)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    if ordered.sum() > 0:
+        style.legend(ax)
+    style.title(fig, style.titled(title, "hot parameters: updates taken by the top k"))
+    return fig

@@ -13,12 +13,12 @@ import csv
 import math
 from pathlib import Path
 
-import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")  # headless: no display needed
-
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
-from matplotlib.axes import Axes  # noqa: E402
+from tailcut.reports import style
 
 
 def plot_sweep(sweep_csv: str | Path, table_csv: str | Path, out_png: str | Path) -> Path:
@@ -29,24 +29,53 @@ def plot_sweep(sweep_csv: str | Path, table_csv: str | Path, out_png: str | Path
         table = {r["model"]: r for r in csv.DictReader(f)}
     if not rows:
         raise ValueError(f"{sweep_csv} has no rows to plot")
+    return style.save(draw(rows, table), Path(out_png))
+
+
+def draw(rows: list[dict[str, str]], table: dict[str, dict[str, str]]) -> Figure:
+    """The figure of plot_sweep, from sweep.csv's rows and table3.csv's rows by model,
+    not yet written."""
     names = list(dict.fromkeys(r["model"] for r in rows))
     cols = min(len(names), 3)
     nrows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), dpi=100,
+    fig, axes = style.figure(nrows, cols, size=(max(5.2 * cols, 7.0), 3.8 * nrows + 1.0),
                              squeeze=False)
-    try:
-        for ax in axes.flat[len(names):]:
-            ax.set_visible(False)
-        for ax, name in zip(axes.flat, names, strict=False):
-            _panel(ax, [r for r in rows if r["model"] == name], table.get(name, {}))
-        fig.suptitle("Impact of gradient/parameter loss on convergence and JCT "
-                     "(emulated BSP, medians over runs)")
-        fig.tight_layout()
-        out = Path(out_png)
-        fig.savefig(out)
-    finally:
-        plt.close(fig)
-    return out
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        _panel(ax, [r for r in rows if r["model"] == name], table.get(name, {}))
+    style.figure_legend(fig, KEY, [str(mark.get_label()) for mark in KEY])
+    style.title(fig, "Loss rate against epochs to target and modelled JCT"
+                + _condition(next(iter(table.values()), {})))
+    return fig
+
+
+# The figure's one legend: what each mark of every panel means.
+KEY = [
+    Patch(color="tab:blue", alpha=0.75, label="epochs to target (median over runs)"),
+    Patch(facecolor="none", edgecolor="tab:red", hatch="//",
+          label="most runs did not converge"),
+    Line2D([], [], marker="o", color="tab:orange", label="modelled JCT"),
+    Line2D([], [], color="black", linestyle="--", linewidth=1, label="x1 (loss tolerance)"),
+    Line2D([], [], color="black", linestyle=":", linewidth=1,
+           label="x2 (convergence bound)"),
+]
+
+
+def _condition(summary: dict[str, str]) -> str:
+    """The sweep's condition from a table3.csv row: where the loss was and how the
+    runs were made ("" for a row without them)."""
+    parts = []
+    if summary.get("granularity") and summary.get("direction"):
+        parts.append(f"{summary['granularity']} loss on {summary['direction']}")
+    if summary.get("workers"):
+        parts.append(f"{summary['workers']} workers")
+    if summary.get("aggregation"):
+        parts.append(f"{summary['aggregation']} aggregation")
+    parts.append("emulated BSP")
+    if summary.get("runs"):
+        parts.append(f"median of {summary['runs']} run(s)")
+    return " (" + ", ".join(parts) + ")"
 
 
 def _panel(ax: Axes, rows: list[dict[str, str]], summary: dict[str, str]) -> None:
@@ -55,31 +84,38 @@ def _panel(ax: Axes, rows: list[dict[str, str]], summary: dict[str, str]) -> Non
     jct = [float(r["modelled_jct_s"]) for r in rows]
     finite = [e for e in epochs if math.isfinite(e)]
     cap = max(finite + [1.0]) * 1.25
-    width = 0.035 if len(p) < 2 else 0.7 * (p[1] - p[0])
+    steps = [b - a for a, b in zip(sorted(p), sorted(p)[1:], strict=False) if b > a]
+    width = 0.7 * min(steps, default=0.05)
     for x, e in zip(p, epochs, strict=True):
         if math.isfinite(e):
             ax.bar(x, e, width=width, color="tab:blue", alpha=0.75)
         else:
             ax.bar(x, cap, width=width, color="none", edgecolor="tab:red", hatch="//")
-    ax.set_xlabel("loss rate p")
-    ax.set_ylabel("epochs to target (median)", color="tab:blue")
+    # The axis ends at the outer bars' edges and is labelled at the loss rates swept
+    # only: matplotlib's own ticks ran on below a loss rate of 0.
+    ax.set_xlim(min(p) - 0.6 * width, max(p) + 0.6 * width)
+    style.ticks(ax, "x", p, [f"{x:g}" for x in p])
+    ax.set_xlabel("loss rate p (fraction lost)")
+    ax.set_ylabel("epochs to target (epochs)", color="tab:blue")
     ax.set_ylim(0, cap * 1.1)
     ax.grid(alpha=0.3, axis="y")
     ax2 = ax.twinx()
     ok = [(x, j) for x, j in zip(p, jct, strict=True) if math.isfinite(j)]
     if ok:
-        ax2.plot([x for x, _ in ok], [j for _, j in ok], "o-", color="tab:orange",
-                 label="modelled JCT")
+        ax2.plot([x for x, _ in ok], [j for _, j in ok], "o-", color="tab:orange")
         ax2.set_ylim(0, max(j for _, j in ok) * 1.3)
     ax2.set_ylabel("modelled JCT (s)", color="tab:orange")
     # x2 is only a lower bound when no p failed (table3.csv's first_failure_p is empty).
     bounded = summary.get("first_failure_p", "") != ""
-    for key, style in (("x1", "--"), ("x2", ":")):
+    marks = []
+    for key, linestyle in (("x1", "--"), ("x2", ":")):
         value = summary.get(key, "")
         if value != "":
             sign = ">=" if key == "x2" and not bounded else "="
-            ax.axvline(float(value), color="black", linestyle=style, linewidth=1)
-            ax.text(float(value), cap * 1.05, f" {key}{sign}{float(value):.2f}", fontsize=8)
-    name = rows[0]["model"]
+            ax.axvline(float(value), color="black", linestyle=linestyle, linewidth=1)
+            marks.append(f"{key} {sign} {float(value):g}")
     paper = summary.get("paper_x1", "")
-    ax.set_title(f"{name}" + (f" (paper x1 = {paper})" if paper else ""))
+    if paper:
+        marks.append(f"paper's x1 = {paper}")
+    style.title(ax, rows[0]["model"] + (f": {', '.join(marks)}" if marks else ""),
+                fontsize=10)

@@ -35,10 +35,10 @@ def test_an_epochs_file_without_rows_is_a_clear_error(tmp_path: Path) -> None:
 def test_log_axes_are_labelled_with_plain_numbers_not_mathtext():
     """Mathtext labels ($10^{2}$) cost the report ~0.3 s of CPU to parse."""
     import matplotlib.pyplot as plt
-    from tailcut.reports import plots
+    from tailcut.reports import style
     fig, ax = plt.subplots()
     ax.plot([1.5, 80], [0, 1])
-    plots.log_scale(ax, "x")
+    style.log_scale(ax, "x")
     fig.canvas.draw()
     labels = [t.get_text() for t in ax.get_xticklabels(minor=False)
               + ax.get_xticklabels(minor=True) if t.get_text()]
