@@ -39,7 +39,7 @@ ORDER = (verdict.NETWORK_BOUND, verdict.MARGINAL, verdict.HOST_BOUND, UNMEASURED
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-busy", action="store_true",
                         help="run even when other processes take more than "
-                             f"{BUSY_SHARE:.0%} of the cores (its runs are then unlikely "
+                             f"{BUSY_SHARE:.0%}% of the cores (its runs are then unlikely "
                              "to be network-bound)")
 
 

@@ -26,6 +26,13 @@ def args(*argv):
     return parser.parse_args(list(argv))
 
 
+def test_allow_busy_is_an_option_with_help():
+    parser = argparse.ArgumentParser()
+    hostcheck.add_arguments(parser)
+    assert "--allow-busy" in parser.format_help()
+    assert args().allow_busy is False and args("--allow-busy").allow_busy is True
+
+
 def test_a_ratio_is_met_only_when_every_run_of_both_sides_was_network_bound():
     nb = verdict.NETWORK_BOUND
     assert hostcheck.mark({"tcp": [nb, nb], "bounded-loss": [nb]}) == "met"
