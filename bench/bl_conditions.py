@@ -30,7 +30,9 @@ the other traffic shows there). Root.
 operator and agent of the chart, docs/kubernetes.md; bench/k8s_quickstart.py's way)
 and reads the JCT, accuracy and queue drops from the job's status; random drops, TCP
 counters, CPU and Locust's figures are not in the status, so those columns read nan
-(not measured) there.
+(not measured) there, and so do the verdicts (unmeasured: no ratio is "met").
+Every run prints its fidelity verdict, and each tcp / bl is marked with both
+transports' verdicts ("met" only when all were network-bound; bench/README.md).
 Goals (issue 20): clean >= 0.95, loss-1% >= 4, background-shallow >= 1.5,
 incast-shallow >= 2, accuracy within 0.5% of tcp's in every row."""
 
@@ -49,6 +51,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import errors, spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
@@ -107,7 +110,8 @@ def on_cluster(condition: str, transport: str, kubeconfig: str, run: int) -> dic
     return {"jct_s": jct, "accuracy": float(status.get("accuracy", 0.0)), "converged": True,
             "queue_drops": int(status.get("queueDrops", {}).get("total", 0)),
             "random_drops": unknown, "retrans": unknown, "rtos": unknown, "cpu_s": unknown,
-            "bg_flows_per_s": unknown, "bg_fct_ms": unknown}
+            "bg_flows_per_s": unknown, "bg_fct_ms": unknown, **hostcheck.columns(None),
+            "during": hostcheck.during(None)}
 
 
 def background(out: Path) -> dict[str, float]:
@@ -142,7 +146,8 @@ def one(condition: str, transport: str) -> dict[str, Any]:
             "retrans": r.tcp_retrans_segs or 0, "rtos": r.tcp_rto_timeouts or 0,
             # the roles' CPU while training (tailcut.training.cpustats): on a shared
             # host a transport's CPU per message is part of its JCT
-            "cpu_s": float(cpu.get("total_s", float("nan"))), **competing}
+            "cpu_s": float(cpu.get("total_s", float("nan"))), **competing,
+            **hostcheck.columns(r.fidelity), "during": hostcheck.during(r.fidelity)}
 
 
 def load() -> str:
@@ -163,7 +168,9 @@ def main() -> None:
     ap.add_argument("--bandwidth", metavar="RATE",
                     help="every link's bandwidth (e.g. 200Mbit: where the network, not "
                          "the CPU of 2 cores, bounds the JCT); unset: the examples' 1Gbit")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     global TCP_CONGESTION_CONTROL, BANDWIDTH
     TCP_CONGESTION_CONTROL = args.tcp_congestion_control
     BANDWIDTH = args.bandwidth
@@ -201,7 +208,8 @@ def main() -> None:
                       f"roles' CPU {r['cpu_s']:.1f} s"
                       f", background {r['bg_flows_per_s']:.1f} flows/s of median FCT "
                       f"{r['bg_fct_ms']:.0f} ms "
-                      f"(wall {time.monotonic() - started:.0f} s, load {load()})", flush=True)
+                      f"(wall {time.monotonic() - started:.0f} s, load {load()}); "
+                      f"{r['during']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
 
@@ -215,8 +223,9 @@ def main() -> None:
     print("| condition | JCT tcp (s) | JCT bl (s) | tcp / bl | accuracy tcp | accuracy bl "
           "| queue drops tcp / bl | random drops tcp / bl | tcp retrans / RTOs (tcp job) "
           "| retrans / RTOs (bl job) | roles' CPU tcp / bl (s) "
-          "| background flows/s tcp / bl | background median FCT tcp / bl (ms) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| background flows/s tcp / bl | background median FCT tcp / bl (ms) "
+          "| verdicts |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for c in args.conditions:
         if not all(runs[c][t] for t in TRANSPORTS):
             print(f"| {c} | every run of a transport failed |")
@@ -232,9 +241,12 @@ def main() -> None:
               f"| {med(c, 'tcp', 'cpu_s'):.1f} / {med(c, 'bounded-loss', 'cpu_s'):.1f} "
               f"| {med(c, 'tcp', 'bg_flows_per_s'):.1f} / "
               f"{med(c, 'bounded-loss', 'bg_flows_per_s'):.1f} "
-              f"| {med(c, 'tcp', 'bg_fct_ms'):.0f} / {med(c, 'bounded-loss', 'bg_fct_ms'):.0f} |")
+              f"| {med(c, 'tcp', 'bg_fct_ms'):.0f} / {med(c, 'bounded-loss', 'bg_fct_ms'):.0f} "
+              f"| {hostcheck.mark({t: [r['verdict'] for r in runs[c][t]] for t in TRANSPORTS})} "
+              "|")
     if failed:
         print(f"\nfailed, not in the medians: {', '.join(failed)}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
