@@ -30,6 +30,8 @@ the gap between a worker's successive pulls, from rpc-client-worker-<i>.csv: bot
 are one worker's whole step, compute and communication), and the final accuracy.
 Then the issue's goals, side by side: gloo / ps-bl and gloo / ar-bl time to target (>= 1.3 where
 gloo's p99 is >= 3x its p50) and ps-bl within 10% of gloo on the clean network.
+Each ratio is marked with both modes' fidelity verdicts: a goal counts only where it
+says "met" (every run of both network-bound; bench/README.md).
 Root; torch (scripts/setup.sh).
 """
 
@@ -49,6 +51,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
@@ -135,7 +138,8 @@ def one(condition: str, mode: str, model: str, bandwidth: str | None,
     return {"time_to_target_s": ttt, "jct_s": r.jct_s, "accuracy": r.final_accuracy,
             "converged": r.converged, "p50_ms": float(np.percentile(its, 50)),
             "p99_ms": float(np.percentile(its, 99)), "iterations": r.iterations,
-            "retrans": r.tcp_retrans_segs or 0, "rtos": r.tcp_rto_timeouts or 0}
+            "retrans": r.tcp_retrans_segs or 0, "rtos": r.tcp_rto_timeouts or 0,
+            **hostcheck.columns(r.fidelity), "during": hostcheck.during(r.fidelity)}
 
 
 def load() -> str:
@@ -155,7 +159,9 @@ def main() -> None:
     ap.add_argument("--mtu", type=int, help="the network's MTU for every mode (e.g. 9000: "
                     "jumbo frames, as many ML clusters run); unset: the example's 1500")
     ap.add_argument("--json", type=Path, help="also write every run's figures here")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         c: {m: [] for m in args.modes} for c in args.conditions}
     loads = []
@@ -171,7 +177,8 @@ def main() -> None:
                       f"p50 {r['p50_ms']:.1f} / p99 {r['p99_ms']:.1f} ms, accuracy "
                       f"{r['accuracy']:.4f}{'' if r['converged'] else ' (NOT reached)'}, "
                       f"tcp retrans {r['retrans']} / RTOs {r['rtos']} "
-                      f"(wall {time.monotonic() - started:.0f} s, load {load()})", flush=True)
+                      f"(wall {time.monotonic() - started:.0f} s, load {load()}); "
+                      f"{r['during']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
 
@@ -192,14 +199,18 @@ def main() -> None:
                   f"| {p99:.1f} | {p99 / p50:.1f} | {med(c, m, 'accuracy'):.4f} "
                   f"| {med(c, m, 'retrans'):.0f} / {med(c, m, 'rtos'):.0f} |")
     for bl in (m for m in BOUNDED if m in args.modes and "gloo" in args.modes):
-        print(f"\n| condition | gloo / {bl} time to target | gloo p99 / p50 | goal |")
-        print("|---|---:|---:|---|")
+        print(f"\n| condition | gloo / {bl} time to target | gloo p99 / p50 | goal "
+              "| verdicts |")
+        print("|---|---:|---:|---|---|")
         for c in args.conditions:
             ratio = med(c, "gloo", "time_to_target_s") / med(c, bl, "time_to_target_s")
             tail = med(c, "gloo", "p99_ms") / med(c, "gloo", "p50_ms")
             goal = (">= 1.3 (gloo's tail >= 3x)" if tail >= 3
                     else ">= 0.91 (within 10%)" if c == "clean" else "-")
-            print(f"| {c} | **{ratio:.2f}** | {tail:.1f} | {goal} |")
+            marked = hostcheck.mark({m: [r["verdict"] for r in runs[c][m]]
+                                     for m in ("gloo", bl)})
+            print(f"| {c} | **{ratio:.2f}** | {tail:.1f} | {goal} | {marked} |")
+    hostcheck.after(watch)
 
 
 def _cores() -> int:
