@@ -15,7 +15,8 @@ accuracy, the slots the PS had to flush and the contributions that never made a 
 loss on every access link (both directions). --bandwidth sets every link's rate: on a
 host whose cores cannot keep eight workers' iterations at the link's pace (two cores at
 1 Gbit/s: docs/in-network.md), a lower rate puts the bottleneck back in the network,
-where the papers' testbeds have it. Root."""
+where the papers' testbeds have it. Each run prints its fidelity verdict, and each
+none/variant ratio is marked with both variants' verdicts (bench/README.md). Root."""
 
 import argparse
 import csv
@@ -24,12 +25,14 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
@@ -65,7 +68,7 @@ def _csv_sum(paths: list[Path], column: str) -> float:
     return float(total)
 
 
-def measure(results: Path) -> dict[str, float]:
+def measure(results: Path) -> dict[str, Any]:
     metrics = json.loads((results / "metrics.json").read_text())
     links = json.loads((results / "network.json").read_text())["pod_links"]
     iterations = metrics["iterations"]
@@ -77,7 +80,9 @@ def measure(results: Path) -> dict[str, float]:
             "missing_contributions": _csv_sum([results / "agg-ps-0.csv"],
                                               "missing_contributions"),
             "repaired_slots": _csv_sum(sorted(results.glob("mcast-worker-*.csv")),
-                                       "repaired_slots")}
+                                       "repaired_slots"),
+            **hostcheck.columns(metrics.get("fidelity")),
+            "during": hostcheck.during(metrics.get("fidelity"))}
 
 
 COLUMNS = ("ps_rx_kb_per_iteration", "ps_tx_kb_per_iteration", "iteration_ms", "jct_s",
@@ -93,9 +98,11 @@ def main() -> None:
                     "writes it (e.g. 200Mbit; default: the example's 1Gbit)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help=f"comma-separated, of {', '.join(VARIANTS)}")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     variants = args.variants.split(",")
-    rows: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for seed in range(args.repeats):
         for variant in variants:
             with tempfile.TemporaryDirectory(prefix="innet-bench-") as out:
@@ -104,7 +111,7 @@ def main() -> None:
                 row = measure(Path(out))
             rows[variant].append(row)
             print(f"seed {seed} {variant:>9}: " + ", ".join(
-                f"{k} {row[k]:.4g}" for k in COLUMNS), flush=True)
+                f"{k} {row[k]:.4g}" for k in COLUMNS) + f"; {row['during']}", flush=True)
     med = {v: {k: statistics.median(r[k] for r in rs) for k in COLUMNS}
            for v, rs in rows.items()}
     print(f"\nsparse, 8 workers in 2 racks, PS in a third, {args.bandwidth or '1Gbit'} "
@@ -120,9 +127,13 @@ def main() -> None:
                     b = med[v][k]
                     line += f"{med['none'][k] / b:16.3f}" if b else " " * 16
         print(line)
+    for v in (v for v in variants if v != "none" and "none" in rows):
+        print(f"none/{v}: " + hostcheck.mark({u: [r["verdict"] for r in rows[u]]
+                                              for u in ("none", v)}))
     for v, rs in rows.items():
         print(f"final accuracy over seeds, {v}: "
               + " ".join(f"{r['accuracy']:.4f}" for r in rs))
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
