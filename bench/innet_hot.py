@@ -8,7 +8,8 @@ ids, 1 PS and 8 workers in 2 racks at 1 Gbit/s, over tcp, for a fixed number of 
 variants with the same seed (seeds 0, 1, ...), interleaved. Prints per run and as
 medians: JCT, the PS's push and pull latency p50/p99 (dissection.json), the workers'
 hot pull and push times (hot-worker-*.csv), the share of all updates the ToR applied,
-final test accuracy, and the ratios without / with. Root."""
+final test accuracy, and the ratios without / with, marked with both variants' fidelity
+verdicts (bench/README.md). Root."""
 
 import argparse
 import csv
@@ -23,6 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
@@ -76,8 +78,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--top-k", type=int, default=9216)
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     rows: dict[str, list[dict[str, float]]] = {"ps": [], "tor": []}
+    verdicts: dict[str, list[str]] = {"PS only": [], "with ToR": []}
     for seed in range(args.repeats):
         for variant in ("ps", "tor"):
             with tempfile.TemporaryDirectory(prefix="innet-bench-") as out:
@@ -85,8 +90,11 @@ def main() -> None:
                               progress=lambda line: None)
                 row = measure(Path(out), r.jct_s, r.final_accuracy)
             rows[variant].append(row)
+            verdicts["with ToR" if variant == "tor" else "PS only"].append(
+                hostcheck.verdict_of(r.fidelity))
             print(f"seed {seed} {variant:>3}: " + ", ".join(
-                f"{k} {row[k]:.4g}" for k in COLUMNS), flush=True)
+                f"{k} {row[k]:.4g}" for k in COLUMNS) + f"; {hostcheck.during(r.fidelity)}",
+                flush=True)
     med = {v: {k: statistics.median(r[k] for r in rs) for k in COLUMNS}
            for v, rs in rows.items()}
     print(f"\nsparse, 8 workers, 1 Gbit/s, {args.epochs} epochs, top {args.top_k} parameters "
@@ -96,10 +104,12 @@ def main() -> None:
         a, b = med["ps"][k], med["tor"][k]
         ratio = f"{a / b:9.3f}" if b else " " * 9
         print(f"{k:>16}{a:12.4g}{b:12.4g}{ratio}")
+    print(f"PS/ToR: {hostcheck.mark(verdicts)}")
     spread = {v: (min(r["accuracy"] for r in rs), max(r["accuracy"] for r in rs))
               for v, rs in rows.items()}
     print(f"final accuracy over seeds: PS only {spread['ps'][0]:.4f}-{spread['ps'][1]:.4f}, "
           f"with ToR {spread['tor'][0]:.4f}-{spread['tor'][1]:.4f}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
