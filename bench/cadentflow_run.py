@@ -22,7 +22,8 @@ rotating which goes first:
 
 Prints per round and as medians: the iteration time (median per run, from flows.json),
 phases of an iteration, and the median completion time of each tensor's pull and push;
-then the ratios to fair.
+then the ratios to fair, each marked with both variants' fidelity verdicts
+(bench/README.md).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
+from bench import hostcheck  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
 
@@ -101,6 +103,7 @@ def main() -> None:
                         help="per worker; default: the job's")
     parser.add_argument("--model", default=None, help="default: the job's")
     parser.add_argument("--variants", default=",".join(VARIANTS[:3]))
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     variants = args.variants.split(",")
     if "fair" not in variants or not set(variants) <= set(VARIANTS):
@@ -110,6 +113,7 @@ def main() -> None:
     base = yaml.safe_load(Path(args.job).read_text())
     for variant in variants:
         job_for(base, variant, args)  # a bad option fails here, before any run
+    watch = hostcheck.before(args)
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="cfrun-bench-") as tmp:
         for r in range(args.rounds):
@@ -117,13 +121,15 @@ def main() -> None:
             for variant in order:
                 job = job_for(base, variant, args)
                 out = Path(tmp) / f"{variant}-{r}"
-                local.run(job, out, progress=lambda _: None)
+                result = local.run(job, out, progress=lambda _: None)
                 summary = json.loads((out / "flows.json").read_text())
                 summary["compute_ms"] = worker_compute_ms(out)
+                summary["verdict"] = hostcheck.verdict_of(result.fidelity)
                 runs[variant].append(summary)
                 print(f"round {r} {variant:>10}: iteration {summary['iteration_s'] * 1e3:7.1f} ms"
                       f" ({summary['iterations_measured']} gaps), worker compute "
-                      f"{summary['compute_ms']:.1f} ms", flush=True)
+                      f"{summary['compute_ms']:.1f} ms; {hostcheck.during(result.fidelity)}",
+                      flush=True)
     layers = list(runs["fair"][0]["fct_s"]["pull"])
     med = {v: _median([s["iteration_s"] for s in runs[v]]) for v in variants}
     batch = args.batch_size or base["spec"]["training"]["batchSize"]
@@ -131,13 +137,16 @@ def main() -> None:
           f"{args.ps} PS, access links {args.bandwidth}, model "
           f"{args.model or base['spec']['training']['model']}, batch {batch}")
     print("iteration ms (median of rounds; per round in brackets):")
+    def marked(a: str, b: str) -> str:
+        return hostcheck.mark({u: [s["verdict"] for s in runs[u]] for u in (a, b)})
+
     for v in variants:
         rounds = ", ".join(f"{s['iteration_s'] * 1e3:.1f}" for s in runs[v])
         print(f"{v:>10}: {med[v] * 1e3:7.1f}  ratio to fair {med[v] / med['fair']:.3f}"
-              f"  [{rounds}]")
+              f"  [{rounds}] {marked(v, 'fair')}")
     if "cadentflow" in med and "one-class" in med:
         print(f"cadentflow / one-class (the priorities' own share): "
-              f"{med['cadentflow'] / med['one-class']:.3f}")
+              f"{med['cadentflow'] / med['one-class']:.3f} {marked('cadentflow', 'one-class')}")
     print("worker compute ms per iteration (median of rounds; the CPU is shared):  " + "  ".join(
         f"{v} {_median([s['compute_ms'] for s in runs[v]]):.1f}" for v in variants))
     print("\nmedian ms from an iteration's first pull to:")
@@ -155,6 +164,7 @@ def main() -> None:
             level = (runs["cadentflow"][0]["fct_s"][direction][name]["level"]
                      if "cadentflow" in runs else "")
             print(f"{name:>12} {level!s:>5} " + " ".join(f"{t * 1e3:10.1f}" for t in fct))
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

@@ -159,12 +159,16 @@ def _run(args: argparse.Namespace) -> int:
     out = args.results_dir or Path("results") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     result = local.run(job, out, progress=lambda line: print(line, flush=True), ahead=ahead)
     target = job.spec.training.target_accuracy
+    which = ("control channel TCP" if job.spec.transport.type in local.DATAGRAM_TRANSPORTS
+             else "TCP")
     tcp = ("" if result.tcp_retrans_segs is None else
-           f"; TCP: {result.tcp_retrans_segs} segments retransmitted, "
+           f"; {which}: {result.tcp_retrans_segs} segments retransmitted, "
            f"{result.tcp_rto_timeouts} RTO timeouts")
+    verdict = (result.fidelity or {}).get("verdict")
     print(f"\n{job.name}: JCT {result.jct_s:.1f} s, {result.epochs} epochs "
           f"({result.iterations} iterations), final test accuracy "
-          f"{result.final_accuracy:.3f}, final test loss {result.final_loss:.4f}{tcp}")
+          f"{result.final_accuracy:.3f}, final test loss {result.final_loss:.4f}{tcp}; "
+          f"{verdict or 'no fidelity verdict'}")
     print(f"results: {result.results_dir}")
     if target is not None and not result.converged:
         print(f"tailcut: the job finished without reaching targetAccuracy={target}",
