@@ -30,12 +30,14 @@ from tailcut.transports import rxfast
 from tailcut.datapath import bcc
 from tailcut.runtime import background, forked, overheads, procs, record, rolefork
 from tailcut.spec.model import TrainingJob
-from tailcut.training import cpustats, exits, tcpstats
+from tailcut.training import cpustats, delivery, exits, tcpstats
 
 LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
 LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its teardown
 DIAGNOSE_WAIT_S = 5  # how long a failure waits for its root cause to exit (see _diagnose)
+# transports whose data goes in datagrams; their TCP counters are the control channel's
+DATAGRAM_TRANSPORTS = ("udp", "bounded-loss")
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         first_pod, first_rack = topo.pods[0], topo.racks[0]
         progress(f"access links: {network.access_link_summary(first_pod)}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
-        if job.spec.transport.type in ("udp", "bounded-loss"):
+        if job.spec.transport.type in DATAGRAM_TRANSPORTS:
             progress(f"datagram send and receive paths: {rxfast.status()}")
         running: list[procs.Process] = []
         bg: Optional[background.Background] = None
@@ -208,8 +210,13 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                "scheduling": _flows_summary(job, results_dir, progress),
                "tcp_counters": tcp,
                "cpu": cpu}
+    datagrams = job.spec.transport.type in DATAGRAM_TRANSPORTS
+    if datagrams:
+        metrics["delivery"] = delivery.summarize(results_dir)
     _write_json(results_dir / "metrics.json", metrics)
-    progress(tcpstats.describe(tcp))
+    if datagrams:
+        progress(delivery.describe(metrics["delivery"], job.spec.transport.type))
+    progress(("control channel " if datagrams else "") + tcpstats.describe(tcp))
     progress(cpustats.describe(cpu))
     for line in fidelity_verdict.describe(fidelity):
         progress(line)

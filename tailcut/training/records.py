@@ -26,6 +26,7 @@ MESSAGE_FIELDS = (
     "sender",
     "receiver",
     "bytes",
+    "coordinates",  # coordinates the message carries
     "missing",  # coordinates the transport did not deliver (0 over TCP)
     "sent_at_ns",
     "received_at_ns",
@@ -47,6 +48,7 @@ def message_row(msg: Message, receiver: int) -> dict[str, Any]:
         "sender": msg.sender,
         "receiver": receiver,
         "bytes": msg.wire_bytes,
+        "coordinates": int(msg.values.size),
         "missing": msg.missing,
         "sent_at_ns": msg.sent_at_ns,
         "received_at_ns": msg.received_at_ns,

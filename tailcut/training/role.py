@@ -41,6 +41,7 @@ import traceback  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 from tailcut import errors  # noqa: E402
+from tailcut.fidelity import hostcpu  # noqa: E402
 from tailcut.training import (aggregator, config, cpustats, exits, ps, tcpstats,  # noqa: E402
                               worker)
 from tailcut.transports import rxfast  # noqa: E402
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None,
     except (config.ConfigError, TypeError) as err:
         exits.say_failed(emit, "?", -1, f"{args[0]}: {err}")
         return exits.USAGE
-    emit = _with_cpu_time(cfg, _with_tcp_counters(cfg, emit))
+    emit = _with_host_cpu(_with_cpu_time(cfg, _with_tcp_counters(cfg, emit)))
     try:
         if cfg.sync_mode == "allreduce" and cfg.transport["type"] == "tcp":
             # no PS: DDP over Gloo; rank 0 reports
@@ -148,6 +149,22 @@ def _with_cpu_time(cfg: config.RoleConfig, emit: Callable[[dict[str, Any]], None
             event = {**event, "cpu": usage}
         emit(event)
     return emit_with_cpu
+
+
+def _with_host_cpu(emit: Callable[[dict[str, Any]], None]
+                   ) -> Callable[[dict[str, Any]], None]:
+    """`emit`, adding to the leader's "done" event the host's CPU over the training
+    window, from its "start" event on (tailcut.fidelity.hostcpu: host-wide, also inside
+    a pod): on Kubernetes the job's fidelity verdict comes from it."""
+    started: list[hostcpu.Reading] = []
+
+    def emit_with_host(event: dict[str, Any]) -> None:
+        if event.get("event") == "start" and not started:
+            started.append(hostcpu.read())
+        elif event.get("event") == "done" and started:
+            event = {**event, "host": hostcpu.window(started[0], hostcpu.read())}
+        emit(event)
+    return emit_with_host
 
 
 def _peer_went_away(err: BaseException | None) -> bool:
