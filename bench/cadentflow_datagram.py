@@ -23,7 +23,9 @@ Prints, medians over all messages then over rounds: fc1.weight's completion (lev
 
 runs examples/cadentflow-bounded-loss.yaml (capped at --iterations) with policy fair
 and cadentflow, alternating, and prints iteration time, final test accuracy and loss,
-and the per-tensor pull completion times of each (medians of the rounds).
+and the per-tensor pull completion times of each (medians of the rounds), each run's
+fidelity verdict, and the cadentflow / fair ratios marked with both (bench/README.md).
+Either way it refuses a busy host unless --allow-busy.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import transports  # noqa: E402
 from tailcut.datapath import classifier  # noqa: E402
 from tailcut.net import netns, shaping  # noqa: E402
@@ -168,10 +171,12 @@ def training_rounds(rounds: int, iterations: int) -> None:
                                     "accuracy": result.final_accuracy,
                                     "loss": result.final_loss,
                                     "pull": {k: v["median"] * 1e3 for k, v in
-                                             flows_json["fct_s"]["pull"].items()}})
+                                             flows_json["fct_s"]["pull"].items()},
+                                    "verdict": hostcheck.verdict_of(result.fidelity)})
                 print(f"round {r} {policy:>10}: iteration {got[policy][-1]['iteration_ms']:.1f}"
                       f" ms, accuracy {result.final_accuracy:.3f}, loss "
-                      f"{result.final_loss:.4f}", flush=True)
+                      f"{result.final_loss:.4f}; {hostcheck.during(result.fidelity)}",
+                      flush=True)
     print(f"\nexamples/cadentflow-bounded-loss.yaml, {iterations} iterations; medians of "
           f"{rounds} rounds")
     print(f"{'':>10} {'iteration ms':>13} {'accuracy':>9} {'loss':>8}")
@@ -180,7 +185,8 @@ def training_rounds(rounds: int, iterations: int) -> None:
         print(f"{policy:>10} {statistics.median(r['iteration_ms'] for r in rows):>13.1f} "
               f"{statistics.median(r['accuracy'] for r in rows):>9.3f} "
               f"{statistics.median(r['loss'] for r in rows):>8.4f}")
-    print("\npull FCT ms per tensor:")
+    marked = hostcheck.mark({p: [r["verdict"] for r in got[p]] for p in policies})
+    print(f"\npull FCT ms per tensor (ratio cadentflow / fair: {marked}):")
     for name in got["fair"][0]["pull"]:
         f = statistics.median(r["pull"][name] for r in got["fair"])
         c = statistics.median(r["pull"][name] for r in got["cadentflow"])
@@ -201,12 +207,15 @@ def main() -> int:
     parser.add_argument("--control-untagged", action="store_true",
                         help="leave the control channel in the default class (the "
                              "lowest): shows why a run tags it at level 0")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (it builds network namespaces)", file=sys.stderr)
         return 2
+    watch = hostcheck.before(args)
     if args.training_rounds:
         training_rounds(args.training_rounds, args.iterations)
+        hostcheck.after(watch)
         return 0
     layers = _layers()
     levels = {layer.name: min(i // 2, 3) for i, layer in enumerate(layers)}
@@ -261,6 +270,7 @@ def main() -> int:
     for layer in layers:
         print(f"{layer.name:>12} {levels[layer.name]:>5} "
               + " ".join(f"{median(m, layer.name):>11.3f}" for m in MODES))
+    hostcheck.after(watch)
     return 0
 
 
