@@ -11,8 +11,12 @@ run the two JCTs (the PS's own clock in both cases), the time from `kubectl appl
 every pod Running, and at the end the medians and the ratio JCT(kubernetes) /
 JCT(tailcut run). With several --transports (bounded-loss at p = 0.9) each is run in
 turn and the ratio JCT(tcp) / JCT(bounded-loss) is printed for both executors; --loss
-sets accessLink.loss (the agent applies it on the cluster). Root (the local runtime
-builds namespaces)."""
+sets accessLink.loss (the agent applies it on the cluster). Every ratio is marked with
+both sides' fidelity verdicts (bench/README.md): a cluster run's is read from the
+job's status ("fidelity"), "unmeasured" while the status has none, so no ratio with a
+cluster side is "met" until it does. The cluster's own daemons count among the other
+processes of the busy-host check: see what it names before passing --allow-busy.
+Root (the local runtime builds namespaces)."""
 
 import argparse
 import json
@@ -29,6 +33,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.k8s.manifests import resources  # noqa: E402
 from tailcut.runtime import local  # noqa: E402
@@ -57,19 +62,21 @@ def quickstart(name: str) -> dict[str, Any]:
     return dict(raw)
 
 
-def run_local(name: str) -> float:
+def run_local(name: str) -> tuple[float, dict[str, Any] | None]:
+    """(JCT, the run's fidelity)"""
     with tempfile.TemporaryDirectory(prefix="k8s-bench-local-") as out:
         result = local.run(spec.from_dict(quickstart(name)), Path(out),
                            progress=lambda line: None)
     if not result.converged:
         print(f"  local run {name} did not reach the target accuracy", flush=True)
-    return float(result.jct_s)
+    return float(result.jct_s), result.fidelity
 
 
-def run_cluster(kubeconfig: str, namespace: str, name: str) -> tuple[float, float]:
-    """(JCT from the job's status, seconds from apply to every pod Running)."""
-    jct, running, _ = run_job(kubeconfig, namespace, quickstart(name))
-    return jct, running
+def run_cluster(kubeconfig: str, namespace: str, name: str) -> tuple[float, float, str]:
+    """(JCT from the job's status, seconds from apply to every pod Running, the
+    verdict in its status)."""
+    jct, running, status = run_job(kubeconfig, namespace, quickstart(name))
+    return jct, running, hostcheck.verdict_of(status.get("fidelity"))
 
 
 def run_job(kubeconfig: str, namespace: str,
@@ -135,7 +142,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--transports", nargs="+", choices=sorted(TRANSPORTS), default=["tcp"])
     ap.add_argument("--loss", type=float, default=0.0, help="accessLink.loss, e.g. 0.01")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     SETTINGS["loss"] = args.loss
     subprocess.run(["kubectl", "--kubeconfig", args.kubeconfig, "create", "namespace",
                     args.namespace], capture_output=True)
@@ -146,29 +155,42 @@ def main() -> None:
     local_jct: dict[str, list[float]] = {t: [] for t in args.transports}
     k8s_jct: dict[str, list[float]] = {t: [] for t in args.transports}
     to_running: list[float] = []
+    verdicts: dict[str, dict[str, list[str]]] = {
+        t: {"kubernetes": [], "tailcut run": []} for t in args.transports}
     for run in range(args.runs):
         for transport in args.transports:
             SETTINGS["transport"] = transport
             name = f"k8s-bench-{'bl' if transport == 'bounded-loss' else transport}-{run}"
-            local_jct[transport].append(run_local(name))
-            jct, running = run_cluster(args.kubeconfig, args.namespace, name)
+            here, fidelity = run_local(name)
+            local_jct[transport].append(here)
+            jct, running, there = run_cluster(args.kubeconfig, args.namespace, name)
             k8s_jct[transport].append(jct)
+            verdicts[transport]["tailcut run"].append(hostcheck.verdict_of(fidelity))
+            verdicts[transport]["kubernetes"].append(there)
             to_running.append(running)
             print(f"run {run + 1}/{args.runs} {transport}: tailcut run JCT "
                   f"{local_jct[transport][-1]:.2f} s, kubectl apply JCT {jct:.2f} s, "
-                  f"apply -> all pods Running {running:.1f} s", flush=True)
+                  f"apply -> all pods Running {running:.1f} s; tailcut run "
+                  f"{hostcheck.during(fidelity)}, kubernetes {there}", flush=True)
     print(f"\nquickstart, loss {args.loss}, median of {args.runs} runs "
           f"(apply -> all Running {statistics.median(to_running):.1f} s):")
     med_local = {t: statistics.median(v) for t, v in local_jct.items()}
+
+    def mark_transports(executor: str) -> str:
+        return hostcheck.mark({t: verdicts[t][executor] for t in ("tcp", "bounded-loss")})
+
     med_k8s = {t: statistics.median(v) for t, v in k8s_jct.items()}
     for t in args.transports:
         print(f"  {t:>12}: tailcut run {med_local[t]:.2f} s, kubernetes {med_k8s[t]:.2f} s, "
-              f"JCT(kubernetes) / JCT(tailcut run) = {med_k8s[t] / med_local[t]:.2f}")
+              f"JCT(kubernetes) / JCT(tailcut run) = {med_k8s[t] / med_local[t]:.2f} "
+              f"{hostcheck.mark(verdicts[t])}")
     if {"tcp", "bounded-loss"} <= set(args.transports):
         here = med_local["tcp"] / med_local["bounded-loss"]
         there = med_k8s["tcp"] / med_k8s["bounded-loss"]
-        print(f"JCT(tcp) / JCT(bounded-loss p=0.9): tailcut run {here:.2f}, kubernetes "
-              f"{there:.2f} (kubernetes / tailcut run {there / here:.2f})")
+        print(f"JCT(tcp) / JCT(bounded-loss p=0.9): tailcut run {here:.2f} "
+              f"{mark_transports('tailcut run')}, kubernetes {there:.2f} "
+              f"{mark_transports('kubernetes')} (kubernetes / tailcut run {there / here:.2f})")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
