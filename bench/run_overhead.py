@@ -14,7 +14,9 @@ tree: on a busy shared machine, where wall times follow others' load, the cost t
 moves least (run under `nice -n -20` to see the wall times of a quiet machine). `unaccounted` is wall - JCT minus the phases'
 sum: time outside every phase, chiefly the interpreter's exit after the report. One untimed run of each tree comes first
 (--warmup): what a user's second run finds (bytecode compiled, the generated dataset
-cached, files in the page cache).
+cached, files in the page cache). Each run prints its fidelity verdict and the ratio is
+marked with both trees' (bench/README.md; a tree older than the verdict has none:
+"unmeasured").
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import hostcheck  # noqa: E402
+
 PHASES = ("startup", "network_build", "datapath", "role_start", "role_exit", "teardown",
           "report", "unaccounted")
 
@@ -87,9 +93,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed runs of each tree first (bytecode, page cache, the "
                              "dataset cache; default 1)")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (tailcut run builds network namespaces)")
+    watch = hostcheck.before(args)
     job = str((ROOT / args.job).resolve())
     trees = {"this tree": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline
                                    else {})
@@ -104,17 +112,20 @@ def main() -> int:
             results[label].append(r)
             print(f"  {label} run {i + 1}: wall {r['wall_s']:.2f} s, JCT {r['jct_s']:.2f} s, "
                   f"wall - JCT {r['overhead_s']:.2f} s, CPU {r['cpu_s']:.2f} s, "
-                  f"load1 {os.getloadavg()[0]:.2f}",
-                  flush=True)
+                  f"load1 {os.getloadavg()[0]:.2f}; "
+                  f"{hostcheck.during(r['metrics'].get('fidelity'))}", flush=True)
     print()
     for label, rows in results.items():
         _describe(label, rows)
     if args.baseline:
         ratio = _median(results["baseline"], "overhead_s") / _median(results["this tree"],
                                                                       "overhead_s")
-        print(f"overhead baseline / this tree: {ratio:.2f}x")
+        marked = hostcheck.mark({label: [hostcheck.verdict_of(r["metrics"].get("fidelity"))
+                                         for r in rows] for label, rows in results.items()})
+        print(f"overhead baseline / this tree: {ratio:.2f}x {marked}")
     print(f"load average after: {os.getloadavg()} (a shared machine: others' work counts "
           "in these times; goal: wall - JCT <= 1.5 s on a quiet machine)")
+    hostcheck.after(watch)
     return 0
 
 

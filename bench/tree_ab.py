@@ -10,7 +10,9 @@ transport did), the CPU the roles used while training
 (metrics.json's cpu, docs/bounded-loss.md#cpu-time) and its split by thread kind,
 the final accuracy, and the ratios this tree / baseline. The default job is the
 bounded-loss quickstart on a clean network (examples/bounded-loss.yaml without its
-1% loss): where the transport's CPU per message is the JCT on two cores. Root."""
+1% loss): where the transport's CPU per message is the JCT on two cores. Each run
+prints its fidelity verdict and the ratios are marked with both trees' (bench/README.md;
+a tree older than the verdict has none: "unmeasured"). Root."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import run_overhead  # noqa: E402
+from bench import hostcheck, run_overhead  # noqa: E402
 
 ROOT = run_overhead.ROOT
 
@@ -46,7 +48,9 @@ def once(tree: Path, job: Path) -> dict[str, Any]:
     iterations = max(1, int(metrics.get("iterations") or 1))
     return {"jct_s": metrics["jct_s"], "cpu_s": cpu.get("total_s", 0.0), "kinds": kinds,
             "accuracy": metrics["final_accuracy"], "iterations": iterations,
-            "ms_per_iteration": 1e3 * metrics["jct_s"] / iterations}
+            "ms_per_iteration": 1e3 * metrics["jct_s"] / iterations,
+            "verdict": hostcheck.verdict_of(metrics.get("fidelity")),
+            "during": hostcheck.during(metrics.get("fidelity"))}
 
 
 def load() -> str:
@@ -70,7 +74,9 @@ def main() -> None:
     parser.add_argument("--job", type=Path, help="a TrainingJob YAML (default: the "
                         "clean bounded-loss quickstart)")
     parser.add_argument("--runs", type=int, default=3)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     with tempfile.TemporaryDirectory() as tmp:
         job = args.job
         if job is None:
@@ -86,7 +92,7 @@ def main() -> None:
                 print(f"run {i + 1}/{args.runs} {name:9}: JCT {r['jct_s']:6.2f} s "
                       f"({r['iterations']} iterations), roles' "
                       f"CPU {r['cpu_s']:5.1f} s, accuracy {r['accuracy']:.4f} "
-                      f"(load {before})", flush=True)
+                      f"(load {before}); {r['during']}", flush=True)
     print(f"\n{job.name if args.job else 'clean bounded-loss quickstart'}: medians of "
           f"{args.runs} interleaved runs")
     this, base = summary(results["this tree"]), summary(results["baseline"])
@@ -97,7 +103,9 @@ def main() -> None:
               f"({kinds}), accuracy {s['accuracy']:.4f}")
     print(f"  this tree / baseline: JCT {this['jct_s'] / base['jct_s']:.2f}, JCT per "
           f"iteration {this['ms_per_iteration'] / base['ms_per_iteration']:.2f}, "
-          f"roles' CPU {this['cpu_s'] / base['cpu_s']:.2f}")
+          f"roles' CPU {this['cpu_s'] / base['cpu_s']:.2f} "
+          + hostcheck.mark({name: [r["verdict"] for r in rs] for name, rs in results.items()}))
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
