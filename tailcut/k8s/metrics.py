@@ -1,5 +1,6 @@
 """Prometheus metrics of the operator and the node agent, and the HTTP endpoint
-that serves them with a health check (the chart's probes and Services point at it).
+that serves them with a health check (the chart's probes and Services point at it;
+tailcut.k8s.httpd bounds what its clients may hold).
 
     GET /metrics   Prometheus text format
     GET /healthz   200 while the component's `healthy()` says so, else 503
@@ -14,11 +15,12 @@ the pod is released, an uplink when its job's fabric is removed).
 """
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from tailcut.k8s import httpd
 
 METRICS_PORT = 9100   # the chart's Services name it `metrics`
 
@@ -77,28 +79,18 @@ operator_registry.register(job_phases)
 
 
 def serve(registry: CollectorRegistry, port: int = METRICS_PORT,
-          healthy: Callable[[], bool] = lambda: True) -> ThreadingHTTPServer:
-    """Serve `registry` at /metrics and /healthz on `port` from a daemon thread."""
+          healthy: Callable[[], bool] = lambda: True, host: str = "0.0.0.0",
+          max_connections: int = httpd.MAX_CONNECTIONS) -> httpd.Server:
+    """Serve `registry` at /metrics and /healthz on (`host`, `port`) from a daemon
+    thread, with a bound on connections and a timeout on each (tailcut.k8s.httpd)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:   # noqa: N802 - the name http.server calls
-            if self.path.startswith("/metrics"):
-                code, body, kind = 200, generate_latest(registry), "text/plain; version=0.0.4"
-            elif self.path.startswith("/healthz"):
-                ok = healthy()
-                code, body, kind = (200 if ok else 503), (b"ok\n" if ok else b"unhealthy\n"), \
-                    "text/plain"
-            else:
-                code, body, kind = 404, b"not found\n", "text/plain"
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(path: str) -> tuple[int, bytes, str]:
+        if path.startswith("/metrics"):
+            return 200, generate_latest(registry), "text/plain; version=0.0.4"
+        if path.startswith("/healthz"):
+            ok = healthy()
+            return (200 if ok else 503), (b"ok\n" if ok else b"unhealthy\n"), "text/plain"
+        return 404, b"not found\n", "text/plain"
 
-        def log_message(self, *args: Any) -> None:
-            pass   # scrapes every few seconds would drown the component's own log
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
-    return server
+    return httpd.Server(host, port, respond, max_connections=max_connections,
+                        name=f"metrics:{port}")

@@ -34,10 +34,19 @@ def main() -> int:
     last_seen = [time.monotonic()]
     # Healthy while the watch delivers: a list, events, or its bookmarks and reconnects
     # at least every WATCH_S.
-    port = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))   # the chart sets it
+    def healthy() -> bool:
+        return time.monotonic() - last_seen[0] < 3 * daemon.WATCH_S
+
+    # /metrics for Prometheus on the node's addresses (any pod can connect to them:
+    # the server bounds what connections may hold); the kubelet's probes on the node's
+    # loopback, which no pod reaches, so no pod can fail them. The chart sets both.
+    port = int(os.environ.get("TAILCUT_METRICS_PORT", "0"))
     if port:
-        metrics.serve(metrics.agent_registry, port,
-                      healthy=lambda: time.monotonic() - last_seen[0] < 3 * daemon.WATCH_S)
+        metrics.serve(metrics.agent_registry, port, healthy,
+                      host=os.environ.get("TAILCUT_METRICS_ADDRESS") or "0.0.0.0")
+    health_port = int(os.environ.get("TAILCUT_HEALTH_PORT", "0"))
+    if health_port:
+        metrics.serve(metrics.agent_registry, health_port, healthy, host="127.0.0.1")
     try:
         while True:
             last_seen[0] = time.monotonic()
