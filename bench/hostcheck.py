@@ -10,8 +10,9 @@ so every bench:
   network-bound run allows (`before`; verdict.THRESHOLDS["others_cpu"]'s margin),
   unless `--allow-busy`;
 - prints and records each run's verdict with the host's CPU, load and the other
-  processes' share during it (`during`, `columns`: from the run's fidelity), or, for
-  a bench that runs no tailcut job, the same over all its runs (`Watch`);
+  processes' share during it (`during`, `columns`: from the run's fidelity; a run
+  outside tailcut's runtime gets one judged from a `Watch` over it, `judged`), and
+  the host over all its runs (`after`);
 - marks every ratio of two runs with both runs' verdicts, and calls it "met" only
   when every run on both sides was network-bound (`mark`).
 """
@@ -115,6 +116,13 @@ def after(watch: Watch) -> dict[str, Any]:
     reading = watch.stop()
     print(f"during the runs: {describe(reading)}", flush=True)
     return {"before": watch.before, "during": reading}
+
+
+def judged(reading: Mapping[str, Any]) -> dict[str, Any]:
+    """A verdict for a run outside tailcut's runtime (a bench's own roles, a
+    micro-benchmark) from a Watch over it: the host's CPU and the other processes'
+    only, its links not sampled (the verdict's notes say so)."""
+    return verdict.judge(host=reading["host"], processes=reading["processes"])
 
 
 def verdict_of(fidelity: Optional[Mapping[str, Any]]) -> str:

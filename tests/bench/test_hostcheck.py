@@ -90,6 +90,13 @@ def test_a_runs_verdict_and_host_figures_come_from_its_fidelity():
     assert hostcheck.columns(None)["verdict"] == hostcheck.during(None) == "unmeasured"
 
 
+def test_a_run_outside_the_runtime_is_judged_from_the_host_alone():
+    assert hostcheck.verdict_of(hostcheck.judged(QUIET)) == "network-bound"
+    busy = hostcheck.judged(BUSY)
+    assert busy["verdict"] == "host-bound" and "the links' rates were not sampled" in \
+        busy["notes"]
+
+
 def test_the_benchs_own_children_are_not_other_processes():
     spin = ("import time\n"
             "open('/proc/self/comm', 'w').write('hostcheck-spin')\n"
