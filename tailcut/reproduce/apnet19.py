@@ -15,12 +15,13 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from tailcut import papers
-from tailcut.runtime import record
 from tailcut.reproduce import figures, gloo, jobs
 from tailcut.reproduce.measure import (Figure, Files, Measured, Value, markdown_table,
                                        number, ratio)
+from tailcut.runtime import record
 from tailcut.reproduce.steps import Step
 
 MODELS = ("rnn", "mlp", "mf", "cnn")   # the paper's four (Table 3), as ours stand in for them
@@ -236,23 +237,24 @@ def _testbed(files: Files, m: Measured, quick: bool) -> None:
                for d in dirs if (data := files.json(f"{d}/metrics.json"))}
     lines = ["| run | transport | JCT s | epochs | iterations | final accuracy | "
              "target reached | TCP segments retransmitted | TCP RTO timeouts | "
-             "queue drops | load factor |",
-             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "queue drops | load factor | fidelity |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for d, data in metrics.items():
         counters = [files.json_value(f"{d}/{file}", key).value
                     for file, key in COUNTERS.values()]
         lines.append(f"| {d.split('/')[1]} | {data['transport']} | {data['jct_s']:.2f} | "
                      f"{data['epochs']} | {data['iterations']} | "
                      f"{data['final_accuracy']:.3f} | {data['converged']} | "
-                     + " | ".join(_show(v) for v in counters) + " |")
+                     + " | ".join(_show(v) for v in counters)
+                     + f" | {_verdict(data)} |")
     for condition in CONDITIONS:
         _condition(files, m, condition, runs[condition], quick)
     summary = ["| condition | runs, tcp / bounded-loss | JCT tcp s | JCT bounded-loss s | "
                "JCT tcp / bounded-loss | paper (4 models) | accuracy tcp | "
                "accuracy bounded-loss | TCP segments retransmitted, tcp / bounded-loss | "
                "TCP RTO timeouts, tcp / bounded-loss | queue drops, tcp / bounded-loss | "
-               "load factor measured, tcp / bounded-loss |",
-               "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+               "load factor measured, tcp / bounded-loss | fidelity of the runs |",
+               "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     lo, hi = (papers.get("apnet19").result(f"speedup.{end}").paper for end in ("min", "max"))
     for condition, cond in CONDITIONS.items():
         prefix = f"testbed.{condition}."
@@ -264,6 +266,10 @@ def _testbed(files: Files, m: Measured, quick: bool) -> None:
                  _show(got.get("accuracy.tcp"), 3), _show(got.get("accuracy.bl"), 3)]
         cells += [f"{_show(got.get(f'{k}.tcp'))} / {_show(got.get(f'{k}.bl'))}"
                   for k in COUNTERS]
+        verdicts = [_verdict(metrics[d]) for t in TRANSPORTS for d in runs[condition][t]
+                    if d in metrics]
+        cells.append(", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts)))
+                     or "—")
         summary.append(f"| {cond.label} | " + " | ".join(cells) + " |")
     how = (f"medians over each condition's runs; {QUICK_ITERATIONS} iterations a run "
            f"(--quick), so JCT is the time for those" if quick else
@@ -324,6 +330,11 @@ def _condition(files: Files, m: Measured, condition: str, runs: dict[str, list[s
         m.figures.append(Figure(png.name, f"Gradient message completion times, tcp against "
                                 f"bounded-loss p = 0.9, {label}, every run (messages.csv)",
                                 "Fig. 4(c)"))
+
+
+def _verdict(metrics: dict[str, Any]) -> str:
+    """A run's fidelity verdict (docs/fidelity.md); runs before it had none."""
+    return str((metrics.get("fidelity") or {}).get("verdict", "no verdict"))
 
 
 def _show(value: float | None, digits: int = 2) -> str:

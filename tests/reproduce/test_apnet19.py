@@ -58,13 +58,14 @@ def test_each_run_is_its_own_step_that_needs_its_metrics_to_count_as_finished():
 
 
 def _write(paper_dir: Path, step: str, transport: str, jct_s: float, accuracy: float,
-           retrans: int, rtos: int, drops: int, load: float | None) -> None:
+           retrans: int, rtos: int, drops: int, load: float | None,
+           verdict: str = "network-bound") -> None:
     results = paper_dir / "steps" / step / "results"
     results.mkdir(parents=True)
     (results / "metrics.json").write_text(json.dumps({
         "transport": transport, "jct_s": jct_s, "epochs": 2, "iterations": 300,
         "final_accuracy": accuracy, "converged": True, "tcp_retrans_segs": retrans,
-        "tcp_rto_timeouts": rtos}))
+        "tcp_rto_timeouts": rtos, "fidelity": {"verdict": verdict}}))
     (results / "network.json").write_text(json.dumps(
         {"queue_drops": {"total": drops, "by_link_end": {}}}))
     if load is not None:
@@ -78,7 +79,8 @@ def test_the_congestion_row_holds_the_medians_of_its_runs_next_to_the_papers_ran
     bl = [(7.0, 0.931, 4, 0, 150), (6.0, 0.933, 6, 1, 210), (8.0, 0.936, 2, 0, 90)]
     for r in range(3):
         _write(tmp_path, f"congestion-tcp-r{r + 1}", "tcp", *tcp[r], load=0.5 + r / 100)
-        _write(tmp_path, f"congestion-bl-r{r + 1}", "bounded-loss", *bl[r], load=0.45)
+        _write(tmp_path, f"congestion-bl-r{r + 1}", "bounded-loss", *bl[r], load=0.45,
+               verdict="marginal" if r == 2 else "network-bound")
     # the coin-flip condition: one pair only (its other runs failed)
     _write(tmp_path, "run-tcp-r1", "tcp", 20.0, 0.94, 500, 40, 0, load=None)
     _write(tmp_path, "run-bl-r1", "bounded-loss", 5.0, 0.93, 1, 0, 0, load=None)
@@ -108,7 +110,8 @@ def test_the_congestion_row_holds_the_medians_of_its_runs_next_to_the_papers_ran
     congestion = by_condition["congestion: background 0.5, 85 KB buffers"]
     cells = [c.strip() for c in congestion.strip("|").split("|")]
     assert cells[1:6] == ["3 / 3", "12", "7", f"**{speedup:.2f}**", "1.1-2.2x (Sec. 3.1)"]
-    assert cells[6:] == ["0.938", "0.933", "120 / 4", "5 / 0", "400 / 150", "0.51 / 0.45"]
+    assert cells[6:] == ["0.938", "0.933", "120 / 4", "5 / 0", "400 / 150", "0.51 / 0.45",
+                         "1 marginal, 5 network-bound"]
     coin_flip = [c.strip() for c in by_condition["coin-flip: 1% random loss"].split("|")[1:-1]]
     assert coin_flip[1:6] == ["1 / 1", "20", "5", "**4**", "—"]
     assert coin_flip[-1] == "— / —"
