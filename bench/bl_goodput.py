@@ -18,7 +18,9 @@ four ((sum x)^2 / (n sum x^2), 1 = equal shares); total goodput = all delivered 
 
 --baseline DIR runs the same measurement with the tailcut of another checkout (e.g.
 ``git archive 5019711 | tar -x -C /tmp/base``) interleaved with this one, run by run,
-and prints both side by side."""
+and prints both side by side. Each run's verdict is judged from the host's CPU over it
+(bench/hostcheck.py: its links are not sampled); the ratios of two trees are marked
+with both trees' verdicts."""
 
 import argparse
 import statistics
@@ -27,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bl_net  # noqa: E402
+from bench import bl_net, hostcheck  # noqa: E402
 
 ELEMENTS = 1 << 20
 LINK_BIT = 1e9
@@ -93,7 +95,9 @@ def main() -> None:
     ap.add_argument("--short-bursts-too", action="store_true",
                     help="also this tree with GSO but bursts of BURST_S, as behind a "
                          "finite switch buffer")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     # label -> (tree, UDP GSO, whole-GSO bursts): on a path without a finite switch
     # buffer tailcut run turns on both.
     variants: dict[str, tuple[Path | None, bool, bool]] = {"this tree": (None, True, True)}
@@ -110,10 +114,14 @@ def main() -> None:
     latency_us: dict[str, list[float]] = {t: [] for t in trees}
     queued_us: dict[str, list[float]] = {t: [] for t in trees}
     sending_ms: dict[str, list[float]] = {t: [] for t in trees}
+    verdicts: dict[str, list[str]] = {t: [] for t in trees}
     for run in range(args.runs):
         for label, (tree, gso, whole_bursts) in variants.items():
             for p in PS:
+                run_watch = hostcheck.Watch()
                 res = one(p, args.rounds, 7200 + run, tree, gso=gso, whole_bursts=whole_bursts)
+                fidelity = hostcheck.judged(run_watch.stop())
+                verdicts[label].append(hostcheck.verdict_of(fidelity))
                 msgs = res["messages"][1:]  # round 0 warms up
                 gp = [m["delivered"] * ELEMENTS * 32 / m["completion_s"] / LINK_BIT
                       for m in msgs]
@@ -126,15 +134,19 @@ def main() -> None:
                 print(f"run {run + 1}/{args.runs} {label} p={p}: goodput "
                       f"{goodput[label][p][-1]:.3f} of the link, delivered "
                       f"{statistics.mean(m['delivered'] for m in msgs):.4f}, completions by "
-                      f"{sorted({r['reason'] for r in res['records']})} (load {load()})",
-                      flush=True)
+                      f"{sorted({r['reason'] for r in res['records']})} (load {load()}); "
+                      f"{hostcheck.during(fidelity)}", flush=True)
+            run_watch = hostcheck.Watch()
             res = one(0.9, args.rounds, 7300 + run, tree, FAN_IN, gso, whole_bursts)
+            fidelity = hostcheck.judged(run_watch.stop())
+            verdicts[label].append(hostcheck.verdict_of(fidelity))
             fair, total, shares = fan_in(res)
             fairness[label].append(fair)
             fan_total[label].append(total)
             print(f"run {run + 1}/{args.runs} {label} fan-in {FAN_IN}x p=0.9: Jain {fair:.3f}, "
                   f"total goodput {total:.3f} of the link, per sender "
-                  f"{min(shares):.3f}..{max(shares):.3f} (load {load()})", flush=True)
+                  f"{min(shares):.3f}..{max(shares):.3f} (load {load()}); "
+                  f"{hostcheck.during(fidelity)}", flush=True)
     print("\nloss-free 1 Gbit/s links, 4 MiB messages, no rate configured:")
     for label in trees:
         for p, v in goodput[label].items():
@@ -155,11 +167,13 @@ def main() -> None:
             print(f"  {label}: BEGIN read -> XDP event (sending up to p): p50 "
                   f"{bl_net.pct(sending_ms[label], 50):.1f} ms (line rate: 31.7 ms)")
     for other in [v for v in variants if v != "this tree"]:
+        marked = hostcheck.mark({t: verdicts[t] for t in ("this tree", other)})
         for p in PS:
             new, old = (statistics.median(goodput[t][p]) for t in ("this tree", other))
-            print(f"goodput alone (this tree) / ({other}), p={p}: {new / old:.2f}")
+            print(f"goodput alone (this tree) / ({other}), p={p}: {new / old:.2f} {marked}")
         new, old = (statistics.median(fan_total[t]) for t in ("this tree", other))
-        print(f"fan-in total goodput (this tree) / ({other}): {new / old:.2f}")
+        print(f"fan-in total goodput (this tree) / ({other}): {new / old:.2f} {marked}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
