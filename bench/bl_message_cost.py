@@ -17,7 +17,9 @@ costs where the times cannot.
 With ``--trace`` (this tree only; one more run per run), each bounded-loss message is cut into
 phases from stamps both sides take (bench/bl_cost_role.py): where the fixed cost
 of a message goes. ``--baseline DIR`` runs the same with the tailcut of another
-checkout (``git archive REV | tar -x -C DIR``), interleaved run by run. Root."""
+checkout (``git archive REV | tar -x -C DIR``), interleaved run by run. Each run's
+verdict is judged from the host's CPU over it (bench/hostcheck.py: its links are not
+sampled); the ratio bounded-loss / tcp is marked with both transports' verdicts. Root."""
 
 import argparse
 import bisect
@@ -28,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bl_net  # noqa: E402
+from bench import bl_net, hostcheck  # noqa: E402
 
 ROLE = Path(__file__).with_name("bl_cost_role.py")
 WARMUP = 10
@@ -103,7 +105,9 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with")
     ap.add_argument("--trace", action="store_true",
                     help="one more bounded-loss run of this tree per run, its phases stamped")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     trees: dict[str, Path | None] = {"this tree": None}
     if args.baseline:
         trees = {"baseline": args.baseline.resolve(), "this tree": None}
@@ -117,10 +121,14 @@ def main() -> None:
     batches: list[int] = []  # of which found datagrams
     switches: dict[tuple[str, str], list[float]] = {k: [] for k in p50}
     loads = []
+    verdicts: dict[tuple[str, str], list[str]] = {k: [] for k in p50}
     for run in range(args.runs):
         for label, tree in trees.items():
             for t in transports:
+                run_watch = hostcheck.Watch()
                 res = one(t, args.p, args, 7400 + run, tree)
+                fidelity = hostcheck.judged(run_watch.stop())
+                verdicts[label, t].append(hostcheck.verdict_of(fidelity))
                 ms = res["ms"]
                 p50[label, t].append(bl_net.pct(ms, 50))
                 p99[label, t].append(bl_net.pct(ms, 99))
@@ -131,8 +139,8 @@ def main() -> None:
                       f"{p50[label, t][-1]:.2f} ms, p99 {p99[label, t][-1]:.2f} ms, missing "
                       f"mean {statistics.mean(res['missing']):.0f} of {args.elements}; per "
                       f"round (2 messages) {cpu[label, t][-1]:.0f} us of CPU, "
-                      f"{switches[label, t][-1]:.0f} context switches (load {load()})",
-                      flush=True)
+                      f"{switches[label, t][-1]:.0f} context switches (load {load()}); "
+                      f"{hostcheck.during(fidelity)}", flush=True)
                 if t != "tcp":
                     interesting = {k: v for k, v in res["stats"].items()
                                    if k in ("nacks", "retransmitted", "late", "duplicate",
@@ -163,7 +171,8 @@ def main() -> None:
                   f"(medians of runs)")
         print(f"  {label}: p50 bounded-loss p={args.p} / tcp = "
               f"{statistics.median(ratio50[label]):.2f} (per run: "
-              f"{' '.join(f'{r:.2f}' for r in ratio50[label])})")
+              f"{' '.join(f'{r:.2f}' for r in ratio50[label])}) "
+              + hostcheck.mark({t: verdicts[label, t] for t in ("bounded-loss", "tcp")}))
     if any(phases.values()):
         print("\nthis tree, bounded-loss: phases of a message (us, over every message)")
         for name, v in phases.items():
@@ -173,6 +182,7 @@ def main() -> None:
         if reads:
             print(f"  socket reads from BEGIN to queued: median {statistics.median(reads)}, "
                   f"of which found datagrams {statistics.median(batches)}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
