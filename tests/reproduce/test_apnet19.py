@@ -114,7 +114,7 @@ def test_the_congestion_row_holds_the_medians_of_its_runs_next_to_the_papers_ran
                          "1 marginal, 5 network-bound"]
     coin_flip = [c.strip() for c in by_condition["coin-flip: 1% random loss"].split("|")[1:-1]]
     assert coin_flip[1:6] == ["1 / 1", "20", "5", "**4**", "—"]
-    assert coin_flip[-1] == "— / —"
+    assert coin_flip[-2:] == ["— / —", "2 network-bound"]   # no load factor; verdicts
     assert table.count("| congestion-") == 6 and table.count("| run-") == 2   # by run
 
 
