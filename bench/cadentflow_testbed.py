@@ -14,7 +14,9 @@ classifier on every pod) and reports medians. Compute is emulated per layer
 (tailcut.scheduling.exchange). The same model, link rate and placement run in the
 flow-level simulator (fair = per-tensor TCP, coflow = MADD, cadentflow = priority), at
 the TCP goodput of the link (1448 payload bytes per 1514-byte frame). --policies
-picks a subset.
+picks a subset. Each round's verdict is judged from the host's CPU over it
+(bench/hostcheck.py: its links are not sampled); each policy/fair is marked with both
+policies' verdicts.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.net import build, topology  # noqa: E402
 from tailcut.scheduling import enforce, exchange, madd, tags  # noqa: E402
@@ -78,12 +81,14 @@ def main() -> int:
     parser.add_argument("--fwd-ms", type=float, default=100.0, help="forward time per layer")
     parser.add_argument("--rate", default="100Mbit")
     parser.add_argument("--policies", default=",".join(POLICIES))
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     policies = [p for p in POLICIES if p in args.policies.split(",")]
     sizes = [int(float(v) * 1000) for v in args.layer_kbytes.split(",")]
     if os.geteuid() != 0:
         print("needs root (it builds network namespaces)", file=sys.stderr)
         return 2
+    watch = hostcheck.before(args)
     levels = min(args.layers, 4)
     job = spec.from_dict({
         "apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
@@ -101,6 +106,7 @@ def main() -> int:
     topo = topology.plan(job)
     network = build.build(topo, has_netem=False)
     times: dict[str, list[float]] = {p: [] for p in policies}
+    verdicts: dict[str, list[str]] = {p: [] for p in policies}
     counts = None
     try:
         for r in range(args.rounds):
@@ -108,6 +114,7 @@ def main() -> int:
                 handle = None
                 if policy == "cadentflow":
                     handle = enforce.apply(topo, job.spec.scheduling)
+                run_watch = hostcheck.Watch()
                 try:
                     its = exchange.run(topo, loads, args.iterations,
                                        tagged=policy == "cadentflow", levels=levels,
@@ -118,10 +125,13 @@ def main() -> int:
                     if handle is not None:
                         counts = handle.counts()
                         handle.detach()
+                fidelity = hostcheck.judged(run_watch.stop())
+                verdicts[policy].append(hostcheck.verdict_of(fidelity))
                 median = statistics.median(i.seconds for i in its)
                 times[policy].append(median)
                 print(f"round {r}: {policy:>10} iteration {median * 1e3:7.1f} ms "
-                      f"(median of {args.iterations})", flush=True)
+                      f"(median of {args.iterations}); {hostcheck.during(fidelity)}",
+                      flush=True)
         if counts is not None:
             ps_counts = counts[f"{topo.pod('ps-0').netns}/eth0"]
             print("PS egress packets per class in the last cadentflow round: " + ", ".join(
@@ -145,7 +155,9 @@ def main() -> int:
     for name in policies:
         if name != "fair" and "fair" in median:
             print(f"{name + '/fair':>16} {median[name] / median['fair']:>7.3f} "
-                  f"{sim[name] / sim['fair']:>13.3f}   (iteration time relative to fair)")
+                  f"{sim[name] / sim['fair']:>13.3f}   (iteration time relative to fair) "
+                  + hostcheck.mark({p: verdicts[p] for p in (name, "fair")}))
+    hostcheck.after(watch)
     return 0
 
 
