@@ -1,4 +1,4 @@
-"""The `tailcut` command: run, validate, clean, doctor, models and sweep."""
+"""The `tailcut` command: run, compare, validate, clean, doctor, models and sweep."""
 
 import argparse
 import gc
@@ -53,7 +53,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 CORE_COMMANDS = ("run", "validate", "clean", "net", "background", "background-ui", "doctor",
-                 "crd", "decode", "models", "sweep")
+                 "crd", "decode", "models", "sweep", "compare")
 
 
 def _parser(lean: bool = False) -> argparse.ArgumentParser:
@@ -71,6 +71,9 @@ def _parser(lean: bool = False) -> argparse.ArgumentParser:
                           "(its fidelity verdict: the host had cores to spare and every "
                           "backlogged link sent at its rate)")
     run.set_defaults(handler=_run)
+    # Defined in their own modules, which import nothing heavy until they run.
+    from tailcut.runtime import compare
+    compare.add_parser(sub)
 
     validate = sub.add_parser("validate", help="check a TrainingJob file without running it")
     validate.add_argument("job", nargs="+", help="TrainingJob YAML file(s)")
