@@ -37,7 +37,8 @@ import yaml
 from tailcut import plan, spec
 from tailcut.errors import SpecError
 from tailcut.k8s import metrics
-from tailcut.k8s.manifests import background, crd, placement, policy, resources, status
+from tailcut.k8s.manifests import (background, crd, overlay_ids, placement, policy, resources,
+                                   status)
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -65,6 +66,9 @@ _EPOCH = re.compile(r"^epoch\s+(\d+)/(\d+)")
 _local_runs: dict[tuple[str, str], subprocess.Popen[str]] = {}
 _lock = threading.Lock()
 _phases_posted: dict[tuple[str, str, Optional[str]], str] = {}   # the last phase evented
+# Held while an overlay id is chosen and recorded: reconciles of different jobs run in
+# parallel threads, and each must see the ids the others recorded.
+_overlay_lock = threading.Lock()
 
 
 @kopf.on.startup()
@@ -471,6 +475,8 @@ def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
         crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name)
     recorded = tj.get("status") or {}
     if recorded.get("specGeneration") is not None:
+        if recorded.get(overlay_ids.STATUS_FIELD) is None:   # recorded by an older operator
+            _record_with_overlay_id(api, namespace, job.name, {})
         return placement.from_status(recorded.get("placement") or {})
     nodes = core.list_node().items
     where = placement.place(job, namespace, placement.schedulable(
@@ -478,9 +484,24 @@ def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
     recorded = {"specGeneration": generation, "placement": placement.to_status(where)}
     if job.spec.network.in_network is not None:   # the hot set chosen here, once
         recorded["inNetwork"] = policy.in_network_data(job)
-    api.patch_namespaced_custom_object_status(
-        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, job.name, {"status": recorded})
+    _record_with_overlay_id(api, namespace, job.name, recorded)
     return where
+
+
+def _record_with_overlay_id(api: Any, namespace: str, name: str,
+                            fields: dict[str, Any]) -> None:
+    """Write `fields` into the job's status with an overlay id (its VXLAN's VNI) that no
+    other TrainingJob of the cluster holds (tailcut.k8s.manifests.overlay_ids). The
+    jobs are listed from the API server, not kopf's cache, under a lock: an id is
+    chosen only once the last one chosen is recorded."""
+    with _overlay_lock:
+        jobs = api.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.PLURAL)["items"]
+        held = overlay_ids.taken(
+            j for j in jobs if (j["metadata"]["namespace"], j["metadata"]["name"])
+            != (namespace, name))
+        api.patch_namespaced_custom_object_status(
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name,
+            {"status": {**fields, overlay_ids.STATUS_FIELD: overlay_ids.choose(held)}})
 
 
 def _create_background(core: Any, job: spec.TrainingJob, namespace: str,

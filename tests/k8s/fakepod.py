@@ -26,17 +26,25 @@ class Maker:
     def __enter__(self) -> "Maker":
         return self
 
-    def __call__(self, replica: str, uid: Optional[str] = None) -> SimpleNamespace:
+    def __call__(self, replica: str, uid: Optional[str] = None,
+                 own_netns: bool = True) -> SimpleNamespace:
+        """`own_netns` False: the process stays in this (the node's) network
+        namespace, as a host-network process a runtime put in the pod's cgroup."""
         uid = uid or str(uuid.uuid4())
-        proc = subprocess.Popen(["unshare", "--net", "sleep", "300"])
+        proc = subprocess.Popen(["unshare", "--net", "sleep", "300"] if own_netns
+                                else ["sleep", "300"])
         group = CGROUP / f"k8-test-pod{uid}"
         self.made.append((uid, proc, group))
         for _ in range(100):   # wait until unshare has exec'd sleep in the new netns
-            if os.readlink(f"/proc/{proc.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+            if not own_netns or \
+                    os.readlink(f"/proc/{proc.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
                 break
             time.sleep(0.02)
         group.mkdir()
         (group / "cgroup.procs").write_text(str(proc.pid))
+        if not own_netns:
+            return SimpleNamespace(uid=uid, pid=proc.pid, proc=proc, replica=replica,
+                                   name=podns.netns_name(uid))
         with IPRoute(netns=f"/proc/{proc.pid}/ns/net") as ipr:
             ipr.link("add", ifname="eth0", kind="veth", peer="cni-peer")
             for ifname in ("eth0", "cni-peer"):

@@ -34,7 +34,8 @@ TWO_RACKS = {"replicas": {"workers": 1}, "network": {
 
 def training_job(j, uid=UID, generation=1, recorded=1, where=None):
     status = {} if recorded is None else {"specGeneration": recorded,
-                                          "placement": placement.to_status(where or {})}
+                                          "placement": placement.to_status(where or {}),
+                                          "overlayId": 77}
     return {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
             "metadata": {"name": j.name, "namespace": NS, "uid": uid,
                          "generation": generation},
@@ -54,7 +55,7 @@ def test_a_pod_its_training_job_controls_is_admitted_with_the_placement_of_its_s
     two = job(**TWO_RACKS)
     ok = admission.admit(pod(), training_job(two, where=WHERE))
     assert (ok.job.name, ok.replica, ok.job_uid) == ("k8-adm", "ps-0", UID)
-    assert ok.racks_at == WHERE
+    assert ok.racks_at == WHERE and ok.overlay_id == 77
     assert len(ok.job.spec.network.racks) == 2
 
 
@@ -124,7 +125,7 @@ def test_pods_and_config_maps_made_without_a_training_job_get_nothing_from_the_a
     cp.kubectl("-n", namespace, "patch", "trainingjob", real.name, "--subresource=status",
                "--type=merge", "-p", json.dumps({"status": {
                    "specGeneration": tj["metadata"]["generation"],
-                   "placement": placement.to_status(WHERE)}}))
+                   "placement": placement.to_status(WHERE), "overlayId": 77}}))
     owner = resources.owner_reference(tj)
     # What anyone who may create pods and config maps could make: the job's labels,
     # config maps of the operator's names, one saying the racks are at an address of

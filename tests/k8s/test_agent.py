@@ -51,6 +51,7 @@ def job(name, **job_spec):
 
 
 JOB_UID = "7e57a9e1-0000-4000-8000-00000000j0b5"
+OVERLAY_ID = 4242   # the VXLAN id the operator allocated (status.overlayId)
 
 
 class NotFound(Exception):
@@ -64,7 +65,8 @@ def training_job(j, where=None):
             "metadata": {"name": j.name, "namespace": K8S_NS, "uid": JOB_UID,
                          "generation": 1},
             "spec": j.model_dump(by_alias=True, mode="json")["spec"],
-            "status": {"specGeneration": 1, "placement": placement.to_status(where or {})}}
+            "status": {"specGeneration": 1, "placement": placement.to_status(where or {}),
+                       "overlayId": OVERLAY_ID}}
 
 
 class FakeApi:
@@ -251,7 +253,8 @@ def test_racks_placed_on_two_nodes_are_joined_by_vxlan_between_their_spines(
 
         # The VXLAN is accepted from the job's other node only: the same encapsulated
         # datagram for ps-0 arrives from node-b's address, not from another on its LAN.
-        vni = overlay.vni(f"{K8S_NS}/k8-two")
+        assert "vxlan 4242 " in vxlan, "the id the operator allocated, not a hash"
+        vni = OVERLAY_ID
         frame = vxlan_frame(vni, topo.pod("worker-0").ip, topo.pod("ps-0").ip)
         with netns.ipr(two_nodes[1]) as ipr:
             ipr.addr("add", index=ipr.link_lookup(ifname="lan0")[0],
@@ -291,7 +294,7 @@ def test_a_node_whose_link_is_short_of_the_jobs_mtu_plus_vxlan_refuses_before_bu
                  "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
         with netns.entered(nodes[0]):
             with pytest.raises(errors.NodeUnfit) as err:
-                wiring.build_fabric(K8S_NS, two_racks, False, "node-a", where)
+                wiring.build_fabric(K8S_NS, two_racks, False, "node-a", where, OVERLAY_ID)
             assert fabric_namespaces("k8-mtu", "node-a") == []
             assert str(err.value).endswith(
                 "spec.network.mtu is 1500 and its racks on other nodes are joined by VXLAN, "
@@ -303,7 +306,7 @@ def test_a_node_whose_link_is_short_of_the_jobs_mtu_plus_vxlan_refuses_before_bu
             at_1450 = job("k8-mtu", replicas={"workers": 1},
                           network={"racks": [{"name": "a"}, {"name": "b"}],
                                    "placement": {"ps-0": "a", "worker-0": "b"}, "mtu": 1450})
-            fabric = wiring.build_fabric(K8S_NS, at_1450, False, "node-a", where)
+            fabric = wiring.build_fabric(K8S_NS, at_1450, False, "node-a", where, OVERLAY_ID)
             wiring.remove_fabric(fabric)
         # Through the agent: the pod carries the refusal for the operator.
         node_agent = make_agent(two_racks, "node-a", where)
@@ -323,11 +326,98 @@ def test_two_jobs_whose_vnis_collide_do_not_share_a_node():
     two_racks = job("k8-vni", network={"racks": [{"name": "a"}, {"name": "b"}]})
     where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
              "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
-    vni = overlay.vni(f"{K8S_NS}/k8-vni")
-    with pytest.raises(errors.AgentError, match=rf"VNI {vni} .* is also lab/other's on this "
-                                               "node; rename one of the jobs"):
-        wiring.build_fabric(K8S_NS, two_racks, False, "node-a", where, {vni: "lab/other"})
+    with pytest.raises(errors.AgentError, match=rf"VXLAN id {OVERLAY_ID} \(status.overlayId\) "
+                                               "is also lab/other's on this node"):
+        wiring.build_fabric(K8S_NS, two_racks, False, "node-a", where, OVERLAY_ID,
+                            {OVERLAY_ID: "lab/other"})
     assert fabric_namespaces("k8-vni", "node-a") == []
+
+
+def test_a_job_on_several_nodes_is_wired_only_with_the_overlay_id_the_operator_recorded():
+    two_racks = job("k8-vni", replicas={"workers": 1},
+                    network={"racks": [{"name": "a"}, {"name": "b"}],
+                             "placement": {"ps-0": "a", "worker-0": "b"}})
+    where = {"a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
+             "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")}
+    pod = pod_event(SimpleNamespace(uid="u-1", replica="ps-0"), "Running", "k8-vni")
+    recorded = training_job(two_racks, where)
+    recorded["metadata"]["name"] = "k8-vni"
+    assert admission.admit(pod, recorded).overlay_id == OVERLAY_ID
+    del recorded["status"]["overlayId"]
+    with pytest.raises(admission.Refused, match=r"not wired yet: .* \(status.overlayId\)"):
+        admission.admit(pod, recorded)
+    for wrong in (0, 2 ** 24, "7", True):
+        recorded["status"]["overlayId"] = wrong
+        with pytest.raises(admission.Refused, match=rf"status.overlayId={wrong!r}: not a "
+                                                    r"VXLAN id \(1 to 16777215\)"):
+            admission.admit(pod, recorded)
+    with pytest.raises(errors.AgentError, match=r"recorded no VXLAN id"):
+        wiring.build_fabric(K8S_NS, two_racks, False, "node-a", where, None)
+    assert fabric_namespaces("k8-vni", "node-a") == []
+
+
+@pytest.mark.netns
+def test_a_pod_whose_process_is_in_the_nodes_network_namespace_is_refused_for_good(pods):
+    """Wiring it would put tc0 and its shaping on the node itself: refused before
+    anything is named or built, and recorded on the pod, so the operator fails the job
+    at once with an event (not after the pod's 120 s)."""
+    single = job("k8-hostns", replicas={"workers": 1})
+    node_agent = make_agent(single)
+    ps = pods("ps-0", own_netns=False)
+    links_before = netns_links()
+    with pytest.raises(admission.Denied, match=rf"k8-lab/k8-hostns-ps-0: not wired: its "
+                                               rf"process {ps.pid} is in the node's network "
+                                               "namespace"):
+        node_agent.handle("ADDED", pod_event(ps, "Running", "k8-hostns"))
+    recorded = node_agent.core.annotations["k8-hostns-ps-0"]
+    assert recorded[resources.ANNOTATION_REFUSED] == recorded[resources.ANNOTATION_WIRING_ERROR]
+    assert "in the node's network namespace" in recorded[resources.ANNOTATION_REFUSED]
+    assert not netns.exists(ps.name) and not node_agent.fabrics and not node_agent.wired
+    assert netns_links() == links_before
+    # Its next event (the annotation's own) records nothing new.
+    node_agent.core.annotations.clear()
+    with pytest.raises(admission.Denied):
+        node_agent.handle("MODIFIED", pod_event(ps, "Running", "k8-hostns"))
+    assert node_agent.core.annotations == {}
+
+
+def netns_links():
+    with IPRoute() as ipr:
+        return sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
+
+
+def test_a_refusal_for_good_is_recorded_on_the_pod_and_one_that_may_pass_is_not():
+    single = job("k8-changed", replicas={"workers": 1})
+    node_agent = make_agent(single)
+    pod = pod_event(SimpleNamespace(uid="u-changed", replica="ps-0"), "Running", "k8-changed")
+    node_agent.core.training_job["metadata"]["name"] = "k8-changed"
+    del node_agent.core.training_job["status"]["specGeneration"]   # not recorded yet
+    with pytest.raises(admission.NotYet):
+        node_agent.handle("ADDED", pod)
+    assert node_agent.core.annotations == {}
+    node_agent.core.training_job["status"]["specGeneration"] = 1
+    node_agent.core.training_job["metadata"]["generation"] = 2      # the spec changed
+    with pytest.raises(admission.Denied, match=r"spec changed \(generation 2\)"):
+        node_agent.handle("MODIFIED", pod)
+    recorded = node_agent.core.annotations["k8-changed-ps-0"]
+    assert recorded[resources.ANNOTATION_REFUSED].startswith(
+        "node k8-node: k8-lab/k8-changed-ps-0: not wired: TrainingJob k8-lab/k8-changed's "
+        "spec changed")
+
+
+def test_a_placement_ip_that_is_no_address_is_refused_before_it_reaches_nftables():
+    two_racks = job("k8-ip", replicas={"workers": 1},
+                    network={"racks": [{"name": "a"}, {"name": "b"}],
+                             "placement": {"ps-0": "a", "worker-0": "b"}})
+    pod = pod_event(SimpleNamespace(uid="u-ip", replica="ps-0"), "Running", "k8-ip")
+    recorded = training_job(two_racks, {
+        "a": placement.NodeAddress("node-a", "node-a", "192.168.78.1"),
+        "b": placement.NodeAddress("node-b", "node-b", "192.168.78.2")})
+    recorded["metadata"]["name"] = "k8-ip"
+    recorded["status"]["placement"]["b"]["ip"] = "1.2.3.4 } accept; add rule ip x y {"
+    with pytest.raises(admission.Denied, match=r"status.placement.b.ip='1.2.3.4 } accept.*': "
+                                               "not an IPv4 address"):
+        admission.admit(pod, recorded)
 
 
 INJECT_PORT = 5299

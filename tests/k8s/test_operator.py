@@ -14,7 +14,7 @@ import yaml
 
 from tailcut.k8s.manifests import crd, resources
 from tailcut.k8s.node import devcluster
-from tests.k8s import audit, operator_proc
+from tests.k8s import audit, operator_proc, test_overlay_ids
 from tests.k8s.conftest import CHART, RELEASE_NS, helm, operator_kubeconfig
 
 pytestmark = pytest.mark.k8s
@@ -136,6 +136,28 @@ def _wait_job(cp, namespace, name, phase, log):
         tj = operator_proc.get_json(cp, "-n", namespace, "get", "trainingjob", name)
         return tj if (tj.get("status") or {}).get("phase") == phase else None
     return operator_proc.wait_for(check, 60, f"{namespace}/{name} to be {phase}", log)
+
+
+def test_jobs_whose_names_hash_to_the_same_24_bits_get_different_overlay_ids(
+        control_plane, namespace, operator):
+    """A job's VXLAN id is the operator's to give, unique in the cluster: two names of
+    one namespace that a 24-bit hash of <namespace>/<job> could not tell apart get two
+    ids, each recorded in its job's status (the agents take it from there)."""
+    names = test_overlay_ids.colliding_names(namespace, prefix="k8-vni")
+    for name in names:
+        control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                              input=job_yaml(name, {"replicas": {"workers": 1}}))
+
+    def overlay_id(name):
+        tj = operator_proc.get_json(control_plane, "-n", namespace, "get", "trainingjob", name)
+        return (tj.get("status") or {}).get("overlayId")
+    ids = [operator_proc.wait_for(lambda n=n: overlay_id(n), 60, f"{n}'s overlayId", operator)
+           for n in names]
+    assert ids[0] != ids[1] and all(1 <= i < 2 ** 24 for i in ids)
+    # and none is held by another job of the cluster
+    everyone = operator_proc.get_json(control_plane, "get", "trainingjobs", "-A")["items"]
+    held = [(j.get("status") or {}).get("overlayId") for j in everyone]
+    assert all(held.count(i) == 1 for i in ids)
 
 
 def test_a_valid_job_gets_pods_service_and_config_map_owned_by_it(control_plane, namespace,

@@ -131,6 +131,18 @@ def test_a_pod_its_node_cannot_carry_fails_the_job_at_once_with_the_agents_words
     assert resources.status_from_pods(job(), [unfit])[2] == "PodFailed"
 
 
+def test_a_pod_its_agent_refused_for_good_fails_the_job_at_once_with_the_agents_words():
+    refused = pod("worker-1", "Running")
+    refused["metadata"]["annotations"] = {
+        resources.ANNOTATION_WIRING_ERROR: "node n: lab/k8-demo-worker-1: not wired: ...",
+        resources.ANNOTATION_REFUSED: "node n: lab/k8-demo-worker-1: not wired: ..."}
+    phase, counts, reason, message = resources.status_from_pods(
+        job(), [pod("ps-0", "Running"), pod("worker-0", "Running"), refused])
+    assert (phase, reason) == ("Failed", "AgentRefused")
+    assert message == "k8-demo-worker-1: node n: lab/k8-demo-worker-1: not wired: ..."
+    assert counts["Worker"] == {"active": 1, "succeeded": 0, "failed": 1}
+
+
 def test_pods_of_one_rack_prefer_one_node_and_racks_prefer_different_nodes():
     ps, w0, w1 = resources.pods(job(), OWNER, "img:1")
     same = ps["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]

@@ -15,7 +15,8 @@ set, must not be enough to make it act. It wires a pod only when
      users are not granted), and the spec is still that generation.
 
 Everything the agent builds then comes from that TrainingJob: the spec from its
-.spec, the nodes of its racks (and so the VXLAN peers) from its .status.placement.
+.spec, the nodes of its racks (and so the VXLAN peers) from its .status.placement, the
+VXLAN's id from its .status.overlayId (tailcut.k8s.manifests.overlay_ids).
 No config map and no annotation is read: the agent has no right to read config maps.
 
 Kubernetes does not authenticate ownerReferences: someone who may create pods in the
@@ -33,13 +34,28 @@ from typing import Any, Mapping, Optional
 
 from tailcut import spec
 from tailcut.errors import SpecError, TailcutError
-from tailcut.k8s.manifests import crd, placement, policy, resources
+from tailcut.k8s.manifests import crd, overlay_ids, placement, policy, resources
 from tailcut.net import topology
 from tailcut.spec.model import TrainingJob
 
 
 class Refused(TailcutError):
-    """The agent does not act for this pod; the message names the pod and why."""
+    """The agent does not act for this pod; the message names the pod and why. Only
+    logged: nothing shows that the pod is its job's (its controller reference does not
+    name an existing TrainingJob of that UID)."""
+
+
+class NotYet(Refused):
+    """Not wired yet: the operator has not recorded all the agent needs in the job's
+    status; the pod's next event retries. Logged."""
+
+
+class Denied(Refused):
+    """A pod of an existing TrainingJob that no retry will wire (its spec changed, its
+    status or the pod itself is not what the operator writes, its network namespace
+    is the node's). Recorded on the pod (resources.ANNOTATION_REFUSED), so the
+    operator fails the job at once with an event and its Failed condition, instead of
+    the pod waiting out its 120 s for tc0."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,8 @@ class Admitted:
     # spec.network.inNetwork as the operator resolved it (status.inNetwork): the ToR
     # programs' sections, the hot set included; empty without inNetwork
     tor: dict[str, Any] = field(default_factory=dict)
+    # the VNI the operator allocated to the job (status.overlayId); None: not recorded
+    overlay_id: Optional[int] = None
 
 
 def where(pod: Any) -> str:
@@ -103,14 +121,14 @@ def admit(pod: Any, training_job: Optional[Mapping[str, Any]]) -> Admitted:
     status = training_job.get("status") or {}
     recorded = status.get("specGeneration")
     if recorded is None:
-        raise Refused(f"{where(pod)}: not wired yet: the operator has not recorded "
-                      f"TrainingJob {namespace}/{ref.name}'s placement in its status "
-                      "(status.specGeneration); the pod's next event retries")
+        raise NotYet(f"{where(pod)}: not wired yet: the operator has not recorded "
+                     f"TrainingJob {namespace}/{ref.name}'s placement in its status "
+                     "(status.specGeneration); the pod's next event retries")
     if meta.get("generation") != recorded:
-        raise Refused(f"{where(pod)}: not wired: TrainingJob {namespace}/{ref.name}'s "
-                      f"spec changed (generation {meta.get('generation')}) after its pods "
-                      f"were made from generation {recorded}; the change is not applied: "
-                      "delete and re-create the TrainingJob")
+        raise Denied(f"{where(pod)}: not wired: TrainingJob {namespace}/{ref.name}'s "
+                     f"spec changed (generation {meta.get('generation')}) after its pods "
+                     f"were made from generation {recorded}; the change is not applied: "
+                     "delete and re-create the TrainingJob")
     try:
         job = spec.from_dict({"apiVersion": training_job.get("apiVersion"),
                               "kind": training_job.get("kind"),
@@ -119,25 +137,36 @@ def admit(pod: Any, training_job: Optional[Mapping[str, Any]]) -> Admitted:
                              source=f"TrainingJob {namespace}/{ref.name}")
         policy.check_enforceable(job)   # the operator refused these already
     except SpecError as err:
-        raise Refused(f"{where(pod)}: not wired: {err}") from err
+        raise Denied(f"{where(pod)}: not wired: {err}") from err
     replica = labels.get(resources.LABEL_REPLICA)
     if replica not in {p.name for p in topology.plan(job).pods}:
-        raise Refused(f"{where(pod)}: label {resources.LABEL_REPLICA}={replica!r} names "
-                      f"no pod of job {job.name}")
+        raise Denied(f"{where(pod)}: label {resources.LABEL_REPLICA}={replica!r} names "
+                     f"no pod of job {job.name}")
     if pod.metadata.name != resources.pod_name(job, replica):
-        raise Refused(f"{where(pod)}: not wired: the operator names {replica} of job "
-                      f"{job.name} {resources.pod_name(job, replica)}")
+        raise Denied(f"{where(pod)}: not wired: the operator names {replica} of job "
+                     f"{job.name} {resources.pod_name(job, replica)}")
     tor: dict[str, Any] = {}
     if job.spec.network.in_network is not None:
         if not status.get("inNetwork"):
-            raise Refused(f"{where(pod)}: not wired yet: the operator has not recorded "
-                          f"TrainingJob {namespace}/{ref.name}'s resolved in-network "
-                          "programs in its status (status.inNetwork); the pod's next event "
-                          "retries")
+            raise NotYet(f"{where(pod)}: not wired yet: the operator has not recorded "
+                         f"TrainingJob {namespace}/{ref.name}'s resolved in-network "
+                         "programs in its status (status.inNetwork); the pod's next event "
+                         "retries")
         try:
             tor = json.loads(status["inNetwork"])
         except ValueError as err:
-            raise Refused(f"{where(pod)}: not wired: status.inNetwork of TrainingJob "
-                          f"{namespace}/{ref.name} is not JSON: {err}") from err
-    return Admitted(job=job, racks_at=placement.from_status(status.get("placement") or {}),
-                    job_uid=ref.uid, replica=replica, tor=tor)
+            raise Denied(f"{where(pod)}: not wired: status.inNetwork of TrainingJob "
+                         f"{namespace}/{ref.name} is not JSON: {err}") from err
+    try:
+        racks_at = placement.from_status(status.get("placement") or {})
+        overlay_id = overlay_ids.from_status(status)
+    except ValueError as err:
+        raise Denied(f"{where(pod)}: not wired: TrainingJob {namespace}/{ref.name}: "
+                     f"{err}") from err
+    if overlay_id is None and len({n.name for n in racks_at.values()}) > 1:
+        raise NotYet(f"{where(pod)}: not wired yet: the operator has not recorded "
+                     f"TrainingJob {namespace}/{ref.name}'s overlay id, the VXLAN id "
+                     "that joins its nodes (status.overlayId); the pod's next event "
+                     "retries")
+    return Admitted(job=job, racks_at=racks_at, job_uid=ref.uid, replica=replica, tor=tor,
+                    overlay_id=overlay_id)

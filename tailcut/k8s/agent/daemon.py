@@ -6,15 +6,14 @@ import json
 import logging
 from typing import Any, Iterator, Optional
 
-from tailcut import features, innetwork
+from tailcut import features
 from tailcut.errors import TailcutError
 from tailcut.k8s import metrics
 from tailcut.k8s.agent import admission, podns, wiring
 from tailcut.k8s.agent.errors import UNFIT
-from tailcut.k8s.manifests import crd, placement, resources
+from tailcut.k8s.manifests import crd, resources
 from tailcut.net import overlay
 from tailcut.scheduling import enforce
-from tailcut.spec.model import TrainingJob
 
 log = logging.getLogger("tailcut.agent")
 
@@ -23,6 +22,7 @@ ANNOTATION_NETWORK = resources.ANNOTATION_NETWORK
 ANNOTATION_QUEUE_DROPS = resources.ANNOTATION_QUEUE_DROPS
 ANNOTATION_WIRING_ERROR = resources.ANNOTATION_WIRING_ERROR
 ANNOTATION_NODE_UNFIT = resources.ANNOTATION_NODE_UNFIT
+ANNOTATION_REFUSED = resources.ANNOTATION_REFUSED
 WIRING_ERROR_MAX_CHARS = 1024
 
 
@@ -54,14 +54,23 @@ class Agent:
                         "would be the node's; set agent.dangerouslyShapeHostNetworkPods "
                         "to allow)")
             return
-        ok = self.admit(pod)
-        pid = podns.pid_of_pod(uid)
-        if pid is None:
-            log.warning(f"{where}: running but no process found in /proc; retrying later")
-            return
         try:
-            wired = self._wire(pod.metadata.namespace, ok.job, ok.racks_at, ok.job_uid, uid,
-                               ok.replica, pid, ok.tor)
+            ok = self.admit(pod)
+            pid = podns.pid_of_pod(uid)
+            if pid is None:
+                log.warning(f"{where}: running but no process found in /proc; retrying "
+                            "later")
+                return
+            if podns.in_nodes_netns(pid) and not pod.spec.host_network:
+                raise admission.Denied(
+                    f"{where}: not wired: its process {pid} is in the node's network "
+                    "namespace, not a pod's of its own (a host-network process in the "
+                    "pod's cgroup?); wiring it would move the node's links")
+        except admission.Denied as err:
+            self._refuse(pod, err)
+            raise
+        try:
+            wired = self._wire(pod.metadata.namespace, ok, uid, pid)
             wired.where = where
         except Exception as err:
             metrics.shaping_failures.inc()
@@ -79,6 +88,14 @@ class Agent:
         log.info(f"{where}: {wired.description}")
         self._annotate(pod, wired)
 
+    def _refuse(self, pod: Any, err: admission.Denied) -> None:
+        """Record a refusal for good on the pod, once: the operator fails the job at
+        once with it (its Failed condition and events), not at the pod's timeout."""
+        said = f"node {self.node}: {err}"[:WIRING_ERROR_MAX_CHARS]
+        if self.failures.get(pod.metadata.uid) != said:
+            self.failures[pod.metadata.uid] = said
+            self._record(pod, {ANNOTATION_WIRING_ERROR: said, ANNOTATION_REFUSED: said})
+
     def admit(self, pod: Any) -> admission.Admitted:
         """What to wire `pod` with, from the TrainingJob that controls it; raises
         admission.Refused (naming the pod and why) for any other pod."""
@@ -92,9 +109,9 @@ class Agent:
             job = None
         return admission.admit(pod, job)
 
-    def _wire(self, namespace: str, job: TrainingJob, where: placement.Placement,
-              job_uid: str, uid: str, replica: str, pid: int,
-              tor: Optional[innetwork.Sections] = None) -> wiring.Wired:
+    def _wire(self, namespace: str, ok: admission.Admitted, uid: str,
+              pid: int) -> wiring.Wired:
+        job, job_uid, replica = ok.job, ok.job_uid, ok.replica
         key = (namespace, job.name)
         fabric = self.fabrics.get(key)
         if fabric is not None and fabric.job_uid != job_uid:
@@ -104,9 +121,11 @@ class Agent:
                 self.release(old)
             fabric = self.fabrics.get(key)
         if fabric is None:
-            fabric = wiring.build_fabric(namespace, job, self.has_netem, self.node, where, {
-                f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
-                if f.overlay_vni is not None}, tor=tor)
+            fabric = wiring.build_fabric(
+                namespace, job, self.has_netem, self.node, ok.racks_at,
+                overlay_id=ok.overlay_id, vnis_taken={
+                    f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
+                    if f.overlay_vni is not None}, tor=ok.tor)
             fabric.job_uid = job_uid
             self.fabrics[key] = fabric
             log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "

@@ -37,6 +37,27 @@ def pid_of_pod(pod_uid: str, proc: Path = Path("/proc")) -> Optional[int]:
     return None
 
 
+def netns_inode(pid: str) -> int:
+    """The inode of the network namespace of `pid` ('self', 'thread-self' or a number):
+    two processes share a namespace when these are equal."""
+    return os.stat(f"/proc/{pid}/ns/net").st_ino
+
+
+def in_nodes_netns(pid: int) -> bool:
+    """Whether `pid` is in the node's network namespace: the agent's own (it runs on
+    the node's network; this thread's, as tests enter a node's namespace per thread)
+    or init's (it shares the node's PID namespace). Wiring such a process's namespace
+    would move the node's own links; a runtime may put a host-network process, such as
+    a monitor, into a pod's cgroup, where `pid_of_pod` finds it."""
+    theirs = netns_inode(str(pid))
+    if theirs == netns_inode("thread-self"):
+        return True
+    try:
+        return theirs == netns_inode("1")
+    except PermissionError:   # init is not ours to inspect (root in a sandbox): the
+        return False          # agent's own namespace, checked above, is the node's
+
+
 def attach(name: str, pid: int) -> None:
     """Name the network namespace of `pid` (replacing a stale name)."""
     os.makedirs(netns.RUN_DIR, exist_ok=True)

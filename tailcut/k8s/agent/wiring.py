@@ -82,26 +82,30 @@ def readable(fabric: Fabric, wired_ns: dict[str, str], key: str) -> str:
 
 
 def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
-                 where: placement.Placement,
+                 where: placement.Placement, overlay_id: Optional[int] = None,
                  vnis_taken: Optional[dict[int, str]] = None,
                  tor: Optional[innetwork.Sections] = None) -> Fabric:
     """The job's spine and the racks placed on `node` (all of them without a
-    placement), with cadentflow's classes on both ends of every uplink, the VXLAN
-    to the job's spines on other nodes (refused if its VNI is one of `vnis_taken`,
-    another job's on this node), and the ToR programs of `tor` (the sections the
-    operator resolved, tailcut.plan.in_network) serving the racks' uplinks. Call it
-    from the node's network namespace. All or nothing."""
+    placement), with cadentflow's classes on both ends of every uplink, the VXLAN of
+    `overlay_id` (the job's status.overlayId) to the job's spines on other nodes
+    (refused if that VNI is one of `vnis_taken`, another job's on this node), and the
+    ToR programs of `tor` (the sections the operator resolved, tailcut.plan.in_network)
+    serving the racks' uplinks. Call it from the node's network namespace. All or
+    nothing."""
     topo = node_topology(job, namespace, node)
     here = [r for r in topo.racks if not where or where[r.name].name == node]
     if not here:
         raise AgentError(f"{namespace}/{job.name}: no rack of the job is placed on node "
                          f"{node} ({', '.join(f'{r}: {n.name}' for r, n in where.items())})")
-    vni = overlay.vni(f"{namespace}/{job.name}")
-    if len(_spines(topo, where)) > 1 and vni in (vnis_taken or {}):
-        raise AgentError(f"{namespace}/{job.name}: its VXLAN's VNI {vni} (a hash of its "
-                         f"name) is also {(vnis_taken or {})[vni]}'s on this node; rename "
-                         "one of the jobs")
     spines = _spines(topo, where)
+    if len(spines) > 1 and overlay_id is None:
+        raise AgentError(f"{namespace}/{job.name}: its racks are on several nodes and the "
+                         "operator recorded no VXLAN id for it (status.overlayId)")
+    if len(spines) > 1 and overlay_id in (vnis_taken or {}):
+        raise AgentError(f"{namespace}/{job.name}: its VXLAN id {overlay_id} "
+                         f"(status.overlayId) is also {(vnis_taken or {})[overlay_id]}'s on "
+                         "this node: the operator gives each job its own, so one of them "
+                         "was recorded by hand or by another operator; delete one of the jobs")
     if len(spines) > 1:   # checked before anything is built
         short = overlay.too_small([s for n, s in spines.items() if n != node], topo.mtu)
         if short is not None:
@@ -125,9 +129,10 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
             me = spines.pop(node)
             # The peers are the nodes of the job's placement, and only they: the
             # VXLAN goes to them and is accepted from them alone.
-            fabric.overlay_vni = vni   # (set first: a failure half-way is undone too)
+            assert overlay_id is not None   # (checked above)
+            fabric.overlay_vni = overlay_id   # (set first: a failure half-way is undone)
             network.applied[f"{topo.spine_netns}/{overlay.VXLAN_IF}"] = overlay.join(
-                topo.spine_netns, job.name, vni, me, list(spines.values()), topo.mtu)
+                topo.spine_netns, job.name, overlay_id, me, list(spines.values()), topo.mtu)
         if _cadentflow(job):
             fabric.enforcement = enforce.apply_to(
                 [e for r in here for e in enforce.uplink_egresses(topo, r)],

@@ -16,6 +16,7 @@ and the pods keep the preferred rack affinity of tailcut.k8s.manifests.resources
 """
 
 import hashlib
+import ipaddress
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -71,9 +72,25 @@ def to_status(placement: Placement) -> dict[str, dict[str, str]]:
 
 
 def from_status(recorded: Mapping[str, Any]) -> Placement:
-    """The placement in a TrainingJob's status.placement; empty if it has none."""
-    return {rack: NodeAddress(name=n["node"], hostname=n["hostname"], ip=n["ip"])
-            for rack, n in (recorded or {}).items()}
+    """The placement in a TrainingJob's status.placement; empty if it has none.
+    ValueError naming the field if a rack's record is not what the operator writes:
+    its ip goes into the VXLAN and the nftables guard (tailcut.net.overlay), so it
+    must be an IPv4 address and nothing more."""
+    found = {}
+    for rack, n in (recorded or {}).items():
+        at = f"status.placement.{rack}"
+        if not isinstance(n, Mapping) or not all(
+                isinstance(n.get(k), str) and n.get(k) for k in ("node", "hostname", "ip")):
+            raise ValueError(f"{at}={n!r}: needs node, hostname and ip, each a string")
+        try:
+            ip = ipaddress.IPv4Address(n["ip"])
+        except ValueError as err:
+            raise ValueError(f"{at}.ip={n['ip']!r}: not an IPv4 address (the node's "
+                             "InternalIP)") from err
+        if ip.is_unspecified or ip.is_multicast or ip.is_loopback:
+            raise ValueError(f"{at}.ip={n['ip']!r}: not a node's address")
+        found[rack] = NodeAddress(name=n["node"], hostname=n["hostname"], ip=str(ip))
+    return found
 
 
 def scheduling(rack: str, placement: Placement) -> Optional[dict[str, Any]]:

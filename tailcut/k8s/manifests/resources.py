@@ -39,6 +39,9 @@ ANNOTATION_WIRING_ERROR = "tailcut.dev/wiring-error"   # the agent's: why it cou
 # The agent's, beside the wiring error when no retry can mend it (the node's network
 # MTU is short of the job's + VXLAN, no kernel headers): the job fails at once.
 ANNOTATION_NODE_UNFIT = "tailcut.dev/node-unfit"
+# The agent's, beside the wiring error, when it refuses a pod of the job for good
+# (tailcut.k8s.agent.admission.Denied): the job fails at once too, reason AgentRefused.
+ANNOTATION_REFUSED = "tailcut.dev/refused"
 # A namespace opts in to bounded-loss pods (root with BPF, NET_ADMIN, PERFMON) with this
 # label; the operator fails a bounded-loss job anywhere else, naming it.
 LABEL_NAMESPACE_XDP = "tailcut.dev/bounded-loss"
@@ -233,6 +236,7 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]],
     may_be_lost = {"ps-0"} if job.spec.replicas.ps_replica else set()
     seen: dict[str, str] = {}
     unfit_pods: list[str] = []
+    refused_pods: list[str] = []   # refused for good by their node's agent
     for pod in pod_list:
         meta = pod.get("metadata", {})
         replica = meta.get("labels", {}).get(LABEL_REPLICA)
@@ -254,12 +258,17 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]],
                     victims.append((said, ended))
         else:
             counts[key]["active"] += 1
-        unfit = ((meta.get("annotations") or {}).get(ANNOTATION_NODE_UNFIT)
-                 if phase not in ("Succeeded", "Failed") else None)
-        if unfit:   # its node's agent will never wire it: fail now, not at its timeout
+        annotations = meta.get("annotations") or {}
+        ending = phase not in ("Succeeded", "Failed")
+        unfit = annotations.get(ANNOTATION_NODE_UNFIT) if ending else None
+        refused = annotations.get(ANNOTATION_REFUSED) if ending else None
+        if unfit or refused:   # its agent will never wire it: fail now, not at its timeout
             counts[key]["active"] -= 1
             counts[key]["failed"] += 1
-            unfit_pods.append(f"{meta.get('name')}: {unfit}")
+            (unfit_pods if unfit else refused_pods).append(
+                f"{meta.get('name')}: {unfit or refused}")
+    if refused_pods:
+        return "Failed", counts, "AgentRefused", "; ".join(sorted(refused_pods))
     if unfit_pods:
         return "Failed", counts, "NodeUnfit", "; ".join(sorted(unfit_pods))
     if victims and not failed and any(p not in ("Succeeded", "Failed") for p in seen.values()):

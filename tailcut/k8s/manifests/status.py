@@ -107,6 +107,12 @@ class Status(_Model):
         default_factory=dict, description="per rack: the node that holds it (empty: no "
                                           "schedulable node was known, every node builds "
                                           "every rack)")
+    overlay_id: Optional[int] = Field(
+        default=None, ge=1, le=2 ** 24 - 1,
+        description="the VXLAN network identifier the operator allocated to the job, "
+                    "unique among the cluster's TrainingJobs "
+                    "(tailcut.k8s.manifests.overlay_ids): the node agents join the job's "
+                    "spines on several nodes with it, accepted only from its nodes")
     in_network: Optional[str] = Field(
         default=None, description="spec.network.inNetwork resolved once (JSON: each ToR "
                                   "program's addresses, racks and data, e.g. the hot set, "
