@@ -18,8 +18,12 @@ to zero meanwhile (--operator-namespace) and back afterwards. 1 Gbit/s access li
 workers 0-1 in rack-0, workers 2-3 in rack-1 (on a cluster of two nodes, the racks on
 different nodes: their PUSHes cross the spines' VXLAN). Prints per run the p99 of each,
 and the medians with p99(kubernetes) / p99(tailcut run) and, with both transports,
-p99(tcp) / p99(bounded-loss) on each executor. Root (the local half builds
-namespaces)."""
+p99(tcp) / p99(bounded-loss) on each executor, each ratio marked with both sides'
+verdicts (bench/README.md): a local run's judged from the host's CPU over it (links
+not sampled), a cluster run's "unmeasured" (its pods are not this process's: the
+host's other processes would include them), so no ratio with a cluster side is "met".
+The cluster's own daemons count among the other processes of the busy-host check.
+Root (the local half builds namespaces)."""
 
 import argparse
 import contextlib
@@ -36,7 +40,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import bl_completion, bl_net  # noqa: E402
+from bench import bl_completion, bl_net, hostcheck  # noqa: E402
 from tailcut import features, spec  # noqa: E402
 from tailcut.k8s.manifests import placement, resources  # noqa: E402
 from tailcut.k8s.node import images  # noqa: E402
@@ -194,34 +198,47 @@ def main() -> None:
     ap.add_argument("--racks", type=int, choices=[1, 2], default=1)
     ap.add_argument("--operator-namespace", default="tailcut-system",
                     help="where the chart's operator runs (stopped while the bench runs)")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     loss = 0.01   # bl_completion's network
     kubectl(args.kubeconfig, "create", "namespace", args.namespace, check=False)
     p99: dict[tuple[str, str], list[float]] = {}
+    verdicts: dict[tuple[str, str], list[str]] = {}
     with operator_stopped(args.kubeconfig, args.operator_namespace):
         for run in range(args.runs):
             for transport in args.transports:
                 name = f"kpush-{'bl' if transport == 'bounded-loss' else transport}-{run}"
                 job = bench_job(name, transport, loss, args.racks)
                 configs = role_configs(job, transport, args.rounds)
+                run_watch = hostcheck.Watch()
                 here = bl_net.pct(run_local(job, configs), 99)
+                fidelity = hostcheck.judged(run_watch.stop())
+                verdicts.setdefault(("local", transport), []).append(
+                    hostcheck.verdict_of(fidelity))
+                verdicts.setdefault(("kubernetes", transport), []).append(
+                    hostcheck.verdict_of(None))
                 there = bl_net.pct(run_cluster(args.kubeconfig, args.namespace, job,
                                                configs), 99)
                 p99.setdefault(("local", transport), []).append(here)
                 p99.setdefault(("kubernetes", transport), []).append(there)
                 print(f"run {run + 1}/{args.runs} {transport}: p99 4 MiB PUSH tailcut run "
-                      f"{here * 1e3:.1f} ms, kubernetes {there * 1e3:.1f} ms", flush=True)
+                      f"{here * 1e3:.1f} ms ({hostcheck.during(fidelity)}), kubernetes "
+                      f"{there * 1e3:.1f} ms", flush=True)
     med = {k: statistics.median(v) for k, v in p99.items()}
     print(f"\n4 MiB PUSH, {WORKERS} workers -> ps-0 in {args.racks} rack(s), 1 Gbit/s, loss "
           f"{loss} both ways, {args.rounds} rounds, median of {args.runs} runs:")
     for t in args.transports:
         print(f"  {t:>12}: p99 tailcut run {med[('local', t)] * 1e3:.1f} ms, kubernetes "
               f"{med[('kubernetes', t)] * 1e3:.1f} ms, p99(kubernetes) / p99(tailcut run) "
-              f"= {med[('kubernetes', t)] / med[('local', t)]:.2f}")
+              f"= {med[('kubernetes', t)] / med[('local', t)]:.2f} "
+              + hostcheck.mark({f"{w} {t}": verdicts[(w, t)] for w in ("kubernetes", "local")}))
     if {"tcp", "bounded-loss"} <= set(args.transports):
         for where in ("local", "kubernetes"):
             print(f"p99(tcp) / p99(bounded-loss) {where}: "
-                  f"{med[(where, 'tcp')] / med[(where, 'bounded-loss')]:.2f}")
+                  f"{med[(where, 'tcp')] / med[(where, 'bounded-loss')]:.2f} "
+                  + hostcheck.mark({t: verdicts[(where, t)] for t in ("tcp", "bounded-loss")}))
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":
