@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tailcut.k8s.node import devcluster
+from tests.k8s.conftest import helm
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "tailcut"
@@ -62,6 +63,18 @@ def test_plain_manifests_match_the_chart():
     assert (REPO / "manifests" / "tailcut.yaml").read_text() == render_plain_manifests(), (
         "manifests/tailcut.yaml drifted from the chart: run "
         ".venv/bin/python tests/k8s/test_chart.py")
+
+
+@pytest.mark.k8s
+def test_helm_install_tells_the_user_what_to_run_next(control_plane):
+    notes = helm(control_plane, "install", "notes", str(CHART), "--namespace", "k8-notes",
+                 "--dry-run").stdout.split("NOTES:", 1)[1]
+    assert "helm test notes --namespace k8-notes" in notes
+    assert "kubectl -n lab apply -f examples/quickstart.yaml" in notes
+    assert "workers.torchImage" in notes   # empty by default: how to fill it
+    with_torch = helm(control_plane, "install", "notes", str(CHART), "--namespace",
+                      "k8-notes", "--dry-run", "--set", "workers.torchImage=t").stdout
+    assert "workers.torchImage" not in with_torch.split("NOTES:", 1)[1]
 
 
 if __name__ == "__main__":
