@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from matplotlib.figure import Figure
 
-from tailcut.reports import style
+from tailcut.reports import condition, style
 from tailcut.training import allreduce
 
 PERCENTILES = (50, 90, 99)
@@ -55,14 +54,16 @@ def summarize(results_dir: Path, workers: int) -> dict[str, Any]:
 def report(results_dir: Path, workers: int, title: str = "") -> dict[str, Any]:
     summary = summarize(results_dir, workers)
     (results_dir / "allreduce.json").write_text(json.dumps(summary, indent=2) + "\n")
-    fig = draw(read(results_dir, 0), summary, title)
+    fig = draw(read(results_dir, 0), summary, title, condition.of_results(results_dir))
     style.save(fig, results_dir / "allreduce.png")
     return summary
 
 
-def draw(rank0: dict[str, np.ndarray], summary: dict[str, Any], title: str = "") -> Figure:
+def draw(rank0: dict[str, np.ndarray], summary: dict[str, Any], title: str = "",
+         subtitle: str = "") -> Figure:
     """allreduce.png: rank 0's iteration and all-reduce times by iteration (a
-    retransmission timeout shows as a spike), not yet written."""
+    retransmission timeout shows as a spike), not yet written; `subtitle` is the run's
+    condition (tailcut.reports.condition)."""
     fig, ax = style.figure()
     ax.plot(rank0["step"], rank0["iteration_ms"], ".", ms=3, color="tab:gray",
             label="whole iteration")
@@ -75,7 +76,8 @@ def draw(rank0: dict[str, np.ndarray], summary: dict[str, Any], title: str = "")
     style.legend(ax)
     a = summary["allreduce_ms"]
     style.title(fig, style.titled(title, f"per-iteration times (all-reduce, all ranks: "
-                                        f"p50 {a['p50']:.1f} ms, p99 {a['p99']:.1f} ms)"))
+                                        f"p50 {a['p50']:.1f} ms, p99 {a['p99']:.1f} ms)"),
+                subtitle=subtitle)
     return fig
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from tailcut.reports import style, thin
+from tailcut.reports import condition, style, thin
 from tailcut.training import rpc
 
 # The parts of an RPC's time, in the order they are stacked (bottom first), named for
@@ -118,10 +118,12 @@ def rpc_figures(results_dir: str | Path, title: str = "") -> tuple[list[Path], d
     written = [results / "rpcs.csv"]
     latencies = {op: np.array([r["total_us"] for r in rs], dtype=float) / 1e3
                  for op, rs in by_op.items() if rs}
-    written.append(style.save(draw_latency_cdf(latencies, title),
+    run = condition.of_results(results)
+    written.append(style.save(draw_latency_cdf(latencies, title, run),
                               results / "rpc_latency_cdf.png"))
     means = {op: summary[op]["mean_us"] for op in latencies}
-    written.append(style.save(draw_breakdown(means, title), results / "rpc_breakdown.png"))
+    written.append(style.save(draw_breakdown(means, title, run),
+                              results / "rpc_breakdown.png"))
     return written, summary
 
 
@@ -136,7 +138,8 @@ def server_figures(results_dir: str | Path, title: str = ""
     summary["concurrent_connections"] = {
         name: {"windows": len(a), "median": float(np.median(a)) if a else 0.0,
                "max": max(a, default=0)} for name, a in conns.items()}
-    written.append(style.save(draw_connections(conns, title),
+    run = condition.of_results(results)
+    written.append(style.save(draw_connections(conns, title, run),
                               results / "concurrent_connections.png"))
 
     counts = update_counts(results)
@@ -151,7 +154,7 @@ def server_figures(results_dir: str | Path, title: str = ""
         summary["hot_parameters"]["served_by_tor"] = (
             float(tor[1].sum()) / float(counts.sum()) if counts.sum() else 0.0)
         summary["hot_parameters"]["tor_parameters"] = int(tor[0].size)
-    written.append(style.save(draw_hot_parameters(counts, title),
+    written.append(style.save(draw_hot_parameters(counts, title, run),
                               results / "hot_parameters.png"))
     return written, summary
 
@@ -168,8 +171,10 @@ def write_summary(results_dir: str | Path,
     return [*(p for written, _ in parts for p in written), path]
 
 
-def draw_latency_cdf(latencies_ms: dict[str, np.ndarray], title: str = "") -> Figure:
-    """rpc_latency_cdf.png: the CDF of each op's RPC latencies (ms), not yet written."""
+def draw_latency_cdf(latencies_ms: dict[str, np.ndarray], title: str = "",
+                     subtitle: str = "") -> Figure:
+    """rpc_latency_cdf.png: the CDF of each op's RPC latencies (ms), not yet written;
+    `subtitle` is the run's condition (tailcut.reports.condition), as for the others."""
     fig, ax = style.figure()
     for op, values in latencies_ms.items():
         x, y = thin.cdf(values)
@@ -180,14 +185,15 @@ def draw_latency_cdf(latencies_ms: dict[str, np.ndarray], title: str = "") -> Fi
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     style.legend(ax)
-    style.title(fig, style.titled(title, "push and pull RPC latency"))
+    style.title(fig, style.titled(title, "push and pull RPC latency"), subtitle=subtitle)
     return fig
 
 
-def draw_breakdown(means_us: dict[str, dict[str, float]], title: str = "") -> Figure:
+def draw_breakdown(means_us: dict[str, dict[str, float]], title: str = "",
+                   subtitle: str = "") -> Figure:
     """rpc_breakdown.png: each op's mean time per RPC (us) in PART_LABELS' parts,
     stacked, not yet written."""
-    fig, ax = style.figure()
+    fig, ax = style.figure(size=(7, 5.5))   # its legend (a line a part) goes below
     ops = list(means_us)
     bottom = np.zeros(len(ops))
     for key, label in PART_LABELS.items():
@@ -200,11 +206,13 @@ def draw_breakdown(means_us: dict[str, dict[str, float]], title: str = "") -> Fi
     ax.grid(alpha=0.3, axis="y")
     handles, labels = ax.get_legend_handles_labels()
     style.legend(ax, handles[::-1], labels[::-1])   # listed top first, as stacked
-    style.title(fig, style.titled(title, "where an RPC's time goes (means)"))
+    style.title(fig, style.titled(title, "where an RPC's time goes (means)"),
+                subtitle=subtitle)
     return fig
 
 
-def draw_connections(conns: dict[str, list[int]], title: str = "") -> Figure:
+def draw_connections(conns: dict[str, list[int]], title: str = "",
+                     subtitle: str = "") -> Figure:
     """concurrent_connections.png: the CDF of each PS's distinct clients per window
     with traffic, not yet written."""
     fig, ax = style.figure()
@@ -222,11 +230,13 @@ def draw_connections(conns: dict[str, list[int]], title: str = "") -> Figure:
     ax.grid(alpha=0.3)
     if any(conns.values()):
         style.legend(ax)
-    style.title(fig, style.titled(title, "concurrent connections per PS"))
+    style.title(fig, style.titled(title, "concurrent connections per PS"),
+                subtitle=subtitle)
     return fig
 
 
-def draw_hot_parameters(counts: np.ndarray, title: str = "") -> Figure:
+def draw_hot_parameters(counts: np.ndarray, title: str = "",
+                        subtitle: str = "") -> Figure:
     """hot_parameters.png: the share of all updates the top-k parameters took, against
     k on a log axis, not yet written."""
     fig, ax = style.figure()
@@ -255,5 +265,6 @@ def draw_hot_parameters(counts: np.ndarray, title: str = "") -> Figure:
     ax.grid(alpha=0.3)
     if ordered.sum() > 0:
         style.legend(ax)
-    style.title(fig, style.titled(title, "hot parameters: updates taken by the top k"))
+    style.title(fig, style.titled(title, "hot parameters: updates taken by the top k"),
+                subtitle=subtitle)
     return fig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from tailcut.reports import style
+from tailcut.reports import condition, style
 
 import matplotlib.pyplot as plt  # noqa: E402 - after style chose the backend
 from matplotlib.figure import Figure  # noqa: E402
@@ -29,14 +29,17 @@ def plot_loss_vs_epoch(
     test_loss = [float(r["test_loss"]) for r in rows]
     accuracy = [float(r["test_accuracy"]) for r in rows]
 
+    results = Path(epochs_csv).parent
     fig = draw_loss_vs_epoch(epoch, train_loss, test_loss, accuracy,
-                             title or f"Loss and accuracy per epoch ({Path(epochs_csv).parent.name})")
+                             title or f"Loss and accuracy per epoch ({results.name})",
+                             condition.of_results(results))
     return style.save(fig, Path(out_png))
 
 
 def draw_loss_vs_epoch(epoch: list[int], train_loss: list[float], test_loss: list[float],
-                       accuracy: list[float], title: str) -> Figure:
-    """The figure of plot_loss_vs_epoch, not yet written."""
+                       accuracy: list[float], title: str, subtitle: str = "") -> Figure:
+    """The figure of plot_loss_vs_epoch, not yet written; `subtitle` is the run's
+    condition (tailcut.reports.condition)."""
     fig, ax_loss = style.figure()
     try:
         ax_loss.plot(epoch, train_loss, "o-", color="tab:blue", label="train loss")
@@ -53,7 +56,7 @@ def draw_loss_vs_epoch(epoch: list[int], train_loss: list[float], test_loss: lis
         # One legend for both axes, so a reader sees which line belongs to which.
         lines = ax_loss.get_lines() + ax_acc.get_lines()
         style.legend(ax_loss, lines, [str(line.get_label()) for line in lines])
-        style.title(fig, title)
+        style.title(fig, title, subtitle=subtitle)
     except BaseException:
         plt.close(fig)
         raise

@@ -33,6 +33,7 @@ DPI = 100
 # lower-case letters ~0.55-0.6): what a title or a tick label is measured by before
 # anything is drawn.
 CHAR_EM = 0.62
+SUBTITLE_POINTS = 9
 # Inside the axes, in this order; a legend that fits in none of them goes outside.
 Inside = Literal["upper right", "upper left", "lower right", "lower left", "center right",
                  "center left", "upper center", "lower center"]
@@ -46,12 +47,17 @@ def figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = SIZE,
     return plt.subplots(nrows, ncols, figsize=size, dpi=DPI, layout="constrained", **kwargs)
 
 
-def title(target: Axes | Figure, text: str, fontsize: float | None = None) -> Text:
+def title(target: Axes | Figure, text: str, fontsize: float | None = None,
+          subtitle: str = "") -> Text:
     """Set `text` as a figure's title (its suptitle, over the whole width) or an axes'
     (a panel's, over its own), wrapped onto as many lines as that width needs: a
-    title longer than its figure was cut off."""
+    title longer than its figure was cut off. A figure's `subtitle` (the run's
+    condition, say) goes in smaller type above its first axes: give one only to a
+    figure of one axes (and its twins)."""
     if isinstance(target, Figure):
         size = fontsize or _points(matplotlib.rcParams["figure.titlesize"])
+        if subtitle:
+            title(target.axes[0], subtitle, fontsize=SUBTITLE_POINTS)
         return target.suptitle(_wrap(text, target.get_figwidth(), size), fontsize=size)
     size = fontsize or _points(matplotlib.rcParams["axes.titlesize"])
     # the axes' width and some of its tick labels': the layout moves it a little yet

@@ -16,6 +16,9 @@ from tailcut.reports import sweep as sweep_plot
 from tests.reports.figure_checks import check_figure
 
 RNG = np.random.default_rng(7)
+# A long condition (tailcut.reports.condition), as a subtitle: it too must wrap.
+CONDITION_LINE = ("mlp, 8 workers, bounded-loss p=0.9; access links 200 Mbit/s, 1% loss, "
+                  "85 KB buffers, uplinks 1 Gbit/s; background 0.5 on uplink/rack-1")
 
 
 def _loss(epochs: int, slow: bool = False) -> Figure:
@@ -26,7 +29,7 @@ def _loss(epochs: int, slow: bool = False) -> Figure:
     accuracy = list(np.linspace(0.1, 0.6, epochs) if slow
                     else 1 - 0.25 * np.exp(-0.6 * (e - 1)))
     return plots.draw_loss_vs_epoch(list(e), loss, [v * 1.05 for v in loss], accuracy,
-                                    "quickstart: mlp over bounded-loss p=0.9, 1% loss")
+                                    "quickstart: mlp over bounded-loss", CONDITION_LINE)
 
 
 def _latency() -> Figure:
@@ -37,7 +40,7 @@ def _latency() -> Figure:
 def _breakdown() -> Figure:
     means = {op: {key: float(RNG.uniform(50, 900)) for key in dissection.PART_LABELS}
              for op in ("push", "pull")}
-    return dissection.draw_breakdown(means, "quickstart-bg")
+    return dissection.draw_breakdown(means, "quickstart-bg", CONDITION_LINE)
 
 
 def _connections() -> Figure:
@@ -47,7 +50,7 @@ def _connections() -> Figure:
 
 def _hot(size: int) -> Callable[[], Figure]:
     return lambda: dissection.draw_hot_parameters(
-        RNG.zipf(1.3, size).astype(np.int64) % 1000, "quickstart")
+        RNG.zipf(1.3, size).astype(np.int64) % 1000, "quickstart", CONDITION_LINE)
 
 
 def _allreduce() -> Figure:
@@ -55,10 +58,10 @@ def _allreduce() -> Figure:
     allreduce_ms = RNG.lognormal(1.0, 0.3, 300) + np.where(steps % 97 == 50, 200.0, 0.0)
     rank0 = {"step": steps, "allreduce_ms": allreduce_ms, "iteration_ms": allreduce_ms + 5}
     summary = {"allreduce_ms": {"p50": 2.7, "p99": 8.8}}
-    return allreduce_report.draw(rank0, summary, "gloo-clean, background 0.5 on rack-1")
+    return allreduce_report.draw(rank0, summary, "allreduce-gloo", CONDITION_LINE)
 
 
-CONDITION = {"granularity": "message", "direction": "push", "workers": "4", "runs": "3",
+SWEEP_CONDITION = {"granularity": "message", "direction": "push", "workers": "4", "runs": "3",
              "aggregation": "mean"}
 
 
@@ -72,7 +75,7 @@ def _sweep(models: int, ps: list[float]) -> Figure:
                          "median_epochs": str(3 + i) if converged else "inf",
                          "modelled_jct_s": str(2.0 + i) if converged else "inf"})
         table[name] = {"model": name, "x1": str(ps[1]), "x2": str(ps[-2]), "paper_x1": "0.1",
-                       "first_failure_p": str(ps[-1]) if m == 0 else "", **CONDITION}
+                       "first_failure_p": str(ps[-1]) if m == 0 else "", **SWEEP_CONDITION}
     return sweep_plot.draw(rows, table)
 
 
