@@ -15,8 +15,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tailcut import spec
-from tailcut.runtime import background
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import hostcheck  # noqa: E402
+from tailcut import spec  # noqa: E402
+from tailcut.runtime import background  # noqa: E402
 
 JOB = """\
 apiVersion: tailcut.dev/v1alpha1
@@ -44,7 +47,9 @@ def main() -> int:
     parser.add_argument("--distribution", default="fixed")
     parser.add_argument("--bytes", type=int, default=1_000_000)
     parser.add_argument("--targets", default="0.2,0.5,0.8")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     sizes = ("{distribution: fixed, bytes: %d}" % args.bytes if args.distribution == "fixed"
              else "{distribution: %s}" % args.distribution)
     print(f"background load on a 1 Gbit/s uplink, {args.distribution} flows, "
@@ -67,6 +72,7 @@ def main() -> int:
         print(f"{lf:>7.2f} {m:>9.3f} {ratio:>16.3f} {statistics.median(htb):>9.3f} "
               f"{' '.join(f'{x:.3f}' for x in measured):>30}", flush=True)
     print("all within 10% of target" if ok else "NOT all within 10% of target")
+    hostcheck.after(watch)
     return 0 if ok else 1
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import hostcheck  # noqa: E402
 from tailcut.datapath import bpfsys, partial
 from tailcut.runtime import procs
 from tailcut.transports import wire
@@ -103,7 +104,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--packets", type=int, default=200_000)
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    watch = hostcheck.before(args)
     costs = [test_run_ns() for _ in range(args.runs)]
     print(f"BPF_PROG_TEST_RUN, {REPEAT} runs each, median of {args.runs}:")
     for key in costs[0]:
@@ -125,6 +128,7 @@ def main() -> None:
     for mode, r in rates.items():
         med = statistics.median(r)
         print(f"  XDP {mode:<8} {med / 1e3:6.1f} kpps  ratio to no XDP {med / base:.3f}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

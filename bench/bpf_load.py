@@ -23,6 +23,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import hostcheck  # noqa: E402
 
 # The child: load one program, print {"wall_s", "cpu_s"}. dropper._acquire is what the
 # builder's first attach does (the load and a slot), in this tree and older ones alike.
@@ -55,7 +58,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another checkout to compare with")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     trees = {"this tree": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline
                                    else {})
     print(f"load average before: {os.getloadavg()}")
@@ -78,6 +83,7 @@ def main() -> None:
                   f"{base['wall_s'] / this['wall_s']:.0f}x, cpu "
                   f"{base['cpu_s'] / max(this['cpu_s'], 1e-4):.0f}x")
     print(f"load average after: {os.getloadavg()}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

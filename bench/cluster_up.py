@@ -21,9 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tailcut.k8s.node import images, imagestore
-from tailcut.k8s.node.cluster import Cluster
-from tailcut.k8s.node.layout import Node
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import hostcheck  # noqa: E402
+from tailcut.k8s.node import images, imagestore  # noqa: E402
+from tailcut.k8s.node.cluster import Cluster  # noqa: E402
+from tailcut.k8s.node.layout import Node  # noqa: E402
 
 FIRST_NODE = 10
 
@@ -49,9 +52,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warm-only", action="store_true")
+    hostcheck.add_arguments(ap)
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root")
+    watch = hostcheck.before(args)
     images.build_all(progress=lambda line: None)
     workdir = Path(tempfile.mkdtemp(prefix="tc-up-", dir="/tmp")) / "c"
     print(f"{'nodes':>5} {'mode':>5} {'median s':>9}  rounds (load average)")
@@ -78,6 +83,7 @@ def main() -> None:
             "    " + line for line in last.splitlines() if " s  " in line))
     for k in range(max(args.nodes)):
         imagestore.purge(Node(FIRST_NODE + k, workdir))
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

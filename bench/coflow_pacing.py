@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import hostcheck  # noqa: E402
 from tailcut import spec  # noqa: E402
 from tailcut.net import build, topology  # noqa: E402
 from tailcut.scheduling import exchange, madd  # noqa: E402
@@ -40,10 +41,12 @@ def main() -> int:
     parser.add_argument("--period-ms", type=float, default=None,
                         help="also recompute the rates this often (default: only when a "
                              "flow starts or ends)")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (it builds network namespaces)", file=sys.stderr)
         return 2
+    watch = hostcheck.before(args)
     sizes = [int(float(v) * 1000) for v in args.kbytes.split(",")]
     job = spec.from_dict({
         "apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
@@ -86,6 +89,7 @@ def main() -> int:
         print(f"{'':>8} range over rounds: " + ", ".join(
             f"{min(run[k] for run in runs) / gamma:.3f}-{max(run[k] for run in runs) / gamma:.3f}"
             for k in range(len(sizes))))
+    hostcheck.after(watch)
     return 0
 
 

@@ -19,7 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tailcut.k8s.node import images
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import hostcheck  # noqa: E402
+from tailcut.k8s.node import images  # noqa: E402
 
 NAMES = ("worker", "operator", "agent")
 
@@ -79,7 +82,9 @@ def main() -> None:
     parser.add_argument("--now", type=Path, help="the archives compared (default: those "
                         "`tailcut images build` keeps)")
     parser.add_argument("--rounds", type=int, default=3)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     sets = {"now": archives_in(args.now or images.cache_dir())}
     if args.before:
         sets = {"before": archives_in(args.before), **sets}
@@ -95,6 +100,7 @@ def main() -> None:
         if args.before:
             row += f"{results['now'][name] / results['before'][name]:>13.2f}"
         print(row)
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import hostcheck  # noqa: E402
 from tailcut.k8s.manifests import resources  # noqa: E402
 from tailcut.k8s.node import devcluster  # noqa: E402
 from tests.k8s import operator_proc  # noqa: E402
@@ -89,7 +90,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small", type=int, default=10)
     parser.add_argument("--large", type=int, default=50)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     work = Path(tempfile.mkdtemp(prefix="tailcut-k8s-bench-"))
     with devcluster.ControlPlane.start(work / "cp") as cp:
         cp.kubectl("apply", "--server-side", "-f", str(REPO / "manifests" / "crd.yaml"))
@@ -139,6 +142,7 @@ def main() -> int:
     print(f"operator RSS: {rss_start / 1024:.1f} MiB at start, peaks "
           f"{', '.join(f'{p / 1024:.1f}' for p in peaks)} MiB, {rss_end / 1024:.1f} MiB after "
           f"{round_no} rounds ({args.rounds * (args.small + args.large)} jobs)")
+    hostcheck.after(watch)
     return 0
 
 

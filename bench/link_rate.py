@@ -16,6 +16,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import hostcheck  # noqa: E402
 
 A, B = "tc-linkrate-a", "tc-linkrate-b"
 SERVER_IP = "10.99.0.2"
@@ -110,7 +115,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", default="1gbit", help="HTB rate, tc spelling")
     parser.add_argument("configs", nargs="+", metavar="BUCKET[/GSO]")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     print(f"| bucket / GSO (bytes) | {MESSAGE_BYTES}-byte message, ms | its Gbit/s "
           f"| client CPU, s | bulk Gbit/s |  (rate {args.rate})")
     for config in args.configs:
@@ -126,6 +133,7 @@ def main() -> None:
             time.sleep(0.2)
         finally:
             remove()
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

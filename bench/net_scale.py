@@ -32,6 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import hostcheck  # noqa: E402
+
 RACK_PODS = 32
 ACCESS, UPLINK = "1Gbit", "10Gbit"
 ACCESS_MBIT, UPLINK_MBIT = 1000, 10_000
@@ -137,12 +141,14 @@ def main() -> int:
     parser.add_argument("--mininet-up-to", type=int, default=256,
                         help="largest network Mininet builds (default 256)")
     parser.add_argument("--mininet-child", type=int, help=argparse.SUPPRESS)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     if args.mininet_child:
         mininet_child(args.mininet_child)
         return 0
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces)")
+    watch = hostcheck.before(args)
     mininet = mininet_available()
     print(f"load average before: {os.getloadavg()}; Mininet: "
           f"{'2.3 (LinuxBridge, TCLink)' if mininet else 'not installed'}")
@@ -181,6 +187,7 @@ def main() -> int:
               f" | {r['load']:.2f}")
     print(f"load average after: {os.getloadavg()} (a shared machine: others' work "
           "counts in these times)")
+    hostcheck.after(watch)
     return 0
 
 

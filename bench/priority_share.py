@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import hostcheck  # noqa: E402
 from tailcut.datapath import classifier  # noqa: E402
 from tailcut.net import netns, shaping  # noqa: E402
 from tailcut.spec import units  # noqa: E402
@@ -76,10 +77,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rate", default="100Mbit")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (it builds network namespaces)", file=sys.stderr)
         return 2
+    watch = hostcheck.before(args)
     rate = units.parse_bandwidth(args.rate)
     link = udp_link.build_link("share")
     rows: dict[str, list[tuple[float, float]]] = {"classifier": [], "no classifier": []}
@@ -106,6 +109,7 @@ def main() -> int:
         b = statistics.median(p[1] for p in pairs)
         share = statistics.median(p[0] / (p[0] + p[1]) for p in pairs)
         print(f"{name:>14} {a:>12.1f} {b:>12.1f} {share:>8.3f}")
+    hostcheck.after(watch)
     return 0
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import hostcheck  # noqa: E402
 from tailcut.transports import batch, receiver, rxfast, sender, wire  # noqa: E402
 from tailcut.transports.base import Kind  # noqa: E402
 
@@ -91,9 +92,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--messages", type=int, default=200)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     if rxfast.library() is None:
         sys.exit(f"the compiled path is not available: {rxfast.status()}")
+    watch = hostcheck.before(args)
     per_read: dict[bool, list[float]] = {True: [], False: []}
     per_message: dict[bool, list[float]] = {True: [], False: []}
     for run in range(args.runs):
@@ -110,6 +113,7 @@ def main() -> None:
           f"each: CPU a read compiled {statistics.median(per_read[True]):.1f} us, numpy "
           f"{statistics.median(per_read[False]):.1f} us; a message {c:.0f} us against "
           f"{n:.0f} us: numpy / compiled = {n / c:.2f}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

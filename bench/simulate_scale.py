@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import hostcheck  # noqa: E402
 from tailcut.simulate import architectures, engine, topology  # noqa: E402
 
 GBIT = 1e9
@@ -53,7 +54,9 @@ def main() -> int:
     parser.add_argument("--resnet-jitter-max", type=int, default=64,
                         help="largest worker count of the ResNet-50 series with jitter "
                              "(its cost grows about quadratically: 24 s at 64 workers)")
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     counts = [w for w in (16, 32, 64, 128, 256, 512, 1024) if w <= args.max_workers]
     print(f"{'series':>10} {'jitter':>6} {'workers':>7} {'PS':>3} {'flows':>6} {'policy':>10} "
           f"{'events':>7} {'median s':>9} {'min s':>7}")
@@ -72,6 +75,7 @@ def main() -> int:
                 print(f"{series:>10} {jitter:>6g} {workers:>7} {ps:>3} {runs[0][1]:>6} {policy:>10} "
                       f"{runs[0][2]:>7} {statistics.median(times):>9.2f} {min(times):>7.2f}",
                       flush=True)
+    hostcheck.after(watch)
     return 0
 
 

@@ -18,8 +18,13 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import hostcheck  # noqa: E402
 from tailcut.ml import models  # noqa: E402
 from tailcut.training import sweep  # noqa: E402
 
@@ -32,7 +37,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=None)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     times = []
     for repeat in range(args.repeats):
@@ -48,6 +55,7 @@ def main() -> None:
     print(f"{args.model}: full sweep median {median:.1f} s over {len(times)} repeat(s); "
           f"ratio to the {BUDGET_S:.0f} s budget: {median / BUDGET_S:.2f}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import hostcheck  # noqa: E402
 from tailcut.training import rpc  # noqa: E402
 from tests.training import loopback  # noqa: E402
 
@@ -33,7 +34,9 @@ SETTINGS = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     results: dict[str, list[tuple[float, int, float]]] = {name: [] for name in SETTINGS}
     for _ in range(args.repeats):
         for name, setting in SETTINGS.items():
@@ -54,6 +57,7 @@ def main() -> None:
         print(f"{name:<16}{jct:>8.2f}{jct / base:>8.2f}{epochs:>8.0f}{push:>13.2f}")
     print(f"medians of {args.repeats} runs each, interleaved; the machine is shared, so "
           "expect noise")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

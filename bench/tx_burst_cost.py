@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import hostcheck  # noqa: E402
 from bench.rx_batch_cost import ELEMENTS, JOB, STRIDE  # noqa: E402  (the same messages)
 from tailcut.transports import batch, rxfast, sender, wire  # noqa: E402
 from tailcut.transports.base import Kind  # noqa: E402
@@ -74,9 +75,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--messages", type=int, default=200)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
     if rxfast.library() is None:
         sys.exit(f"the compiled path is not available: {rxfast.status()}")
+    watch = hostcheck.before(args)
     per_pass: dict[bool, list[float]] = {True: [], False: []}
     for run in range(args.runs):
         line = []
@@ -90,6 +93,7 @@ def main() -> None:
     print(f"\nmedians of {args.runs} runs, {args.messages} passes of "
           f"{ELEMENTS * 4 // 1000} KB each: send thread CPU a pass compiled {c:.0f} us, "
           f"numpy {n:.0f} us: numpy / compiled = {n / c:.2f}")
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

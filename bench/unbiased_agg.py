@@ -22,9 +22,14 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent import futures  # noqa: E402
+from pathlib import Path  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import hostcheck  # noqa: E402
 from tailcut.ml import models  # noqa: E402
 from tailcut.training import aggregation, emulate, ps  # noqa: E402
 
@@ -53,7 +58,9 @@ def main() -> None:
     parser.add_argument("--granularity", choices=emulate.GRANULARITIES, default="packet")
     parser.add_argument("--direction", choices=emulate.DIRECTIONS, default="both")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    hostcheck.add_arguments(parser)
     args = parser.parse_args()
+    watch = hostcheck.before(args)
     entry = models.info(args.model)
     ds = models.dataset(args.model, 0)
     per_epoch = ps.iterations_per_epoch(len(ds.x_train), entry.batch_size, args.workers)
@@ -89,6 +96,7 @@ def main() -> None:
               f"{statistics.mean(r.delivered for r in rs):>9.3f}")
     print(f"\n'-': the target was not reached in {args.epochs} epochs. {len(done) * args.seeds} "
           f"runs in {took:.1f} s; load average after: {os.getloadavg()[0]:.2f}")
+    hostcheck.after(watch)
 
 
 def _show(value: float) -> str:
