@@ -248,6 +248,34 @@ def test_job_runs_then_fails_with_a_condition_naming_the_failed_pod(control_plan
     assert "k8-fail-worker-1" in events[0]["message"]
 
 
+def test_a_pod_its_agent_refuses_for_good_fails_the_job_at_once_with_events(
+        control_plane, namespace, operator):
+    """The agent writes a refusal no retry mends on the pod (here as the agent's
+    service account would, through pods/status); the job fails now, naming it, instead
+    of the pod waiting 120 s for tc0 with nothing in the job's status."""
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-refused", {"replicas": {"workers": 1}}))
+    _wait_job(control_plane, namespace, "k8-refused", "Pending", operator)
+    said = ("node n1: k8/k8-refused-ps-0: not wired: its process 42 is in the node's "
+            "network namespace")
+    control_plane.kubectl("-n", namespace, "patch", "pod", "k8-refused-ps-0",
+                          "--subresource=status", "--type=merge", "-p", json.dumps({
+                              "metadata": {"annotations": {
+                                  resources.ANNOTATION_WIRING_ERROR: said,
+                                  resources.ANNOTATION_REFUSED: said}}}))
+    tj = _wait_job(control_plane, namespace, "k8-refused", "Failed", operator)
+    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    assert (failed["status"], failed["reason"]) == ("True", "AgentRefused")
+    assert failed["message"] == f"k8-refused-ps-0: {said}"
+    assert tj["status"]["wiringErrors"] == {"ps-0": said}
+    reasons = operator_proc.wait_for(lambda: {
+        e["reason"] for e in operator_proc.get_json(control_plane, "-n", namespace, "get",
+                                                    "events")["items"]
+        if e["involvedObject"]["name"] == "k8-refused"} >= {"AgentRefused", "WiringFailed"},
+        30, "the AgentRefused and WiringFailed events", operator)
+    assert reasons
+
+
 def test_job_succeeds_when_its_workers_succeed(control_plane, namespace, operator):
     control_plane.kubectl("-n", namespace, "apply", "-f", "-",
                           input=job_yaml("k8-win", {"replicas": {"workers": 1}}))
