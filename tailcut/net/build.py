@@ -86,6 +86,7 @@ class Network:
     wire_end_ops: list[shaping.Op] = field(default_factory=list)  # the port's ingress
     applied: dict[str, str] = field(default_factory=dict)   # "ns/ifname" -> description
     rate_bit: dict[str, int] = field(default_factory=dict)  # "ns/ifname" -> its HTB rate
+    bridges: dict[str, str] = field(default_factory=dict)   # "ns/bridge" -> description
     droppers: list[object] = field(default_factory=list)    # on the fabric's links
     pods: dict[str, str] = field(default_factory=dict)      # wired pod -> its namespace
     pod_droppers: dict[str, list[object]] = field(default_factory=dict)
@@ -282,11 +283,35 @@ def _build_fabric(network: Network, racks: tuple[Rack, ...], sockets: Sockets) -
         netns.create(rack.netns)
         network.racks.append(rack.index)
         network.spine_ifindex[rack.index] = _build_rack(topo, rack, sockets)
+        network.bridges[f"{rack.netns}/{naming.TOR_BRIDGE}"] = \
+            _bridge_netfilter_off(rack.netns)
         forwarding.enable(topo.spine_netns, naming.spine_port(rack.index))
         _shape(network, sockets, rack.netns, naming.RACK_UPLINK_IF,
                network.uplink_ops, network.droppers)                    # rack -> spine
         _shape(network, sockets, topo.spine_netns, naming.spine_port(rack.index),
                network.uplink_ops, network.droppers)                    # spine -> rack
+
+
+# A new namespace's bridge hands every packet it forwards to the IPv4, IPv6 and ARP
+# netfilter hooks (br_netfilter is built in, and these are 1 in each new namespace),
+# a cost per packet that a switch does not have; nothing of tailcut filters there.
+BRIDGE_NETFILTER = ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables",
+                    "bridge-nf-call-arptables")
+
+
+def _bridge_netfilter_off(ns: str) -> str:
+    """Turn the bridge's netfilter calls off in namespace `ns`; say what was done. A
+    container's /proc/sys is read-only (the Kubernetes agent's): then they stay on."""
+    try:
+        with netns.entered(ns):   # /proc/sys/net is the opening thread's namespace's
+            for key in BRIDGE_NETFILTER:
+                with open(f"/proc/sys/net/bridge/{key}", "w") as f:
+                    f.write("0")
+    except FileNotFoundError:
+        return "bridge (no bridge netfilter in this kernel)"
+    except OSError as err:
+        return f"bridge, netfilter calls left on ({err.strerror} writing /proc/sys)"
+    return "bridge, netfilter calls off"
 
 
 def _build_rack(topo: Topology, rack: Rack, sockets: Sockets) -> int:

@@ -125,7 +125,8 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         # (registered later) failed, and the namespaces always go last.
         with contextlib.ExitStack() as teardown:
             teardown.callback(network.destroy)
-            _write_json(results_dir / "network.json", {"applied": network.applied})
+            _write_json(results_dir / "network.json", {"applied": network.applied,
+                                                       "bridges": network.bridges})
             scheduled = _enforce(job, topo, progress)
             if scheduled is not None:  # before the namespaces go: counts, then detach
                 teardown.callback(scheduled.detach)
@@ -500,7 +501,7 @@ def _record_network(network: build.Network, results_dir: Path) -> None:
     passed, dropped = network.dropper_counts()
     queue_drops = network.queue_drops()   # full buffers: apart from the random loss
     _write_json(results_dir / "network.json",
-                {"applied": network.applied,
+                {"applied": network.applied, "bridges": network.bridges,
                  "ebpf_dropper": {"passed": passed, "dropped": dropped},
                  "queue_drops": {"total": sum(queue_drops.values()),
                                  "by_link_end": queue_drops},

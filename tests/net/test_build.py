@@ -59,6 +59,17 @@ def test_only_the_spines_ports_forward_and_the_namespaces_defaults_stay(built):
     assert conf("ip_forward") == "0" and conf("conf/lo/forwarding") == "0"
 
 
+def test_a_racks_bridge_hands_no_packet_to_netfilter(built):
+    net = built(job("brnf", "{racks: [{name: a}]}"))
+    rack = net.topology.racks[0]
+    for key in build.BRIDGE_NETFILTER:
+        got = subprocess.run(["ip", "netns", "exec", rack.netns, "cat",
+                              f"/proc/sys/net/bridge/{key}"], capture_output=True,
+                             text=True).stdout.strip()
+        assert got == "0", key
+    assert net.bridges[f"{rack.netns}/tor"] == "bridge, netfilter calls off"
+
+
 def test_every_interface_carries_the_jobs_alias_and_shaping(built):
     net = built(job("alias", "{accessLink: {bandwidth: 200Mbit}}"))
     pod = net.topology.pod("worker-0")
