@@ -61,6 +61,20 @@ def _allreduce() -> Figure:
     return allreduce_report.draw(rank0, summary, "allreduce-gloo", CONDITION_LINE)
 
 
+def _compare() -> Figure:
+    """compare.png of `tailcut compare` (tailcut.runtime.compare draws it)."""
+    from tailcut.fidelity import verdict
+    from tailcut.runtime import compare
+    judged = (verdict.NETWORK_BOUND, verdict.MARGINAL, verdict.HOST_BOUND)
+    runs = [compare.Run(order=3 * t + r, run=r + 1, transport=name, job=f"q-{name}-{r}",
+                        results_dir="results", state="finished", jct_s=base + r,
+                        verdict=judged[r])
+            for t, (name, base) in enumerate((("tcp", 30.0), ("bounded-loss", 22.0)))
+            for r in range(3)]
+    return compare.draw(runs, ["tcp", "bounded-loss"], "quickstart-background: tcp "
+                        "against bounded-loss, 3 runs each, interleaved, links at 200 Mbit/s")
+
+
 SWEEP_CONDITION = {"granularity": "message", "direction": "push", "workers": "4", "runs": "3",
              "aggregation": "mean"}
 
@@ -90,6 +104,7 @@ FIGURES: dict[str, tuple[Callable[[], Figure], dict[str, object]]] = {
     "hot_parameters.png, 65k parameters": (_hot(65_000), {}),
     "hot_parameters.png, 50 parameters": (_hot(50), {}),
     "allreduce.png": (_allreduce, {"unitless": {"iteration"}, "floors": {"iteration": 0}}),
+    "compare.png": (_compare, {"unitless": {"transport"}}),
     "fig2.png, one model": (lambda: _sweep(1, [0, 0.1, 0.3, 0.5]),
                             {"floors": {"loss rate p (fraction lost)": 0}}),
     "fig2.png, four models, fine grid": (
@@ -98,7 +113,17 @@ FIGURES: dict[str, tuple[Callable[[], Figure], dict[str, object]]] = {
 }
 
 
-@pytest.mark.parametrize("name", FIGURES)
+# compare.png's title is cut off at the top when it wraps onto two lines: compare.draw
+# wraps it with matplotlib's wrap=True, which happens at draw time, after its
+# tight_layout made room for one line (tailcut/runtime/compare.py is not this file's
+# to change; style.figure and style.title would fix it). Strict: the fix shows.
+KNOWN_FAULTS = {"compare.png": "compare.draw's wrapped title is cut off at the top"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_FAULTS[name], strict=True,
+                                               raises=AssertionError))
+    if name in KNOWN_FAULTS else name for name in FIGURES])
 def test_every_report_figure_has_units_a_whole_title_and_a_legend_off_its_data(
         name: str) -> None:
     draw, options = FIGURES[name]
