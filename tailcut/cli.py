@@ -134,6 +134,9 @@ def _parser(lean: bool = False) -> argparse.ArgumentParser:
     decode.add_argument("--message", type=lambda v: int(v, 0),
                         help="message id to dump (default: the first in the capture)")
     decode.add_argument("--port", type=int, help="only datagrams to this UDP port")
+    decode.add_argument("--to", metavar="ADDRESS",
+                        help="the receiver (address or address:port) of the copy to dump, "
+                             "where one message went to several (the PS's model)")
     decode.set_defaults(handler=_decode)
     _add_model_commands(sub)
     if not lean:
@@ -286,7 +289,8 @@ def _crd(args: argparse.Namespace) -> int:
 def _decode(args: argparse.Namespace) -> int:
     from tailcut.transports import decode
     try:
-        found = decode.dump(args.pcap, sys.stdout, message=args.message, port=args.port)
+        found = decode.dump(args.pcap, sys.stdout, message=args.message, port=args.port,
+                            to=args.to)
     except (OSError, decode.PcapError) as err:
         print(f"tailcut decode: {err}", file=sys.stderr)
         return 2

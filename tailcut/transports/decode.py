@@ -100,9 +100,11 @@ def _kind(k: int) -> str:
 
 
 def dump(path: Path, out: TextIO, message: int | None = None, port: int | None = None,
-         values: int = 3) -> int:
+         values: int = 3, to: str | None = None) -> int:
     """Print the messages of capture ``path`` and the packets of one; return how many
-    bounded-loss packets it held."""
+    bounded-loss packets it held. A message is one id to one receiver: the PS sends
+    its model to every worker under one id, and each copy is listed and dumped apart
+    (``to``: the receiver's address, or address:port, of the copy to dump)."""
     good: list[tuple[Datagram, wire.Packet]] = []
     bad: list[tuple[Datagram, str]] = []
     for d in udp_datagrams(path):
@@ -117,25 +119,32 @@ def dump(path: Path, out: TextIO, message: int | None = None, port: int | None =
               + (f" to port {port}" if port else "")
               + f" ({len(bad)} other UDP datagrams)", file=out)
         return 0
-    ids: dict[int, list[tuple[Datagram, wire.Packet]]] = {}
+    copies: dict[tuple[int, str], list[tuple[Datagram, wire.Packet]]] = {}
     for d, pkt in good:
-        ids.setdefault(pkt.message, []).append((d, pkt))
-    print(f"{path}: {len(good)} bounded-loss packets in {len(ids)} message(s); "
-          f"{len(bad)} UDP datagrams that are not", file=out)
-    for mid, pkts in ids.items():
+        copies.setdefault((pkt.message, f"{d.dst}:{d.dport}"), []).append((d, pkt))
+    print(f"{path}: {len(good)} bounded-loss packets in {len(copies)} message(s) "
+          f"(one id to one receiver); {len(bad)} UDP datagrams that are not", file=out)
+    for (mid, _), pkts in copies.items():
         d, p = pkts[0]
         print(f"  message {mid:#010x} (peer {mid >> 16}, #{mid & 0xFFFF}) {_kind(p.kind)} "
               f"{d.src}:{d.sport} -> {d.dst}:{d.dport}  {len(pkts)} packets, "
               f"total {p.total} elements", file=out)
-    chosen = next(iter(ids)) if message is None else message
-    if chosen not in ids:
-        print(f"message {chosen:#x} is not in the capture", file=out)
+    chosen = next(iter(copies))[0] if message is None else message
+    matching = [key for key in copies if key[0] == chosen
+                and (to is None or to in (key[1], key[1].rpartition(":")[0]))]
+    if not matching:
+        print(f"message {chosen:#x}" + (f" to {to}" if to else "")
+              + " is not in the capture", file=out)
         return len(good)
-    pkts = ids[chosen]
+    pkts = copies[matching[0]]
     t0 = pkts[0][0].time_s
     first = pkts[0][1]
-    print(f"\nmessage {chosen:#010x}: job {first.job:#010x}, kind {_kind(first.kind)}, "
-          f"total {first.total} elements ({first.total * 4} bytes of float32)", file=out)
+    print(f"\nmessage {chosen:#010x} to {matching[0][1]}: job {first.job:#010x}, kind "
+          f"{_kind(first.kind)}, total {first.total} elements ({first.total * 4} bytes "
+          f"of float32)", file=out)
+    if len(matching) > 1:
+        print(f"  (also sent to {', '.join(key[1] for key in matching[1:])}: --to ADDRESS "
+              "dumps another copy)", file=out)
     print(f"  {'time_ms':>9} {'seq':>6} {'flags':<9} {'range [start, end)':<22} "
           f"{'elems':>5} {'bytes':>5}  first values", file=out)
     seen: set[tuple[int, int]] = set()

@@ -39,9 +39,11 @@ def test_the_dump_shows_every_header_field_and_what_was_delivered(tmp_path: Path
     out = io.StringIO()
     assert decode.dump(tmp_path / "c.pcap", out) == 4
     text = out.getvalue()
-    assert "4 bounded-loss packets in 2 message(s); 1 UDP datagrams that are not" in text
+    assert ("4 bounded-loss packets in 2 message(s) (one id to one receiver); 1 UDP "
+            "datagrams that are not") in text
     assert "message 0x00010001 (peer 1, #1) PUSH 10.99.0.1:40000 -> 10.99.0.2:7000" in text
-    assert f"job {JOB:#010x}, kind PUSH, total 1000 elements (4000 bytes of float32)" in text
+    assert (f"message 0x00010001 to 10.99.0.2:7000: job {JOB:#010x}, kind PUSH, total "
+            "1000 elements (4000 bytes of float32)") in text
     assert "[720, 1000)" in text and "280  1152  90 90.12 90.25" in text
     assert "delivered 640/1000 elements (64.0%) in 2 distinct ranges; 1 duplicate(s)" in text
     assert "truncated: 11 bytes" in text
@@ -53,8 +55,29 @@ def test_a_message_is_chosen_by_id_and_linux_cooked_captures_are_read(tmp_path: 
     write_pcap(tmp_path / "sll.pcap", frames, linktype=113)
     out = io.StringIO()
     decode.dump(tmp_path / "sll.pcap", out, message=0x20005)
-    assert "message 0x00020005: job" in out.getvalue()
+    assert "message 0x00020005 to 10.99.0.2:7000: job" in out.getvalue()
     assert "delivered 10/10 elements (100.0%)" in out.getvalue()
+
+
+def test_one_message_to_several_receivers_is_one_copy_each_not_duplicates(
+        tmp_path: Path) -> None:
+    # the PS sends its model to every worker under one message id
+    pkts = message(0x10044, total=10)
+    frames = [udp_frame(p, 7000, dst=f"10.99.0.{w}") for w in (2, 3, 4) for p in pkts]
+    write_pcap(tmp_path / "ps.pcap", frames)
+    out = io.StringIO()
+    decode.dump(tmp_path / "ps.pcap", out, message=0x10044)
+    text = out.getvalue()
+    assert "in 3 message(s) (one id to one receiver)" in text
+    assert "message 0x00010044 to 10.99.0.2:7000" in text
+    assert "also sent to 10.99.0.3:7000, 10.99.0.4:7000" in text
+    assert "delivered 10/10 elements (100.0%) in 1 distinct ranges; 0 duplicate(s)" in text
+    out = io.StringIO()
+    decode.dump(tmp_path / "ps.pcap", out, message=0x10044, to="10.99.0.4")
+    assert "message 0x00010044 to 10.99.0.4:7000" in out.getvalue()
+    out = io.StringIO()
+    decode.dump(tmp_path / "ps.pcap", out, message=0x10044, to="10.99.0.9")
+    assert "message 0x10044 to 10.99.0.9 is not in the capture" in out.getvalue()
 
 
 def test_a_file_that_is_not_a_pcap_is_refused_clearly(tmp_path: Path, capsys) -> None:
