@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from tailcut.fidelity import hostcpu, processes, verdict
 
-# other processes' share of all cores above which a run cannot be network-bound
+# other processes' share of all cores from which a run is marginal at best
 BUSY_SHARE = verdict.THRESHOLDS["others_cpu"][0]
 UNMEASURED = "unmeasured"     # a run without a verdict (e.g. on Kubernetes)
 MET = "met"
@@ -125,7 +125,11 @@ def judged(reading: Mapping[str, Any]) -> dict[str, Any]:
     return verdict.judge(host=reading["host"], processes=reading["processes"])
 
 
-def verdict_of(fidelity: Optional[Mapping[str, Any]]) -> str:
+def verdict_of(fidelity: Optional[Mapping[str, Any] | str]) -> str:
+    """A run's verdict from its fidelity, or the verdict itself (a job's status may
+    carry only that); UNMEASURED without one."""
+    if isinstance(fidelity, str):
+        return fidelity or UNMEASURED
     return (fidelity or {}).get("verdict") or UNMEASURED
 
 

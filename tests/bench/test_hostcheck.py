@@ -88,6 +88,7 @@ def test_a_runs_verdict_and_host_figures_come_from_its_fidelity():
     assert hostcheck.during(fidelity).startswith("host-bound (host 97% busy of 2 cores, "
                                                  "load 6.50, other processes 80% (cc1plus")
     assert hostcheck.columns(None)["verdict"] == hostcheck.during(None) == "unmeasured"
+    assert hostcheck.verdict_of("marginal") == "marginal"   # a status with the word only
 
 
 def test_a_run_outside_the_runtime_is_judged_from_the_host_alone():
