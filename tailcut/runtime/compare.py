@@ -36,6 +36,8 @@ from tailcut.errors import RunError, SpecError, TailcutError
 from tailcut.fidelity import hostcpu, processes, verdict
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from tailcut.spec.model import TrainingJob
 
 DEFAULT_P = 0.9   # bounded-loss/app-drop's p when the job gives none: the benches' value
@@ -440,6 +442,17 @@ MARKERS = {verdict.NETWORK_BOUND: ("o", "network-bound"),
 
 
 def plot(runs: Sequence[Run], transports: Sequence[str], title: str, path: Path) -> Path:
+    """compare.png: `draw`'s figure."""
+    import matplotlib.pyplot as plt
+    fig = draw(runs, transports, title)
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def draw(runs: Sequence[Run], transports: Sequence[str], title: str) -> "Figure":
     """JCT of every run per transport (marker: its verdict), each transport's median
     a bar across its runs; the legend outside the axes."""
     import matplotlib
@@ -477,10 +490,10 @@ def plot(runs: Sequence[Run], transports: Sequence[str], title: str, path: Path)
                   bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=9)
         ax.set_title(title, fontsize=10, wrap=True)
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
-    finally:
+    except BaseException:
         plt.close(fig)
-    return path
+        raise
+    return fig
 
 
 # --- the command ----------------------------------------------------------------------
