@@ -85,6 +85,8 @@ if [ $cluster = 1 ]; then
   apt_install containerd runc containernetworking-plugins iptables nftables conntrack gcc \
     mmdebstrap buildah
 fi
+# tests/uml: Debian's user-mode Linux (a 6.1 kernel with netem, run as a process; kmod's modprobe loads its modules)
+if [ $tests = 1 ]; then apt_install user-mode-linux kmod; fi
 
 # BCC compiles against /lib/modules/$(uname -r)/{build,source}. Kernels without
 # packaged headers (this VM's 6.18) have neither: point them at Debian's newest
