@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from tailcut.reports import condition, style
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-import matplotlib.pyplot as plt  # noqa: E402 - after style chose the backend
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from tailcut.reports import condition, style  # style chooses the Agg backend
 
 
 def plot_loss_vs_epoch(
