@@ -1,4 +1,5 @@
-"""The `tailcut` command: run, compare, validate, clean, doctor, models and sweep."""
+"""The `tailcut` command: run, compare, calibrate, validate, clean, doctor, models and
+sweep."""
 
 import argparse
 import gc
@@ -53,7 +54,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 CORE_COMMANDS = ("run", "validate", "clean", "net", "background", "background-ui", "doctor",
-                 "crd", "decode", "models", "sweep", "compare")
+                 "crd", "decode", "models", "sweep", "compare", "calibrate")
 
 
 def _parser(lean: bool = False) -> argparse.ArgumentParser:
@@ -72,8 +73,9 @@ def _parser(lean: bool = False) -> argparse.ArgumentParser:
                           "backlogged link sent at its rate)")
     run.set_defaults(handler=_run)
     # Defined in their own modules, which import nothing heavy until they run.
-    from tailcut.runtime import compare
+    from tailcut.runtime import calibrate, compare
     compare.add_parser(sub)
+    calibrate.add_parser(sub)
 
     validate = sub.add_parser("validate", help="check a TrainingJob file without running it")
     validate.add_argument("job", nargs="+", help="TrainingJob YAML file(s)")
