@@ -161,17 +161,17 @@ def main() -> None:
         for transport in args.transports:
             SETTINGS["transport"] = transport
             name = f"k8s-bench-{'bl' if transport == 'bounded-loss' else transport}-{run}"
-            here, fidelity = run_local(name)
-            local_jct[transport].append(here)
-            jct, running, there = run_cluster(args.kubeconfig, args.namespace, name)
+            local_jct_s, fidelity = run_local(name)
+            local_jct[transport].append(local_jct_s)
+            jct, running, cluster_verdict = run_cluster(args.kubeconfig, args.namespace, name)
             k8s_jct[transport].append(jct)
             verdicts[transport]["tailcut run"].append(hostcheck.verdict_of(fidelity))
-            verdicts[transport]["kubernetes"].append(there)
+            verdicts[transport]["kubernetes"].append(cluster_verdict)
             to_running.append(running)
             print(f"run {run + 1}/{args.runs} {transport}: tailcut run JCT "
                   f"{local_jct[transport][-1]:.2f} s, kubectl apply JCT {jct:.2f} s, "
                   f"apply -> all pods Running {running:.1f} s; tailcut run "
-                  f"{hostcheck.during(fidelity)}, kubernetes {there}", flush=True)
+                  f"{hostcheck.during(fidelity)}, kubernetes {cluster_verdict}", flush=True)
     print(f"\nquickstart, loss {args.loss}, median of {args.runs} runs "
           f"(apply -> all Running {statistics.median(to_running):.1f} s):")
     med_local = {t: statistics.median(v) for t, v in local_jct.items()}
