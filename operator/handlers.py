@@ -37,8 +37,8 @@ import yaml
 from tailcut import plan, spec
 from tailcut.errors import SpecError
 from tailcut.k8s import metrics
-from tailcut.k8s.manifests import (background, crd, overlay_ids, placement, policy, resources,
-                                   status)
+from tailcut.k8s.manifests import (background, crd, limits, overlay_ids, placement, policy,
+                                   resources, status)
 
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
@@ -57,6 +57,11 @@ XDP_ALLOWED = os.environ.get("TAILCUT_WORKER_XDP", "true") == "true"
 # a namespace with a ResourceQuota on requests admits only pods that state them.
 WORKER_RESOURCES: dict[str, Any] = json.loads(os.environ.get("TAILCUT_WORKER_RESOURCES")
                                               or json.dumps(resources.DEFAULT_RESOURCES))
+# What one job may ask of the nodes' kernels (the chart's operator.limits, JSON:
+# linkQueueBytes, jobQueueBytes, racksPerNode, linksPerJob); a namespace's annotations
+# override them (tailcut.k8s.manifests.limits).
+LIMITS = limits.Limits().overridden(json.loads(os.environ.get("TAILCUT_LIMITS") or "{}"),
+                                    "TAILCUT_LIMITS")
 # A create the API server refuses (a quota, an admission webhook, a server error) is
 # tried this many times, backing off 1, 2, 4, ... s, then fails the job in its words.
 CREATE_ATTEMPTS = 5
@@ -160,6 +165,12 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: boo
             _fail_uncreated(body, patch, old, "BoundedLossNotAllowed", refused, generation)
             return
     where = _record_placement(core, job, namespace, generation)
+    if not old.get("phase"):   # checked once, before anything is created
+        asked = _limit_refusal(core, namespace, job, where)
+        if isinstance(asked, str):
+            _fail_uncreated(body, patch, old, "KernelLimitExceeded", asked, generation)
+            return
+        patch.status["queueMemoryBytes"] = asked
     try:
         _create(core.create_namespaced_config_map, core.read_namespaced_config_map,
                 namespace, resources.config_map(job, owner), uid)
@@ -409,6 +420,21 @@ def _xdp_refusal(core: Any, namespace: str, job: spec.TrainingJob) -> Optional[s
             f"{resources.LABEL_NAMESPACE_XDP}={resources.XDP_ALLOWED_VALUE}` (and a Pod "
             "Security level of privileged there); or use tcp, udp or app-drop "
             "(docs/kubernetes.md, Pod Security)")
+
+
+def _limit_refusal(core: Any, namespace: str, job: spec.TrainingJob,
+                   where: placement.Placement) -> Union[str, int]:
+    """Why the job asks more of the nodes' kernels than `namespace` allows
+    (tailcut.k8s.manifests.limits), or, if it does not, the bytes its link queues may
+    hold (for status.queueMemoryBytes)."""
+    annotations = core.read_namespace(namespace).metadata.annotations or {}
+    try:
+        allowed = LIMITS.overridden(annotations, f"namespace {namespace}'s annotation")
+    except ValueError as err:
+        return str(err)
+    per_node = limits.racks_per_node(len(job.spec.network.racks),
+                                     {rack: node.name for rack, node in where.items()})
+    return limits.refusal(job, per_node, allowed) or limits.ask(job, per_node).job_queue_bytes
 
 
 def _create(create: Any, read: Any, namespace: str, manifest: dict[str, Any],

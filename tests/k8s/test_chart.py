@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from tailcut.k8s.node import devcluster
-from tests.k8s.conftest import helm
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "tailcut"
@@ -67,6 +66,8 @@ def test_plain_manifests_match_the_chart():
 
 @pytest.mark.k8s
 def test_helm_install_tells_the_user_what_to_run_next(control_plane):
+    from tests.k8s.conftest import helm   # (the file also runs as a script, without tests/)
+
     notes = helm(control_plane, "install", "notes", str(CHART), "--namespace", "k8-notes",
                  "--dry-run").stdout.split("NOTES:", 1)[1]
     assert "helm test notes --namespace k8-notes" in notes

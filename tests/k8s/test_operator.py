@@ -276,6 +276,32 @@ def test_a_pod_its_agent_refuses_for_good_fails_the_job_at_once_with_events(
     assert reasons
 
 
+def test_a_job_asking_more_kernel_queue_memory_than_its_namespace_allows_is_refused(
+        control_plane, namespace, operator):
+    """The issue's uplink of 8 kbit/s with a 1 GB buffer: refused before anything is
+    created, naming the field and the limit; with the namespace's limit raised by an
+    admin's annotation it is created, the memory its queues may hold in its status."""
+    deep = {"replicas": {"workers": 1},
+            "network": {"uplink": {"bandwidth": "8kbit", "bufferBytes": 1_000_000_000}}}
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=job_yaml("k8-deep", deep))
+    tj = _wait_job(control_plane, namespace, "k8-deep", "Failed", operator)
+    created = {c["type"]: c for c in tj["status"]["conditions"]}["Created"]
+    assert (created["status"], created["reason"]) == ("False", "KernelLimitExceeded")
+    assert created["message"].startswith(
+        "spec.network.uplink.bufferBytes: a link end's queues may hold 1338177024 bytes of "
+        "kernel memory, above the limit of 67108864 per link end")
+    assert "tailcut.dev/max-link-queue-bytes" in created["message"]
+    assert not operator_proc.get_json(control_plane, "-n", namespace, "get", "pods", "-l",
+                                      f"{resources.LABEL_JOB}=k8-deep")["items"]
+    control_plane.kubectl("annotate", "namespace", namespace,
+                          "tailcut.dev/max-link-queue-bytes=2000000000",
+                          "tailcut.dev/max-job-queue-bytes=8000000000")
+    control_plane.kubectl("-n", namespace, "apply", "-f", "-",
+                          input=job_yaml("k8-deep-ok", deep))
+    tj = _wait_job(control_plane, namespace, "k8-deep-ok", "Pending", operator)
+    assert tj["status"]["queueMemoryBytes"] == 2 * 1338177024 + 2 * 2 * 2026000
+
+
 def test_job_succeeds_when_its_workers_succeed(control_plane, namespace, operator):
     control_plane.kubectl("-n", namespace, "apply", "-f", "-",
                           input=job_yaml("k8-win", {"replicas": {"workers": 1}}))

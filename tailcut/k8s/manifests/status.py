@@ -113,6 +113,11 @@ class Status(_Model):
                     "unique among the cluster's TrainingJobs "
                     "(tailcut.k8s.manifests.overlay_ids): the node agents join the job's "
                     "spines on several nodes with it, accepted only from its nodes")
+    queue_memory_bytes: Optional[int] = Field(
+        default=None, description="the most kernel memory the queues of the job's links "
+                                  "may hold, all nodes together (an estimate: "
+                                  "tailcut.k8s.manifests.limits), within its namespace's "
+                                  "limit")
     in_network: Optional[str] = Field(
         default=None, description="spec.network.inNetwork resolved once (JSON: each ToR "
                                   "program's addresses, racks and data, e.g. the hot set, "
