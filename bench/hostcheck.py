@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from tailcut.fidelity import hostcpu, processes, verdict
@@ -148,16 +146,6 @@ def columns(fidelity: Optional[Mapping[str, Any]]) -> dict[str, Any]:
     return {"verdict": verdict_of(fidelity), "host_busy": host.get("busy"),
             "load1": host.get("load1"),
             "others_cpu": (procs.get("share") or {}).get("others")}
-
-
-def fidelity_in(results_dir: Path) -> Optional[dict[str, Any]]:
-    """The fidelity a run wrote in its metrics.json (None without one)."""
-    try:
-        metrics = json.loads((Path(results_dir) / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
-    fidelity: Optional[dict[str, Any]] = metrics.get("fidelity")
-    return fidelity
 
 
 def mark(sides: Mapping[str, Iterable[Optional[str]]]) -> str:
