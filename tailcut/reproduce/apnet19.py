@@ -20,7 +20,7 @@ from typing import Any
 from tailcut import papers
 from tailcut.reproduce import figures, gloo, jobs
 from tailcut.reproduce.measure import (Figure, Files, Measured, Value, markdown_table,
-                                       number, ratio)
+                                       number, ratio, verdict, verdicts)
 from tailcut.runtime import record
 from tailcut.reproduce.steps import Step
 
@@ -246,7 +246,7 @@ def _testbed(files: Files, m: Measured, quick: bool) -> None:
                      f"{data['epochs']} | {data['iterations']} | "
                      f"{data['final_accuracy']:.3f} | {data['converged']} | "
                      + " | ".join(_show(v) for v in counters)
-                     + f" | {_verdict(data)} |")
+                     + f" | {verdict(data)} |")
     for condition in CONDITIONS:
         _condition(files, m, condition, runs[condition], quick)
     summary = ["| condition | runs, tcp / bounded-loss | JCT tcp s | JCT bounded-loss s | "
@@ -266,10 +266,8 @@ def _testbed(files: Files, m: Measured, quick: bool) -> None:
                  _show(got.get("accuracy.tcp"), 3), _show(got.get("accuracy.bl"), 3)]
         cells += [f"{_show(got.get(f'{k}.tcp'))} / {_show(got.get(f'{k}.bl'))}"
                   for k in COUNTERS]
-        verdicts = [_verdict(metrics[d]) for t in TRANSPORTS for d in runs[condition][t]
-                    if d in metrics]
-        cells.append(", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts)))
-                     or "—")
+        cells.append(verdicts([metrics.get(d) for t in TRANSPORTS
+                               for d in runs[condition][t]]))
         summary.append(f"| {cond.label} | " + " | ".join(cells) + " |")
     how = (f"medians over each condition's runs; {QUICK_ITERATIONS} iterations a run "
            f"(--quick), so JCT is the time for those" if quick else
@@ -330,11 +328,6 @@ def _condition(files: Files, m: Measured, condition: str, runs: dict[str, list[s
         m.figures.append(Figure(png.name, f"Gradient message completion times, tcp against "
                                 f"bounded-loss p = 0.9, {label}, every run (messages.csv)",
                                 "Fig. 4(c)"))
-
-
-def _verdict(metrics: dict[str, Any]) -> str:
-    """A run's fidelity verdict (docs/fidelity.md); runs before it had none."""
-    return str((metrics.get("fidelity") or {}).get("verdict", "no verdict"))
 
 
 def _show(value: float | None, digits: int = 2) -> str:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import copy
 import statistics
+from typing import Any
 
 from tailcut.ml import torchmodel
 from tailcut.runtime import record
 from tailcut.reproduce import jobs
-from tailcut.reproduce.measure import Files, Measured, Value
+from tailcut.reproduce.measure import Files, Measured, Value, verdicts
 from tailcut.reproduce.steps import Step
 
 MODES: dict[str, tuple[str, jobs.Raw]] = {
@@ -108,13 +109,16 @@ def measure(files: Files, m: Measured, quick: bool) -> None:
     rows = []
     for condition in CONDITIONS:
         got: dict[str, dict[str, float | None]] = {}
+        ran: dict[str, list[Any]] = {}   # each mode's runs' metrics, for their verdicts
         for mode in MODES:
             dirs = [_dir(condition, mode, r) for r in repeats]
             ttt, p50, p99, acc = [], [], [], []
+            ran[mode] = []
             for d in dirs:
                 metrics = files.json(f"{d}/metrics.json")
                 if not metrics:
                     continue
+                ran[mode].append(metrics)
                 its = sorted(_iteration_ms(files, d, mode))
                 if quick:   # no target: the time for the capped iterations
                     ttt.append(float(metrics["jct_s"]))
@@ -137,7 +141,8 @@ def measure(files: Files, m: Measured, quick: bool) -> None:
             rows.append(f"| {LABELS[condition]} | {by} | {_f(g['time_s'])} | "
                         f"{_f(b['time_s'])} | **{_f(speed)}** | {_f(g['p50_ms'], 1)} / "
                         f"{_f(g['p99_ms'], 1)} | {_f(b['p50_ms'], 1)} / {_f(b['p99_ms'], 1)} "
-                        f"| {_f(tail, 1)} | {_f(g['accuracy'], 3)} / {_f(b['accuracy'], 3)} |")
+                        f"| {_f(tail, 1)} | {_f(g['accuracy'], 3)} / {_f(b['accuracy'], 3)} "
+                        f"| {verdicts(ran['gloo'] + ran[mode])} |")
     what = (f"time for {QUICK_ITERATIONS} iterations (--quick)" if quick
             else "time to 93% test accuracy")
     m.tables.append((
@@ -150,7 +155,8 @@ def measure(files: Files, m: Measured, quick: bool) -> None:
         "clean network.\n\n"
         "| condition | bounded loss by | Gloo s | bounded-loss s | Gloo / bounded-loss | "
         "Gloo iteration p50 / p99 ms | bounded-loss iteration p50 / p99 ms | Gloo p99 / "
-        "p50 | accuracy Gloo / bounded-loss |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "p50 | accuracy Gloo / bounded-loss | fidelity of the runs |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
         + "\n".join(rows)))
     # Both do the same arithmetic (a bsp PS averages what DDP all-reduces): their
     # accuracies differ only where bounded loss dropped gradient values.

@@ -18,6 +18,18 @@ class Value:
     note: str = ""           # e.g. ">= (no p failed: a lower bound)"
 
 
+def verdict(metrics: Optional[dict[str, Any]]) -> str:
+    """A run's fidelity verdict from its metrics.json (docs/fidelity.md)."""
+    return str(((metrics or {}).get("fidelity") or {}).get("verdict", "no verdict"))
+
+
+def verdicts(runs: list[Optional[dict[str, Any]]]) -> str:
+    """How many of `runs` (their metrics.json) had each verdict: "2 network-bound, 1
+    marginal"; "—" for none."""
+    found = [verdict(m) for m in runs if m]
+    return ", ".join(f"{found.count(v)} {v}" for v in sorted(set(found))) or "—"
+
+
 @dataclass(frozen=True)
 class Figure:
     path: str                # relative to the paper's directory

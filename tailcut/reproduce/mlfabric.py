@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from tailcut.runtime import record
 from tailcut.reproduce import jobs
-from tailcut.reproduce.measure import Files, Measured, Value, markdown_table, number
+from tailcut.reproduce.measure import (Files, Measured, Value, markdown_table, number,
+                                       verdict)
 from tailcut.reproduce.steps import Step
 
 UPLINK = "100Mbit"
@@ -94,10 +95,11 @@ def measure(files: Files, quick: bool) -> Measured:
                      "iterations": data.get("iterations", "—"),
                      "iteration s": _field(data, "iteration_s") or "—",
                      "converged": data.get("converged", "—"),
-                     "rack-1 push bytes / iteration": _uplink_push_bytes(files, name, data)})
+                     "rack-1 push bytes / iteration": _uplink_push_bytes(files, name, data),
+                     "fidelity": verdict(data)})
     m.tables.append((f"Every run (tailcut run; {key} compared)", markdown_table(
         rows, ("step", "variant", "uplink", "JCT s", "epochs", "iterations", "iteration s",
-               "converged", "rack-1 push bytes / iteration"))))
+               "converged", "rack-1 push bytes / iteration", "fidelity"))))
     lines = []
     rep = median(runs("fabric-rep"), key)
     if rep and fabric:
