@@ -26,7 +26,8 @@ MAX_CONNECTIONS = 64
 TIMEOUT_S = 5.0
 LISTEN_BACKLOG = 128
 REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed",
-           431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+           431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           503: "Service Unavailable"}
 
 # path -> (status code, body, content type)
 Respond = Callable[[str], tuple[int, bytes, str]]
@@ -139,8 +140,12 @@ class Server:
             path = rest.split(b" ", 1)[0].decode("latin-1")
             if method != b"GET":
                 self._answer(conn, 405, b"only GET\n", "text/plain")
-            else:
-                self._answer(conn, *self.respond(path))
+                return
+            try:
+                answer = self.respond(path)
+            except Exception as err:   # noqa: BLE001 - the server must outlive a bad answer
+                answer = (500, f"{type(err).__name__}: {err}\n".encode(), "text/plain")
+            self._answer(conn, *answer)
 
     def _answer(self, conn: _Connection, code: int, body: bytes, kind: str) -> None:
         head = (f"HTTP/1.1 {code} {REASONS.get(code, '')}\r\nContent-Type: {kind}\r\n"

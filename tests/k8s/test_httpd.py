@@ -9,6 +9,8 @@ from tests import waiting
 
 
 def respond(path):
+    if path == "/broken":
+        raise RuntimeError("no figures")
     return (200, b"here\n", "text/plain") if path == "/here" else (404, b"no\n", "text/plain")
 
 
@@ -31,6 +33,9 @@ def test_answers_a_get_and_closes():
             b"HTTP/1.1 405")
         assert ask(server.server_address[1], b"GET /" + b"x" * 10000).startswith(
             b"HTTP/1.1 431")
+        assert ask(server.server_address[1], b"GET /broken HTTP/1.1\r\n\r\n").endswith(
+            b"RuntimeError: no figures\n")
+        assert ask(server.server_address[1]).endswith(b"here\n"), "and it still serves"
     finally:
         server.shutdown()
 
