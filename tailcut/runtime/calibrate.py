@@ -39,7 +39,10 @@ DEFAULT_RATES = "1Gbit,500Mbit,200Mbit,100Mbit,50Mbit"
 PROBE_S = 15.0            # training time a probe aims at (the brief's 10-30 s)
 FIRST_ITERATIONS = 200    # the first probe's, without --iterations
 MIN_ITERATIONS, MAX_ITERATIONS = 20, 5000
-PROBE_TIMEOUT_S = 300.0   # a probe's spec.training.timeoutS at most
+# a probe's spec.training.timeoutS at most: the PS stops a probe that the estimate of
+# its iterations got wrong there, as at its last iteration, and its time per
+# iteration counts all the same
+PROBE_TIMEOUT_S = 4 * PROBE_S
 # elasticity of the time per iteration to 1/rate (log growth / log rate factor) from
 # which it is called proportional, and below which flat
 PROPORTIONAL, FLAT = 0.75, 0.25

@@ -227,11 +227,11 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
 
 
 def verdicts(runs: Sequence[Run]) -> str:
-    """'2 network-bound, 1 host-bound' (failed runs counted as such)."""
-    order = [*verdict.VERDICTS, "failed"]
-    count = {v: 0 for v in order}
+    """'2 network-bound, 1 host-bound' (and failed runs, and runs without a verdict)."""
+    count = {v: 0 for v in (*verdict.VERDICTS, "no verdict", "failed")}
     for r in runs:
-        count[r.verdict if r.state != "failed" and r.verdict in count else "failed"] += 1
+        judged = r.verdict if r.verdict in verdict.VERDICTS else "no verdict"
+        count["failed" if r.state == "failed" else judged] += 1
     return ", ".join(f"{n} {v}" for v, n in count.items() if n) or "no runs"
 
 

@@ -120,6 +120,7 @@ def test_a_ratio_is_met_only_when_every_run_of_both_was_network_bound():
     assert not compare.met(good, [*other, _run("bounded-loss", 2.0, "marginal", 2)])
     assert not compare.met(good, [*other, _run("bounded-loss", None, None, 2, "failed")])
     assert not compare.met(good, [_run("bounded-loss", 2.0, None)])
+    assert compare.verdicts([_run("tcp", 2.0, None), *good]) == "2 network-bound, 1 no verdict"
     assert not compare.met(good, [])
 
 
