@@ -130,7 +130,27 @@ def response(hi: Probe, lo: Probe) -> dict[str, Any]:
             "flat" if elasticity <= FLAT else "partial")
     return {"transport": hi.transport, "from": hi.rate, "to": lo.rate,
             "growth": round(growth, 3), "expected": round(expected, 3),
-            "elasticity": round(elasticity, 3), "response": kind}
+            "elasticity": round(elasticity, 3), "response": kind,
+            "verdicts": [hi.verdict, lo.verdict],
+            "agrees": agrees(kind, hi.verdict, lo.verdict)}
+
+
+def agrees(kind: str, hi: Optional[str], lo: Optional[str]) -> Optional[bool]:
+    """Whether the response and the verdicts at both rates tell the same: network-bound
+    at both and a time that did not stay flat, or host-bound at both and one that did
+    not grow in proportion; None when the verdicts differ or are marginal."""
+    if hi == lo == verdict.NETWORK_BOUND:
+        return kind != "flat"
+    if hi == lo == verdict.HOST_BOUND:
+        return kind != "proportional"
+    return None
+
+
+def disagreements(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line for each check whose response and verdicts disagree."""
+    return [f"{c['transport']} {c['from']} -> {c['to']}: time per iteration "
+            f"x{c['growth']:.2f} of x{c['expected']:.2f} ({c['response']}), yet "
+            f"{c['verdicts'][0]} at both rates" for c in checks if c["agrees"] is False]
 
 
 def responses(probes: Sequence[Probe]) -> list[dict[str, Any]]:
@@ -289,6 +309,8 @@ def _handle(args: argparse.Namespace) -> int:
     final = document(probes)
     print(f"\n{job.name} on this host: verdict and time per iteration per link rate")
     print(table(probes, final["rate_response"]))
+    for line in disagreements(final["rate_response"]):
+        print(f"rate response and verdict disagree: {line}")
     for t, r in final["highest_network_bound"]["each"].items():
         print(f"highest network-bound rate, {t}: {r or 'none of those probed'}")
     if final["snippet"]:

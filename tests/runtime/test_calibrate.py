@@ -87,6 +87,25 @@ def test_the_rate_response_factor_is_the_growth_of_time_per_iteration_against_th
                               _probe("udp", 200 * M, 0.05))["elasticity"] == 1.0
 
 
+def test_a_response_agrees_with_the_verdicts_or_is_named():
+    nb, hb = "network-bound", "host-bound"
+    flat = calibrate.response(_probe("tcp", 200 * M, 0.05, nb), _probe("tcp", 100 * M, 0.05, nb))
+    assert flat["agrees"] is False and flat["verdicts"] == [nb, nb]
+    grows = calibrate.response(_probe("tcp", 200 * M, 0.05, hb),
+                               _probe("tcp", 100 * M, 0.1, hb))
+    assert grows["agrees"] is False
+    assert calibrate.disagreements([flat, grows]) == [
+        "tcp 200Mbit -> 100Mbit: time per iteration x1.00 of x2.00 (flat), yet "
+        "network-bound at both rates",
+        "tcp 200Mbit -> 100Mbit: time per iteration x2.00 of x2.00 (proportional), yet "
+        "host-bound at both rates"]
+    assert calibrate.agrees("proportional", nb, nb) and calibrate.agrees("flat", hb, hb)
+    assert calibrate.agrees("partial", nb, nb) and calibrate.agrees("partial", hb, hb)
+    assert calibrate.agrees("flat", nb, "marginal") is None
+    assert calibrate.disagreements([calibrate.response(_probe("tcp", 200 * M, 0.05, nb),
+                                                       _probe("tcp", 100 * M, 0.1, nb))]) == []
+
+
 def test_responses_pair_consecutive_finished_probes_of_each_transport():
     probes = [_probe("tcp", 400 * M, 0.01), _probe("udp", 400 * M, 0.01),
               _probe("tcp", 200 * M, None), _probe("udp", 200 * M, 0.02),
