@@ -34,7 +34,7 @@ import kopf
 import kubernetes
 import yaml
 
-from tailcut import plan, spec
+from tailcut import errors, plan, spec
 from tailcut.errors import SpecError
 from tailcut.k8s import metrics
 from tailcut.k8s.manifests import (background, crd, limits, overlay_ids, placement, policy,
@@ -630,6 +630,8 @@ def _start_local(job: spec.TrainingJob, namespace: str, old: dict[str, Any], pat
             subprocess.run([sys.executable, "-m", "tailcut.cli", "clean", job.name],
                            capture_output=True, timeout=60)
         out = RESULTS_DIR / f"{namespace}-{job.name}"
+        if (out / "run.json").exists():   # an earlier attempt's: kept beside, not mixed in
+            out.rename(out.with_name(f"{out.name}-{int(out.stat().st_mtime)}"))
         out.mkdir(parents=True, exist_ok=True)
         job_file = out / "trainingjob.yaml"
         job_file.write_text(yaml.safe_dump(job.model_dump(by_alias=True, mode="json")))
@@ -679,9 +681,9 @@ def _follow_local(job: spec.TrainingJob, namespace: str, proc: subprocess.Popen[
         old = current.get("status") or {}
     except kubernetes.client.ApiException:
         old = {}
-    if metrics is not None and code in (0, 1):
+    if metrics is not None and code in (errors.EXIT_FINISHED, errors.EXIT_TARGET_NOT_REACHED):
         target = job.spec.training.target_accuracy
-        ok = code == 0
+        ok = code == errors.EXIT_FINISHED
         reason = "TrainingFinished" if ok else "TargetNotReached"
         message = (f"JCT {metrics['jct_s']:.1f} s, {metrics['epochs']} epochs, accuracy "
                    f"{metrics['final_accuracy']:.3f}" + ("" if ok else
@@ -691,7 +693,8 @@ def _follow_local(job: spec.TrainingJob, namespace: str, proc: subprocess.Popen[
                        "accuracy": round(metrics["final_accuracy"], 4),
                        "loss": round(metrics["final_loss"], 4),
                        "converged": bool(metrics["converged"]),
-                       "progress": f"{metrics['epochs']}/{job.spec.training.epochs} epochs"})
+                       "progress": f"{metrics['epochs']}/{job.spec.training.epochs} epochs",
+                       **resources.fidelity_status(metrics.get("fidelity"))})
     else:
         _set_status(fields, old, "Failed", "LocalRunFailed",
                     f"tailcut run exited with {code}: " + " | ".join(tail[-5:]), generation)

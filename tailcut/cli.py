@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from tailcut import errors
 from tailcut.errors import SpecError, TailcutError
 
 if TYPE_CHECKING:
@@ -44,13 +45,13 @@ def _handle(args: argparse.Namespace) -> int:
         return int(args.handler(args))
     except SpecError as err:
         print(f"tailcut: {err}", file=sys.stderr)
-        return 2
+        return errors.EXIT_SPEC
     except TailcutError as err:
         print(f"tailcut: error: {err}", file=sys.stderr)
-        return 1
+        return errors.EXIT_FAILED
     except KeyboardInterrupt:
         print("tailcut: interrupted; the job's network was removed", file=sys.stderr)
-        return 130   # record.EXIT_INTERRUPTED, without importing the runtime here
+        return errors.EXIT_INTERRUPTED
 
 
 CORE_COMMANDS = ("run", "validate", "clean", "net", "background", "background-ui", "doctor",
@@ -160,7 +161,7 @@ def _run(args: argparse.Namespace) -> int:
     # network and the datapath): they load their datasets on the other core meanwhile.
     # (Other jobs' roles are forked by local.run, after those imports.)
     ahead = rolefork.ahead_of(job) if rolefork.needs_no_more_imports(job) else None
-    from tailcut.runtime import local, record
+    from tailcut.runtime import local
     if not gc.isenabled():   # main turned it off for the imports: they are in
         gc.freeze()   # and stay as long as the process: never scanned again
         gc.enable()
@@ -181,14 +182,14 @@ def _run(args: argparse.Namespace) -> int:
     if target is not None and not result.converged:
         print(f"tailcut: the job finished without reaching targetAccuracy={target}",
               file=sys.stderr)
-        return record.EXIT_TARGET_NOT_REACHED
+        return errors.EXIT_TARGET_NOT_REACHED
     fidelity = result.fidelity or {}
     if args.require_fidelity and fidelity.get("verdict") != "network-bound":
         why = "; ".join(fidelity.get("reasons") or ["no verdict"])
         print(f"tailcut: --require-fidelity: the run was {fidelity.get('verdict')}, not "
               f"network-bound: {why}", file=sys.stderr)
-        return record.EXIT_NOT_NETWORK_BOUND
-    return record.EXIT_FINISHED
+        return errors.EXIT_NOT_NETWORK_BOUND
+    return errors.EXIT_FINISHED
 
 
 def _load(path: str) -> "TrainingJob":

@@ -18,7 +18,17 @@
         └── TransportTimeout nothing arrived in time
 
 Callers catch TailcutError to print a one-line message; anything else is a bug.
+
+`tailcut run`'s exit codes, one for each way a run ends (docs/fidelity.md), are here
+too: the reproduce steps and the operator's local backend read them without the runtime.
 """
+
+EXIT_FINISHED = 0
+EXIT_FAILED = 1             # a TailcutError
+EXIT_SPEC = 2               # the spec or the command line was refused
+EXIT_TARGET_NOT_REACHED = 3  # finished without reaching targetAccuracy
+EXIT_NOT_NETWORK_BOUND = 4   # finished, but --require-fidelity and not network-bound
+EXIT_INTERRUPTED = 130
 
 
 class TailcutError(Exception):

@@ -120,9 +120,11 @@ def _emit_and_report(event: dict[str, Any]) -> None:
     role.emit(event)
     if event.get("event") == "done":
         # "tcp": the PS pod's own TCP counters (tailcut.training.tcpstats), eight
-        # integers; the job's totals over every pod are in `tailcut collect`'s results
+        # integers; the job's totals over every pod are in `tailcut collect`'s results;
+        # "host": its node's CPU over the training window (seven numbers), the status's
+        # fidelity verdict
         keys = ("jct_s", "epochs", "iterations", "final_accuracy", "final_loss",
-                "converged", "tcp")
+                "converged", "tcp", "host")
         _write_termination_message(json.dumps({k: event[k] for k in keys if k in event}))
     elif event.get("event") == "error":
         said = str(event.get("message", "")).encode()[:TERMINATION_BYTES]

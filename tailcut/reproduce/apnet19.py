@@ -17,11 +17,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from tailcut import papers
+from tailcut import errors, papers
 from tailcut.reproduce import figures, gloo, jobs
 from tailcut.reproduce.measure import (Figure, Files, Measured, Value, markdown_table,
                                        number, ratio, verdict, verdicts)
-from tailcut.runtime import record
 from tailcut.reproduce.steps import Step
 
 MODELS = ("rnn", "mlp", "mf", "cnn")   # the paper's four (Table 3), as ours stand in for them
@@ -110,7 +109,7 @@ def steps(quick: bool) -> list[Step]:
                     ("run", "{job}", "--results-dir", "{out}/results"),
                     estimate_s=_estimate_s(condition, short, quick),
                     job=jobs.render(_job(condition, short, repeat, quick)), needs_root=True,
-                    ok_exit_codes=(0, record.EXIT_TARGET_NOT_REACHED),
+                    ok_exit_codes=(0, errors.EXIT_TARGET_NOT_REACHED),
                     outputs=("results/metrics.json",)))
     return out + gloo.steps(quick)   # the section "against Gloo" (torch installed)
 

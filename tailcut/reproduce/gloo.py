@@ -19,8 +19,8 @@ import copy
 import statistics
 from typing import Any
 
+from tailcut import errors
 from tailcut.ml import torchmodel
-from tailcut.runtime import record
 from tailcut.reproduce import jobs
 from tailcut.reproduce.measure import Files, Measured, Value, verdicts
 from tailcut.reproduce.steps import Step
@@ -71,7 +71,7 @@ def steps(quick: bool) -> list[Step]:
                     ("run", "{job}", "--results-dir", "{out}/results"),
                     estimate_s=(40 if quick else 90), needs_root=True,
                     job=jobs.render(_job(condition, mode, repeat, quick)),
-                    ok_exit_codes=(0, record.EXIT_TARGET_NOT_REACHED),
+                    ok_exit_codes=(0, errors.EXIT_TARGET_NOT_REACHED),
                     outputs=("results/metrics.json",)))
     return out
 

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from tailcut import spec
-from tailcut.runtime import record
+from tailcut import errors, spec
 from tailcut.reproduce import jobs
 from tailcut.reproduce.measure import (Figure, Files, Measured, Value, markdown_table,
                                        number)
@@ -42,7 +41,7 @@ def steps(quick: bool) -> list[Step]:
                                  f"(the RPC dissection)",
                  ("run", "{job}", "--results-dir", "{out}/results"),
                  estimate_s=20 if quick else 55, job=jobs.render(_job(seed, quick)),
-                 needs_root=True, ok_exit_codes=(0, record.EXIT_TARGET_NOT_REACHED),
+                 needs_root=True, ok_exit_codes=(0, errors.EXIT_TARGET_NOT_REACHED),
                  outputs=("results/metrics.json",))
             for seed in seeds]
 

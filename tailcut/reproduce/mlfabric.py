@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Optional
 
-from tailcut.runtime import record
+from tailcut import errors
 from tailcut.reproduce import jobs
 from tailcut.reproduce.measure import (Files, Measured, Value, markdown_table, number,
                                        verdict)
@@ -60,7 +60,7 @@ def steps(quick: bool) -> list[Step]:
                         ("run", "{job}", "--results-dir", "{out}/results"),
                         estimate_s=estimate,
                         job=jobs.render(_job(variant, uplink, quick, repeat)),
-                        needs_root=True, ok_exit_codes=(0, record.EXIT_TARGET_NOT_REACHED),
+                        needs_root=True, ok_exit_codes=(0, errors.EXIT_TARGET_NOT_REACHED),
                         outputs=("results/metrics.json",)))
     return out
 

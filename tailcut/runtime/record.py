@@ -27,10 +27,6 @@ FILE = "run.json"
 # files by which a directory is known to hold a run's results already
 RESULT_FILES = (FILE, "metrics.json")
 STATES = ("running", "finished", "target-not-reached", "failed", "interrupted")
-# `tailcut run`'s exit code for each way a run ends (2: the spec was refused)
-EXIT_FINISHED, EXIT_FAILED, EXIT_TARGET_NOT_REACHED = 0, 1, 3
-EXIT_NOT_NETWORK_BOUND = 4   # finished, but --require-fidelity and not network-bound
-EXIT_INTERRUPTED = 130
 
 
 def commit() -> str | None:

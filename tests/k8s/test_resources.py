@@ -4,7 +4,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from tailcut import spec
-from tailcut.k8s.manifests import resources
+from tailcut.k8s.manifests import resources, status
 
 OWNER = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob", "name": "k8-demo",
          "uid": "1234", "controller": True, "blockOwnerDeletion": True}
@@ -228,6 +228,19 @@ def test_the_figures_come_from_ps_0_or_else_from_the_replica_that_finished():
         replicated(), [terminated("ps-0", "Killed"),
                        terminated("replica-0", taken_over)])["jctSeconds"] == 5.5
     assert resources.figures_from_pods(replicated(), [pod("ps-0", "Running")]) == {}
+
+
+def test_the_status_carries_the_verdict_from_the_leaders_node():
+    assert "fidelity" not in resources.figures_from_pods(replicated(),
+                                                         [terminated("ps-0", DONE)])
+    busy = DONE[:-1] + (', "host": {"wall_s": 4.2, "cores": 2, "busy": 0.97, '
+                        '"softirq": 0.1, "steal": 0.0, "psi_some": 0.8, "load1": 4.0}}')
+    fidelity = resources.figures_from_pods(replicated(), [terminated("ps-0", busy)])[
+        "fidelity"]
+    assert fidelity["verdict"] == "host-bound"
+    assert fidelity["reasons"][0].startswith("the host's 2 cores were 97% busy")
+    assert any("links' rates were not sampled" in note for note in fidelity["notes"])
+    status.Status.model_validate({"fidelity": fidelity})   # the CRD's shape
 
 
 def test_only_bounded_loss_pods_get_the_capabilities_of_the_xdp_counter():

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from tailcut import plan
+from tailcut.fidelity import verdict
 from tailcut.k8s.manifests import crd, placement, policy
 from tailcut.spec.model import TrainingJob
 from tailcut.training import exits
@@ -401,12 +402,25 @@ def _why_failed(pod: dict[str, Any]) -> str:
 
 def figures_from_done(job: TrainingJob, done: dict[str, Any]) -> dict[str, Any]:
     """The status fields of a finished job from the PS's "done" event (the termination
-    message of ps-0, written by workers/entrypoint.py), as the local backend fills them."""
+    message of ps-0, written by workers/entrypoint.py), as the local backend fills them.
+    The fidelity verdict comes from the host's CPU the leader saw over the training
+    window (its node's; the links and other processes are not sampled on a cluster)."""
+    host = done.get("host")
     return {"jctSeconds": round(float(done["jct_s"]), 2),
             "accuracy": round(float(done["final_accuracy"]), 4),
             "loss": round(float(done["final_loss"]), 4),
             "converged": bool(done["converged"]), "epoch": int(done["epochs"]),
-            "progress": f"{int(done['epochs'])}/{job.spec.training.epochs} epochs"}
+            "progress": f"{int(done['epochs'])}/{job.spec.training.epochs} epochs",
+            **fidelity_status(verdict.judge(host=host) if isinstance(host, dict) else None)}
+
+
+def fidelity_status(fidelity: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """status.fidelity from a run's verdict (tailcut.fidelity.verdict); {} without one."""
+    if not fidelity:
+        return {}
+    return {"fidelity": {"verdict": fidelity["verdict"],
+                         "reasons": list(fidelity.get("reasons") or []),
+                         "notes": list(fidelity.get("notes") or [])}}
 
 
 def figures_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]]) -> dict[str, Any]:

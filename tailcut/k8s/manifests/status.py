@@ -72,6 +72,14 @@ class BackgroundStatus(_Model):
         default=None, description="that as a share of the target link's bandwidth")
 
 
+class FidelityStatus(_Model):
+    """A finished run's fidelity verdict (tailcut.fidelity.verdict) and why."""
+
+    verdict: Literal["network-bound", "marginal", "host-bound"]
+    reasons: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
 class QueueDrops(_Model):
     """Packets dropped by full link buffers (not the random loss), as the pods end."""
 
@@ -131,6 +139,10 @@ class Status(_Model):
     accuracy: Optional[float] = Field(default=None, description="final test accuracy")
     loss: Optional[float] = Field(default=None, description="final test loss")
     converged: Optional[bool] = None
+    fidelity: Optional[FidelityStatus] = Field(
+        default=None, description="whether the run measured the network or the host "
+                                  "(docs/fidelity.md): on a cluster from the leader's "
+                                  "node's CPU over the training window")
     results_dir: Optional[str] = Field(default=None, description="local backend: results")
     start_time: Optional[str] = None
     completion_time: Optional[str] = None
