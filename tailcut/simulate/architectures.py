@@ -230,6 +230,63 @@ def inception_v3(batch: int = 32) -> Architecture:
                        batch / K80_IMAGES_PER_S["inception-v3"], K80_SOURCE)
 
 
+def resnet_v1_200(batch: int = 32) -> Architecture:
+    """ResNet-v1-200 as TF-slim defines it (nets/resnet_v1.py, the paper's TF-slim
+    models): bottleneck units of blocks (64, 3), (128, 24), (256, 36), (512, 3), the
+    stride in the 3x3 conv of each block's last unit (blocks 1-3), a 1x1 projection
+    shortcut where the depth changes; convs without bias, each followed by batch norm
+    with scale and offset (resnet_arg_scope); a 1x1 conv with bias as the 1000-class
+    logits. Compute time: ResNet-50's K80 time per multiply-add (see `_k80_like`)."""
+    b = _Builder(224, 3)
+    b.size = b.conv("conv1", 64, 7, stride=2)
+    b.channels = 64
+    b.size = -(-b.size // 2)  # 3x3 max pool, stride 2, SAME: 112 -> 56
+    for block, (base, units, stride) in enumerate(((64, 3, 2), (128, 24, 2),
+                                                  (256, 36, 2), (512, 3, 1)), start=1):
+        for unit in range(1, units + 1):
+            tag = f"block{block}_unit{unit}"
+            step = stride if unit == units else 1
+            cin, size = b.channels, b.size
+            if cin != 4 * base:
+                b.conv(f"{tag}_shortcut", 4 * base, 1, stride=step)
+            b.conv(f"{tag}_conv1", base, 1)
+            out = b.conv(f"{tag}_conv2", base, 3, stride=step, cin=base)
+            b.conv(f"{tag}_conv3", 4 * base, 1, cin=base, size=out)
+            b.channels, b.size = 4 * base, out
+    b.conv("logits", 1000, 1, bias=True, bn=0, size=1)
+    return _k80_like("resnet-v1-200", b.layers, batch)
+
+
+def cifarnet(batch: int = 32) -> Architecture:
+    """CifarNet as TF-slim defines it (nets/cifarnet.py), on 32x32x3 images: conv1 5x5x64
+    and conv2 5x5x64 (with bias, SAME), each followed by a 2x2/2 max pool, then fc3 384,
+    fc4 192 and 10 logits (all with bias). Small early layers and one big late one
+    (fc3 holds 90% of the parameters). Compute time: ResNet-50's K80 time per
+    multiply-add (see `_k80_like`)."""
+    b = _Builder(32, 3)
+    b.conv("conv1", 64, 5, bias=True, bn=0)
+    b.channels, b.size = 64, 16
+    b.conv("conv2", 64, 5, bias=True, bn=0)
+    b.size = 8
+    b.dense("fc3", 8 * 8 * 64, 384)
+    b.dense("fc4", 384, 192)
+    b.dense("logits", 192, 10)
+    return _k80_like("cifarnet", b.layers, batch)
+
+
+def _k80_like(name: str, layers: list[Layer], batch: int) -> Architecture:
+    """A model the K80 benchmark table does not list, timed at ResNet-50's K80 seconds
+    per multiply-add: batch x (its multiply-adds / ResNet-50's) x ResNet-50's seconds
+    per image. An assumption (small layers run below a GPU's peak rate, so CifarNet is
+    likely slower than this), stated in the architecture's `source`; the simulator's
+    compute_scale sweeps it anyway."""
+    reference = resnet50(batch)
+    ratio = sum(l.macs for l in layers) / sum(l.macs for l in reference.layers)
+    return _with_times(name, layers, batch, reference.compute_s * ratio,
+                       f"{K80_SOURCE}; not in that table: ResNet-50's K80 time scaled by "
+                       f"multiply-adds (x{ratio:.4g})")
+
+
 @functools.lru_cache(maxsize=None)
 def from_project_model(name: str, batch: int = 32, repeats: int = 5) -> Architecture:
     """A model of tailcut.ml.models with its compute time measured here: the
@@ -256,7 +313,8 @@ def from_project_model(name: str, batch: int = 32, repeats: int = 5) -> Architec
                        f"at batch {batch} ({iteration_s * 1e3:.2f} ms), split by size")
 
 
-BUILTIN = {"resnet-50": resnet50, "vgg-16": vgg16, "inception-v3": inception_v3}
+BUILTIN = {"resnet-50": resnet50, "vgg-16": vgg16, "inception-v3": inception_v3,
+           "resnet-v1-200": resnet_v1_200, "cifarnet": cifarnet}
 
 
 def get(name: str, batch: int = 32) -> Architecture:

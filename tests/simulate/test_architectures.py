@@ -45,3 +45,29 @@ def test_project_models_get_measured_compute_time_and_their_tensor_sizes():
 def test_unknown_model_error_lists_the_known_ones():
     with pytest.raises(ValueError, match="known: .*resnet-50"):
         architectures.get("alexnet")
+
+
+def test_resnet_v1_200_follows_tf_slims_blocks_and_counts_64_7m_parameters():
+    arch = architectures.resnet_v1_200()
+    # 3 + 24 + 36 + 3 bottleneck units of 3 convs, a projection shortcut in each
+    # block's first unit, conv1 and the logits: 204 messages.
+    assert len(arch.layers) == 3 * 66 + 4 + 2
+    assert arch.params == 64_673_832   # 64.7M, as timm lists its ResNet-200 (resnet200d)
+    logits = arch.layers[-1]
+    assert logits.params == 2048 * 1000 + 1000
+    # the stride sits in each block's last unit: block2's units see 28x28 until the last
+    by_name = {l.name: l for l in arch.layers}
+    assert by_name["block2_unit23_conv2"].macs == 28 * 28 * 9 * 128 * 128
+    assert by_name["block2_unit24_conv2"].macs == 14 * 14 * 9 * 128 * 128
+
+
+def test_cifarnet_is_two_small_convs_and_a_big_fc3_timed_like_resnet50_per_mac():
+    arch = architectures.cifarnet()
+    assert [l.name for l in arch.layers] == ["conv1", "conv2", "fc3", "fc4", "logits"]
+    assert [l.params for l in arch.layers] == [
+        5 * 5 * 3 * 64 + 64, 5 * 5 * 64 * 64 + 64, 8 * 8 * 64 * 384 + 384,
+        384 * 192 + 192, 192 * 10 + 10]
+    resnet = architectures.resnet50()
+    per_mac = resnet.compute_s / sum(l.macs for l in resnet.layers)
+    assert arch.compute_s == pytest.approx(per_mac * sum(l.macs for l in arch.layers))
+    assert "scaled by multiply-adds" in arch.source
