@@ -13,7 +13,8 @@ Per iteration of a job (BSP, as in the paper's simulation):
 
 Layers go to parameter servers greedily by size, the least loaded first (TensorFlow's
 GreedyLoadBalancingStrategy). Between events every active flow runs at the rate the
-policy gives it (a fluid model: no packets, no slow start).
+policy gives it (a fluid model: no packets, no slow start). A flow between a worker and
+a PS on the same node (colocated) crosses no link and arrives when it is released.
 
 Policies: `fair` is TCP: one connection per (src, dst) pair carrying its messages one
 after the other in the best order (the paper's baseline "transfers the parameters in
@@ -179,7 +180,10 @@ class Simulation:
         a["deadline"][fid] = flow.deadline_s
         a["order"][fid] = flow.order
         a["layer"][fid] = flow.layer
-        a["conn"][fid] = (flow.job * self.fabric.nodes + flow.src) * self.fabric.nodes + flow.dst
+        # A connection is one direction of one (worker, PS) pair: pulls and pushes
+        # between two nodes that are each a worker and a PS (colocated) never share one.
+        a["conn"][fid] = ((flow.job * self.fabric.nodes + flow.src) * self.fabric.nodes
+                          + flow.dst) * 2 + flow.phase
         a["coflow"][fid] = (flow.job * 1_000_003 + flow.iteration) * 2 + flow.phase
         heapq.heappush(self._pending, (flow.release_s, fid))
 
@@ -331,6 +335,11 @@ class Simulation:
             while self._pending and self._pending[0][0] <= self.now + 1e-12:
                 _, fid = heapq.heappop(self._pending)
                 self.flows[fid].start_s = self.now
+                if self.flows[fid].src == self.flows[fid].dst:
+                    # Colocated worker and PS: a copy in memory, no link to cross.
+                    self._arr["rem"][fid] = 0.0
+                    self._flow_done(fid, self.now)
+                    continue
                 new.append(fid)
             if new:
                 act = np.r_[act, np.array(new, dtype=np.int64)]

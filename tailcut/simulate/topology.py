@@ -5,8 +5,11 @@ node). A star is one non-blocking switch (the paper's single-application setting
 Racks add one uplink pair per rack between its ToR and the core; a path that leaves
 its rack crosses the rack's up link and the other rack's down link. Link ids:
 
-    0 .. n-1          node i's NIC, up          (capacity nic_bit)
+    0 .. n-1          node i's NIC, up          (capacity nic_bit, or node_nic_bit[i])
     n .. 2n-1         node i's NIC, down
+
+A flow from a node to itself (a worker and its PS colocated) crosses no link: the
+simulator delivers it when it is released.
     2n + 2r, 2n+2r+1  rack r's uplink, up / down (capacity uplink_bit[r])
 """
 
@@ -24,6 +27,17 @@ class Fabric:
     nic_bit: float
     rack_of: tuple[int, ...]                  # node -> rack
     uplink_bit: tuple[float, ...] = field(default=())  # per rack; () = one rack, no core
+    # Per node NIC rates (heterogeneous NICs); () = every NIC at nic_bit.
+    node_nic_bit: tuple[float, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.node_nic_bit and len(self.node_nic_bit) != len(self.rack_of):
+            raise ValueError(f"node_nic_bit has {len(self.node_nic_bit)} rates for "
+                             f"{len(self.rack_of)} nodes: give one per node or none")
+
+    def nic_of(self, node: int) -> float:
+        """Node `node`'s NIC rate in bit/s."""
+        return self.node_nic_bit[node] if self.node_nic_bit else self.nic_bit
 
     @property
     def nodes(self) -> int:
@@ -37,7 +51,8 @@ class Fabric:
         """Capacity of every link in bytes per second."""
         n = self.nodes
         caps = np.empty(self.links)
-        caps[:2 * n] = self.nic_bit / 8
+        caps[:n] = [self.nic_of(i) / 8 for i in range(n)]
+        caps[n:2 * n] = caps[:n]
         for r, bit in enumerate(self.uplink_bit):
             caps[2 * n + 2 * r] = caps[2 * n + 2 * r + 1] = bit / 8
         return caps
@@ -53,7 +68,9 @@ class Fabric:
         racks = max(self.rack_of) + 1 if self.rack_of else 0
         ups = ", ".join(f"{b / 1e9:g}" for b in self.uplink_bit)
         core = f"; rack uplinks {ups} Gbit/s" if self.uplink_bit else ""
-        return f"{self.nodes} nodes in {racks} rack(s), NIC {self.nic_bit / 1e9:g} Gbit/s{core}"
+        nics = (", ".join(f"{b / 1e9:g}" for b in self.node_nic_bit) if self.node_nic_bit
+                else f"{self.nic_bit / 1e9:g}")
+        return f"{self.nodes} nodes in {racks} rack(s), NIC {nics} Gbit/s{core}"
 
 
 def star(nodes: int, nic_bit: float) -> Fabric:

@@ -94,3 +94,23 @@ def test_the_papers_toy_example_gives_its_two_completion_times():
     assert times["tcp"] == pytest.approx(2.0, rel=1e-6)
     assert times["coflow"] == pytest.approx(2.5, rel=1e-6)
     assert times["tcp_per_tensor"] == pytest.approx(2.5, rel=1e-6)
+
+
+def test_a_colocated_worker_gets_its_own_ps_layers_without_the_network():
+    # One node is worker and PS: nothing crosses a link, the iteration is compute only.
+    arch = _arch([0.5e9, 0.5e9], 0.1)
+    job = engine.Job("t", arch, [0], [0])
+    result = engine.Simulation(topology.star(1, GBIT), [job], "fair").run()
+    assert result.mean_iteration_s() == pytest.approx(0.6, rel=1e-9)
+    assert all(f.end_s == f.release_s for f in result.flows)
+
+
+def test_a_slower_nic_limits_only_its_own_node():
+    # 0.5 GB over a 4 Gbit/s NIC (0.5 GB/s) takes 1 s each way, whatever the PS's NIC.
+    arch = _arch([0.5e9], 0.1)
+    fabric = topology.Fabric(8 * GBIT, (0, 0), node_nic_bit=(4 * GBIT, 40 * GBIT))
+    job = engine.Job("t", arch, [0], [1])
+    result = engine.Simulation(fabric, [job], "fair").run()
+    assert result.mean_iteration_s() == pytest.approx(1 + 0.3 + 1, rel=1e-6)
+    with pytest.raises(ValueError, match="node_nic_bit has 1 rates for 2 nodes"):
+        topology.Fabric(GBIT, (0, 0), node_nic_bit=(GBIT,))
