@@ -281,6 +281,8 @@ def _handle(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
     before = compare.check_host(args.allow_busy, say)
+    source = {"commit": record.commit()}   # tailcut's
+    host = record.host()   # as the first run starts (its load1_before)
     out.mkdir(parents=True, exist_ok=True)
     say(f"calibrate {job.name}: {', '.join(transports)} at "
         f"{', '.join(units.format_bandwidth(r) for r in rates)}; results in {out}")
@@ -291,7 +293,7 @@ def _handle(args: argparse.Namespace) -> int:
         return {"job": job.name, "spec": str(args.job), "transports": transports,
                 "rates": [units.format_bandwidth(r) for r in rates],
                 "iterations": args.iterations, "probe_s": PROBE_S,
-                "tailcut": {"commit": record.commit()}, "host": record.host(),
+                "tailcut": source, "host": host,
                 "host_before": before, "probes": [asdict(p) for p in probes],
                 "rate_response": checks,
                 "highest_network_bound": {

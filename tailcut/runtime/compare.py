@@ -521,6 +521,8 @@ def _handle(args: argparse.Namespace) -> int:
     title = (f"{job.name}: JCT per run, {condition(shown)}; {args.runs} interleaved "
              f"run(s) per transport")
     before = check_host(args.allow_busy, say)
+    source = {"commit": record.commit()}   # tailcut's
+    host = record.host()   # as the first run starts (its load1_before)
     out.mkdir(parents=True, exist_ok=True)
     settings = {t: transport_fields(job, t) for t in transports}
     say(f"compare {job.name}: {', '.join(transports)}, {args.runs} run(s) each, "
@@ -530,7 +532,7 @@ def _handle(args: argparse.Namespace) -> int:
         return {"job": job.name, "spec": str(args.job), "transports": transports,
                 "transport_settings": settings, "runs_per_transport": args.runs,
                 "bandwidth": args.bandwidth, "condition": condition(shown),
-                "tailcut": {"commit": record.commit()}, "host": record.host(),
+                "tailcut": source, "host": host,
                 "host_before": before, "summary": summarize(runs, transports),
                 "runs": [asdict(r) for r in runs]}
     runs = execute(variants, out, say, local_runner(),
