@@ -79,7 +79,8 @@ def test_a_buffer_on_a_lossy_link_without_netem_sits_behind_the_dropper():
 
 
 def test_with_netem_the_buffer_is_netems_child_and_netem_no_longer_limits():
-    # Plan only: this kernel has no netem, so nothing here can apply it.
+    # The plan; tests/uml/inside/check_netem.py applies it in a kernel with netem and
+    # reads it back through tc.
     ops = shaping.plan(Link(delay_ms=5, buffer_packets=8), has_netem=True, field="f")
     htb, netem, queue = ops
     assert netem == shaping.Netem(delay_ms=5, jitter_ms=0, loss=0,
