@@ -424,6 +424,20 @@ def table(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_table(runs: Sequence[Run], transports: Sequence[str]) -> str:
+    """Every run's JCT and verdict: a row per run, a column per transport."""
+    width = 30
+    lines = ["run  " + "".join(f"{t:<{width}}" for t in transports).rstrip()]
+    for i in sorted({r.run for r in runs}):
+        cells = []
+        for t in transports:
+            r = next((r for r in runs if r.transport == t and r.run == i), None)
+            cells.append("" if r is None else "FAILED" if r.jct_s is None
+                         else f"{r.jct_s:.2f} s {r.verdict or 'no verdict'}")
+        lines.append(f"{i:<5}" + "".join(f"{c:<{width}}" for c in cells).rstrip())
+    return "\n".join(lines)
+
+
 def write(out: Path, document: Mapping[str, Any], runs: Sequence[Run]) -> None:
     """compare.json and compare.csv (one row per run)."""
     (out / "compare.json").write_text(json.dumps(document, indent=2) + "\n")
@@ -541,6 +555,7 @@ def _handle(args: argparse.Namespace) -> int:
     plot(runs, transports, title, out / "compare.png")
     print(f"\n{title}")
     print(table(summary))
+    print("\n" + run_table(runs, transports))
     print(f"results: {out} ({', '.join(FILES)}; one directory per run)")
     failed = [f"{r.transport} run {r.run}" for r in runs if r.state == "failed"]
     if failed:

@@ -141,6 +141,17 @@ def test_the_summary_gives_medians_and_marks_a_ratio_with_the_verdicts():
     assert "11.00 s" in text and "10.00-12.00 s" in text and "2+1F" in text
 
 
+def test_every_runs_jct_and_verdict_are_listed_run_by_run():
+    runs = [_run("tcp", 10.0), _run("bounded-loss", 4.0, "host-bound"),
+            _run("tcp", 12.0, "marginal", run=2),
+            _run("bounded-loss", None, None, 2, "failed")]
+    head, first, second = compare.run_table(runs, ["tcp", "bounded-loss"]).splitlines()
+    assert head.split() == ["run", "tcp", "bounded-loss"]
+    assert first.split() == ["1", "10.00", "s", "network-bound", "4.00", "s", "host-bound"]
+    assert second.split() == ["2", "12.00", "s", "marginal", "FAILED"]
+    assert first.index("4.00") == head.index("bounded-loss")
+
+
 def test_a_transport_whose_runs_all_failed_gives_no_ratio():
     s = compare.summarize([_run("tcp", 1.0), _run("udp", None, None, state="failed")],
                           ["tcp", "udp"])
@@ -312,6 +323,8 @@ def test_a_small_comparison_runs_both_transports_and_writes_its_table_and_files(
     head = lines.index(next(line for line in lines if line.startswith("transport ")))
     assert lines[head + 1].startswith("tcp ") and lines[head + 2].startswith("bounded-loss ")
     assert lines[head + 3].startswith("JCT(tcp) / JCT(bounded-loss), medians: ")
+    per_run = lines.index(next(line for line in lines if line.startswith("run  tcp")))
+    assert lines[per_run + 1].startswith("1    ") and lines[per_run + 1].count(" s ") == 2
     document = json.loads((out / "compare.json").read_text())
     assert document["transport_settings"]["bounded-loss"]["p"] == compare.DEFAULT_P
     assert document["host_before"]["allowed_busy"] is True
