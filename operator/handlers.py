@@ -170,7 +170,11 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: boo
         if isinstance(asked, str):
             _fail_uncreated(body, patch, old, "KernelLimitExceeded", asked, generation)
             return
-        patch.status["queueMemoryBytes"] = asked
+        # Now, not with the handler's patch: the pods' events write the status as soon
+        # as they exist.
+        kubernetes.client.CustomObjectsApi().patch_namespaced_custom_object_status(
+            crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name,
+            {"status": {"queueMemoryBytes": asked}})
     try:
         _create(core.create_namespaced_config_map, core.read_namespaced_config_map,
                 namespace, resources.config_map(job, owner), uid)

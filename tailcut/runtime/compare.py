@@ -457,23 +457,18 @@ MARKERS = {verdict.NETWORK_BOUND: ("o", "network-bound"),
 
 def plot(runs: Sequence[Run], transports: Sequence[str], title: str, path: Path) -> Path:
     """compare.png: `draw`'s figure."""
-    import matplotlib.pyplot as plt
-    fig = draw(runs, transports, title)
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
-    return path
+    from tailcut.reports import style
+    return style.save(draw(runs, transports, title), path)
 
 
 def draw(runs: Sequence[Run], transports: Sequence[str], title: str) -> "Figure":
     """JCT of every run per transport (marker: its verdict), each transport's median
-    a bar across its runs; the legend outside the axes."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    a bar across its runs; the title wrapped to the figure, the legend where it covers
+    no run (tailcut.reports.style)."""
     from matplotlib.lines import Line2D
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+
+    from tailcut.reports import style
+    fig, ax = style.figure()
     try:
         used: set[str] = set()
         for x, t in enumerate(transports):
@@ -494,17 +489,17 @@ def draw(runs: Sequence[Run], transports: Sequence[str], title: str) -> "Figure"
         ax.set_xlabel("transport")
         ax.set_ylabel("job completion time (s)")
         tallest = max((r.jct_s for r in runs if r.jct_s is not None), default=1.0)
-        ax.set_ylim(0, tallest * 1.15)   # room above the highest run
+        ax.set_ylim(0, tallest * 1.35)   # room above the runs for the legend
         ax.grid(axis="y", alpha=0.3)
         handles = [Line2D([], [], marker=m, linestyle="none", color="gray",
-                          markerfacecolor="none" if m != "x" else None, label=label)
+                          markerfacecolor="none" if m != "x" else None,
+                          label=f"{label} run")
                    for v, (m, label) in MARKERS.items() if v in used]
-        handles.append(Line2D([], [], color="black", linewidth=1.5, label="median"))
-        ax.legend(handles=handles, title="run's verdict", loc="upper left",
-                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=9)
-        ax.set_title(title, fontsize=10, wrap=True)
-        fig.tight_layout()
+        handles.append(Line2D([], [], color="black", linewidth=1.5, label="median JCT"))
+        style.title(fig, title)
+        style.legend(ax, handles, [str(h.get_label()) for h in handles], fontsize=9)
     except BaseException:
+        import matplotlib.pyplot as plt
         plt.close(fig)
         raise
     return fig

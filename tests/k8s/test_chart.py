@@ -65,17 +65,20 @@ def test_plain_manifests_match_the_chart():
 
 
 @pytest.mark.k8s
-def test_helm_install_tells_the_user_what_to_run_next(control_plane):
+def test_helm_install_tells_the_user_what_to_run_next(control_plane, release):
     from tests.k8s.conftest import helm   # (the file also runs as a script, without tests/)
 
-    notes = helm(control_plane, "install", "notes", str(CHART), "--namespace", "k8-notes",
-                 "--dry-run").stdout.split("NOTES:", 1)[1]
-    assert "helm test notes --namespace k8-notes" in notes
-    assert "kubectl -n lab apply -f examples/quickstart.yaml" in notes
-    assert "workers.torchImage" in notes   # empty by default: how to fill it
-    with_torch = helm(control_plane, "install", "notes", str(CHART), "--namespace",
-                      "k8-notes", "--dry-run", "--set", "workers.torchImage=t").stdout
-    assert "workers.torchImage" not in with_torch.split("NOTES:", 1)[1]
+    def notes(*values):
+        # (an upgrade's dry run: the session's release holds the chart's cluster roles)
+        done = helm(control_plane, "upgrade", "tailcut", str(CHART), "--namespace", release,
+                    "--dry-run", *values, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split("NOTES:", 1)[1]
+    said = notes()
+    assert f"helm test tailcut --namespace {release}" in said
+    assert "kubectl -n lab apply -f examples/quickstart.yaml" in said
+    assert "workers.torchImage" in said   # empty by default: how to fill it
+    assert "workers.torchImage" not in notes("--set", "workers.torchImage=t")
 
 
 if __name__ == "__main__":
