@@ -3,7 +3,7 @@ that TCP bulk flows keep full, at 200 Mbit/s and at 1 Gbit/s.
 
     sudo PYTHONPATH=. .venv/bin/python bench/droptail_lockout.py [--runs 3]
         [--rates 200Mbit 1Gbit] [--flows 0 1 4 16] [--loads 0.1 0.4] [--buffer 85000]
-        [--extra 200Mbit:16:1.0] [--burst 4] [--cc bbr|cubic]
+        [--extra 200Mbit:16:1.0] [--burst 4] [--cc bbr|cubic] [--delay-us 0 25]
 
 Four namespaces (tclock-<pid>-*): two sender pods, `tcp` (N bulk TCP flows, plain
 sockets) and `udp` (one paced UDP flow of 1472-byte datagrams with sequence numbers,
@@ -19,8 +19,16 @@ Per point: TCP runs from the start, the UDP flow is sent for --measure s after
 --warmup s, the receiver counts distinct sequence numbers; TCP goodput is the bytes
 the receiver read in that window; drops are the port's bfifo drops in that window
 (`tc -s qdisc`). Also: UDP datagrams dropped at the UDP pod's own queue (pod q) and at
-the receiving socket (rcvbuf); both should be 0. With --runs > 1, medians per point.
+the receiving socket (rcvbuf); both should be 0; and any packet dropped at a CPU's
+input backlog (backlog, the whole machine's: where a CPU too slow to forward drops).
+With --runs > 1, medians per point.
 Root. Every child ends by itself (coreutils timeout); the namespaces are deleted on exit.
+
+--delay-us D (one row set per value): a fabric's delay, D microseconds one way at every
+shaped end (the pod ends and the switch ports, netem under HTB as tailcut applies
+`delayMs`; the port's bfifo becomes netem's child), so the RTT through the port is
+4 D. It needs a kernel with netem: not this host's; Debian's user-mode Linux has it
+(docs/network.md#a-kernel-with-netem-user-mode-linux).
 """
 
 import argparse
@@ -39,8 +47,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tailcut.net import netns, rtnl, shaping  # noqa: E402
-from tailcut.spec.model import Link  # noqa: E402
+# A role child (--role, below) needs none of tailcut: importing it costs ~5 s of CPU
+# in user-mode Linux, and four children starting at once missed their start.
+if sys.argv[1:2] != ["--role"]:
+    from tailcut import features  # noqa: E402
+    from tailcut.net import netns, rtnl, shaping  # noqa: E402
+    from tailcut.spec.model import Link  # noqa: E402
 
 PREFIX = f"tclock-{os.getpid()}-"
 PODS = {"tcp": 1, "udp": 2, "rcv": 3}   # pod -> subnet 10.77.<n>.0/24: pod .2, sw .1
@@ -78,12 +90,12 @@ def build() -> None:
         time.sleep(0.05)
 
 
-def shape(rate: str, buffer: int) -> None:
+def shape(rate: str, buffer: int, delay_us: float = 0.0) -> None:
     """What tailcut.net.build applies: access_ops on the switch ports, pod_end_ops on
-    the pods' own ends."""
-    link = Link(bandwidth=rate, buffer_bytes=buffer)
-    port_ops = shaping.plan(link, False, "bench")
-    pod_ops = shaping.plan(shaping.host_end(link), False, "bench")
+    the pods' own ends (with netem only for a delay)."""
+    link = Link(bandwidth=rate, buffer_bytes=buffer, delay_ms=delay_us / 1000)
+    port_ops = shaping.plan(link, delay_us > 0, "bench")
+    pod_ops = shaping.plan(shaping.host_end(link), delay_us > 0, "bench")
     targets = [(ns("sw"), f"p-{p}", port_ops) for p in PODS] + \
               [(ns(p), "eth0", pod_ops) for p in PODS]
     for netns, ifname, ops in targets:
@@ -104,6 +116,13 @@ def teardown() -> None:
 def qdisc_drops(netns: str, dev: str, kind: str) -> int:
     qdiscs = json.loads(sh("tc", "-s", "-j", "qdisc", "show", "dev", dev, netns=netns))
     return sum(q.get("drops", 0) for q in qdiscs if q["kind"] == kind)
+
+
+def backlog_drops() -> int:
+    """Packets the kernel dropped because a CPU's input backlog was full (a veth hands
+    its packets to the peer through it): /proc/net/softnet_stat's second column,
+    summed over CPUs (one machine-wide count)."""
+    return sum(int(line.split()[1], 16) for line in open("/proc/net/softnet_stat"))
 
 
 def rcvbuf_errors() -> int:
@@ -146,7 +165,7 @@ def tcp_sink(flows: int, w0: float, w1: float, stop: float) -> dict:
 def tcp_src(flows: int, stop: float) -> dict:
     def push() -> None:
         s = socket.socket()
-        for _ in range(50):     # the sink may not listen yet
+        while time.time() < stop:   # the sink may not listen yet
             if os.environ.get("TCLOCK_CC"):   # --cc, per socket: the netns may not allow it
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION,
                              os.environ["TCLOCK_CC"].encode())
@@ -224,9 +243,10 @@ def spawn(pod: str, role: str, *args: object, limit: float) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
 
 
-def point(rate: str, flows: int, load: float, a: argparse.Namespace) -> dict:
+def point(rate: str, flows: int, load: float, a: argparse.Namespace,
+          delay_us: float = 0.0) -> dict:
     rate_bit = Link(bandwidth=rate).bandwidth
-    w0 = time.time() + 1.0 + a.warmup         # 1 s for the children to start
+    w0 = time.time() + a.start + a.warmup     # --start s for the children to start
     w1 = w0 + a.measure
     stop = w1 + 0.5
     limit = stop - time.time() + 10
@@ -240,9 +260,11 @@ def point(rate: str, flows: int, load: float, a: argparse.Namespace) -> dict:
     try:
         time.sleep(max(0, w0 - time.time()))
         drops0 = qdisc_drops(ns("sw"), "p-rcv", "bfifo")
+        backlog0 = backlog_drops()
         pod0 = qdisc_drops(ns("udp"), "eth0", "htb")
         time.sleep(max(0, w1 - time.time()))
         drops = qdisc_drops(ns("sw"), "p-rcv", "bfifo") - drops0
+        backlog = backlog_drops() - backlog0
         pod_drops = qdisc_drops(ns("udp"), "eth0", "htb") - pod0
         out = {}
         for role, proc in children.items():
@@ -257,13 +279,14 @@ def point(rate: str, flows: int, load: float, a: argparse.Namespace) -> dict:
         raise RuntimeError(f"{rate}, {flows} TCP flows: {failed or 'tcp-sink'} reported "
                            "nothing (a flow that did not connect in time?)")
     sent, got = out["sent"], out["distinct"]
-    return {"rate": rate, "N": flows, "U": f"{load:.0%}",
+    return {"rate": rate, "delay us": delay_us, "N": flows, "U": f"{load:.0%}",
             "sent": sent, "sent Mbit/s": sent * PAYLOAD * 8 / out["secs"] / 1e6,
             "delivered": got / sent if sent else float("nan"), "UDP lost": sent - got,
             "pkt/ms": got / a.measure / 1000,
             "UDP Mbit/s": got * PAYLOAD * 8 / a.measure / 1e6,
             "TCP Mbit/s": out.get("bytes", 0) * 8 / a.measure / 1e6,
-            "bfifo drops": drops, "pod q": pod_drops, "rcvbuf": out["rcvbuf_errors"]}
+            "bfifo drops": drops, "pod q": pod_drops, "rcvbuf": out["rcvbuf_errors"],
+            "backlog": backlog}
 
 
 def table(rows: list[dict]) -> str:
@@ -299,12 +322,20 @@ def main() -> None:
                    help="more points, RATE:N:LOAD")
     p.add_argument("--buffer", type=int, default=85_000, help="bfifo bytes")
     p.add_argument("--burst", type=int, default=4, help="UDP datagrams per burst")
+    p.add_argument("--start", type=float, default=1.0,
+                   help="seconds for the children to start (more in user-mode Linux)")
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--measure", type=float, default=5.0)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--cc", help="TCP congestion control of the senders (default: the "
                    "kernel's)")
+    p.add_argument("--delay-us", nargs="+", type=float, default=[0.0],
+                   help="one-way delay at every shaped end, microseconds (netem)")
     a = p.parse_args()
+    if any(a.delay_us) and not features.netem().available:
+        p.error(f"--delay-us {' '.join(f'{d:g}' for d in a.delay_us)}: this kernel has no "
+                f"netem ({features.netem().detail}); run the bench in a kernel with netem, "
+                "e.g. Debian's user-mode Linux (docs/network.md)")
     points = [(r, n, u) for r in a.rates for n in a.flows for u in a.loads]
     points += [(r, int(n), float(u)) for r, n, u in (x.split(":") for x in a.extra)]
     runs: list[list[dict]] = []
@@ -319,12 +350,13 @@ def main() -> None:
               f"{a.warmup:g} s warm-up + {a.measure:g} s, {a.runs} run(s)", flush=True)
         for run in range(a.runs):
             rows = []
-            for rate in dict.fromkeys(r for r, _, _ in points):
-                shape(rate, a.buffer)
-                for r, n, u in points:
-                    if r == rate:
-                        rows.append(point(r, n, u, a))
-                        print(f"run {run + 1}: {json.dumps(rows[-1])}", flush=True)
+            for delay_us in a.delay_us:
+                for rate in dict.fromkeys(r for r, _, _ in points):
+                    shape(rate, a.buffer, delay_us)
+                    for r, n, u in points:
+                        if r == rate:
+                            rows.append(point(r, n, u, a, delay_us))
+                            print(f"run {run + 1}: {json.dumps(rows[-1])}", flush=True)
             runs.append(rows)
     finally:
         teardown()
