@@ -117,7 +117,7 @@ FIGURES: dict[str, tuple[Callable[[], Figure], dict[str, object]]] = {
 # wraps it with matplotlib's wrap=True, which happens at draw time, after its
 # tight_layout made room for one line (tailcut/runtime/compare.py is not this file's
 # to change; style.figure and style.title would fix it). Strict: the fix shows.
-KNOWN_FAULTS = {"compare.png": "compare.draw's wrapped title is cut off at the top"}
+KNOWN_FAULTS: dict[str, str] = {}   # name -> why it fails today (a strict xfail)
 
 
 @pytest.mark.parametrize("name", [

@@ -45,6 +45,12 @@ def test_the_quickstart_reaches_its_target_within_3_minutes_and_writes_results(t
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["converged"] and metrics["transport"] == "tcp"
     assert spec.load_file(tmp_path / "spec.yaml") == job
+    # whatever the host, the run says whether it measured the network or the host
+    assert metrics["fidelity"]["verdict"] in ("network-bound", "marginal", "host-bound")
+    assert any(line.startswith(f"fidelity: {metrics['fidelity']['verdict']}")
+               for line in lines)
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["state"] == "finished" and record["fidelity"] == metrics["fidelity"]["verdict"]
     nothing_of("quickstart")
 
 
@@ -57,6 +63,7 @@ def test_a_run_whose_worker_dies_fails_clearly_and_leaves_nothing(tmp_path):
     out, err = run.communicate(timeout=60)
     assert run.returncode == 1, out + err
     assert "worker-1 exited with code -9 (killed by SIGKILL)" in err
+    assert json.loads((tmp_path / "results" / "run.json").read_text())["state"] == "failed"
     nothing_of("dies")
 
 
@@ -68,6 +75,8 @@ def test_a_killed_run_leaves_namespaces_that_tailcut_clean_removes(tmp_path):
     run.send_signal(signal.SIGKILL)
     run.communicate(timeout=10)
     assert clean.leftovers("killed"), "a kill -9 cannot tear down; clean's job is to"
+    # nothing could say it ended: the record still says it was running
+    assert json.loads((tmp_path / "results" / "run.json").read_text())["state"] == "running"
     deadline = time.monotonic() + 5  # the roles die with the runner (PR_SET_PDEATHSIG)
     while any(netns.pids_inside(n) for n in clean.leftovers("killed")):
         assert time.monotonic() < deadline, "training processes outlived the runner"
@@ -87,6 +96,8 @@ def test_sigterm_tears_the_network_down(tmp_path):
     run.send_signal(signal.SIGTERM)
     run.communicate(timeout=30)
     assert run.returncode != 0
+    assert json.loads((tmp_path / "results" / "run.json").read_text())["state"] == \
+        "interrupted"
     nothing_of("termed")
 
 
