@@ -14,12 +14,14 @@ it (at 100 Mbit/s a full frame takes 0.12 ms per shaped hop).
 
 `measure` reads what the kernel's TCP measured on a pod's established connections,
 as `ss -tin` prints it: the smoothed RTT (`rtt:`) and the least seen (`minrtt:`), the
-figure to set beside the configured one for each run that sets a delay (`compare`).
+figure to set beside the configured one for each run that sets a delay (`compare`;
+`sample` does both for every pod of a built job, `report` makes it JSON). Take it while
+the roles are connected (during training: their connections close at the end).
 """
 
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 from tailcut.net.topology import Topology
@@ -116,3 +118,24 @@ def compare(topo: Topology, pod: str, samples: list[Sample]) -> list[Comparison]
     return [Comparison(pod, by_ip[s.peer_ip], configured_ms(topo, pod, by_ip[s.peer_ip]),
                        s.rtt_ms, s.min_rtt_ms)
             for s in samples if s.peer_ip in by_ip]
+
+
+def sample(topo: Topology, port: Optional[int] = None) -> list[Comparison]:
+    """Every pod's connections (to or from `port`, if given) beside their configured
+    RTT; a pod whose namespace is gone (or not there yet) has none."""
+    rows: list[Comparison] = []
+    for pod in topo.pods:
+        try:
+            found = measure(pod.netns, port)
+        except subprocess.CalledProcessError:
+            continue
+        rows += compare(topo, pod.name, found)
+    return rows
+
+
+def report(rows: list[Comparison]) -> dict[str, object]:
+    """The RTT part of a run's results: each connection's figures, and the largest
+    relative gap between a least RTT and its configured RTT."""
+    gaps = [gap for gap in (r.off_by() for r in rows) if gap is not None]
+    return {"connections": [asdict(r) for r in rows],
+            "max_off_by": max(gaps, key=abs) if gaps else None}

@@ -84,3 +84,14 @@ def test_measure_reads_the_rtt_of_a_real_connection_in_a_namespace():
                 s.close()
     finally:
         netns.remove(name)
+
+
+def test_the_report_keeps_every_connection_and_the_largest_gap():
+    rows = [rtt.Comparison("worker-0", "ps-0", 20.0, 25.0, 20.4),
+            rtt.Comparison("worker-1", "ps-0", 20.0, 21.0, 19.0),
+            rtt.Comparison("ps-0", "worker-0", 0.0, 0.1, 0.05)]
+    got = rtt.report(rows)
+    assert got["max_off_by"] == pytest.approx(-0.05)
+    assert got["connections"][0] == {"pod": "worker-0", "peer": "ps-0", "configured_ms": 20.0,
+                                     "rtt_ms": 25.0, "min_rtt_ms": 20.4}
+    assert rtt.report([]) == {"connections": [], "max_off_by": None}

@@ -80,7 +80,7 @@ def uml(tmp_path_factory: pytest.TempPathFactory) -> Inside:
     python = machine.which_venv_python(REPO)
     selection = " ".join(shlex.quote(s) for s in SUITE + CHECKS)
     body = (f"uname -r > {out}/uname\n"
-            f"TAILCUT_UML_OUT={out} {python} -m pytest -p no:cacheprovider -q -rfEs "
+            f"TAILCUT_UML_OUT={out} {python} -m pytest -p no:cacheprovider -q -rfEs --durations=8 "
             f"-m 'not bpf' --basetemp=/run/tmp/pytest --junitxml={out}/junit.xml "
             f"{selection}\n"
             f"echo $? > {out}/pytest.rc\n")

@@ -261,16 +261,6 @@ def test_loss_by_netem_drops_datagrams_on_each_uplink_end() -> None:
         built.destroy()
 
 
-def ss_samples(topo: topology.Topology, pods: list[str]) -> dict[str, list[rtt.Sample]]:
-    found = {}
-    for pod in pods:
-        try:
-            found[pod] = rtt.measure(topo.pod(pod).netns, plan.PS_PORT)
-        except subprocess.CalledProcessError:
-            found[pod] = []   # its namespace is not there yet, or gone already
-    return found
-
-
 def test_a_tcp_job_trains_over_delayed_links_and_its_pods_measure_their_sum(
         tmp_path: Path) -> None:
     """delayMs 5 on the access links: every worker is 20 ms from the PS, in its own
@@ -286,11 +276,10 @@ def test_a_tcp_job_trains_over_delayed_links_and_its_pods_measure_their_sum(
     run = subprocess.Popen([str(BIN / "tailcut"), "run", str(path), "--results-dir",
                             str(tmp_path / "results")], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
-    samples: dict[str, list[rtt.Sample]] = {"worker-0": [], "worker-1": []}
+    rows: list[rtt.Comparison] = []
     try:
         while run.poll() is None and time.monotonic() - started < 150:
-            for pod, found in ss_samples(topo, list(samples)).items():
-                samples[pod] += found
+            rows += rtt.sample(topo, plan.PS_PORT)   # tailcut.net.rtt, as a run would
             time.sleep(0.5)
     finally:
         if run.poll() is None:
@@ -300,15 +289,17 @@ def test_a_tcp_job_trains_over_delayed_links_and_its_pods_measure_their_sum(
     assert run.returncode == 0, output[-3000:]
     assert "(netem)" in output, output[-3000:]
     figures: dict[str, Any] = {"wall_s": round(wall, 1), "configured_ms": 20.0}
-    for pod, found in samples.items():
-        rows = rtt.compare(topo, pod, found)
-        assert rows, f"{pod}: no connection to the PS seen by ss during the run"
-        least = min(r.min_rtt_ms for r in rows if r.min_rtt_ms is not None)
-        srtts = sorted(r.rtt_ms for r in rows)
+    for pod in ("worker-0", "worker-1", "ps-0"):
+        mine = [r for r in rows if r.pod == pod]
+        assert mine, f"{pod}: no connection of the job seen by ss during the run"
+        assert {r.configured_ms for r in mine} == {20.0}
+        least = min(r.min_rtt_ms for r in mine if r.min_rtt_ms is not None)
+        srtts = sorted(r.rtt_ms for r in mine)
         figures[pod] = {"min_rtt_ms": least, "srtt_median_ms": srtts[len(srtts) // 2],
-                        "srtt_max_ms": srtts[-1], "samples": len(rows)}
+                        "srtt_max_ms": srtts[-1], "samples": len(mine)}
+    figures["max_off_by"] = rtt.report(rows)["max_off_by"]
     record("tcp_job", figures)
     # The least RTT is what the links add; the smoothed one adds the queueing behind
     # the job's own messages (a 259 KB gradient takes 21 ms at 100 Mbit/s), recorded.
-    for pod in samples:
+    for pod in ("worker-0", "worker-1", "ps-0"):
         assert 20.0 <= figures[pod]["min_rtt_ms"] <= 22.0, figures
