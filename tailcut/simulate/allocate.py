@@ -88,9 +88,19 @@ def strict(paths: np.ndarray, key: np.ndarray, residual: np.ndarray) -> np.ndarr
     starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
     ends = np.r_[starts[1:], len(order)]
     finite = residual[:-1]  # the last link is the dummy with infinite capacity
+    # A flow none of whose links has capacity left gets nothing: its group skips it,
+    # and once every flow still waiting is so blocked, the loop ends.
+    blocked = (residual[paths] <= _EPS).any(axis=1)
     for lo, hi in zip(starts, ends):
         if not (finite > _EPS).any():
             break
         group = order[lo:hi]
+        group = group[~blocked[group]]
+        if not group.size:
+            continue
         rates[group] = max_min(paths[group], residual)
+        rest = order[hi:]
+        blocked[rest] = (residual[paths[rest]] <= _EPS).any(axis=1)
+        if blocked[rest].all():
+            break
     return rates
