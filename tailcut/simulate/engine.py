@@ -26,7 +26,10 @@ order is arbitrary, as TicTac and P3 observed). `coflow` is
 Varys' MADD per coflow (a job's pulls of one iteration, or its pushes). `cadentflow`
 is strict priority by tag: `tags="priority"` uses the layer index (earlier layers
 first), `tags="deadline"` the absolute deadline (earliest deadline first); see
-tailcut.scheduling.tags.
+tailcut.scheduling.tags. `tags="staggered"` is not the paper's: strict priority by
+(worker, layer), all of worker 0's messages before worker 1's, to show what an order
+*across* workers can save where a PS sends the same layer to every worker (the
+paper's tags are the same at every worker, so they cannot say which worker goes first).
 """
 
 from __future__ import annotations
@@ -118,13 +121,13 @@ class Simulation:
     """One run of `jobs` on `fabric` under `policy`."""
 
     def __init__(self, fabric: Fabric, jobs: list[Job], policy: str,
-                 tags: Literal["priority", "deadline"] = "priority",
+                 tags: Literal["priority", "deadline", "staggered"] = "priority",
                  tcp: Literal["ordered", "per-tensor", "random"] = "ordered",
                  seed: int = 0) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r}: must be one of {', '.join(POLICIES)}")
-        if tags not in ("priority", "deadline"):
-            raise ValueError(f"tags {tags!r}: must be 'priority' or 'deadline'")
+        if tags not in ("priority", "deadline", "staggered"):
+            raise ValueError(f"tags {tags!r}: must be 'priority', 'deadline' or 'staggered'")
         for job in jobs:
             for node in job.workers + job.ps:
                 if not 0 <= node < fabric.nodes:
@@ -177,6 +180,8 @@ class Simulation:
         a["path"][fid, :len(path)] = path
         a["rem"][fid] = a["size"][fid] = flow.size
         a["prio"][fid] = flow.priority
+        if self.tags == "staggered":
+            a["prio"][fid] += flow.worker * len(self.jobs[flow.job].arch.layers)
         a["deadline"][fid] = flow.deadline_s
         a["order"][fid] = flow.order
         a["layer"][fid] = flow.layer
@@ -283,7 +288,7 @@ class Simulation:
             return rates
         if self.policy == "coflow":
             return allocate.madd(paths, a["rem"][act], a["coflow"][act], residual)
-        if self.tags == "priority":
+        if self.tags in ("priority", "staggered"):
             key = a["prio"][act]
         else:
             # Earliest deadline first. Flows with equal deadlines (a pass's pushes all
