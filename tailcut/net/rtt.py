@@ -15,11 +15,13 @@ it (at 100 Mbit/s a full frame takes 0.12 ms per shaped hop).
 `measure` reads what the kernel's TCP measured on a pod's established connections,
 as `ss -tin` prints it: the smoothed RTT (`rtt:`) and the least seen (`minrtt:`), the
 figure to set beside the configured one for each run that sets a delay (`compare`;
-`sample` does both for every pod of a built job, `report` makes it JSON). Take it while
+`sample` does both for every pod of a built job, `report` makes it JSON, `describe` a
+line for a run's progress). Take it while
 the roles are connected (during training: their connections close at the end).
 """
 
 import re
+import statistics
 import subprocess
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -139,3 +141,20 @@ def report(rows: list[Comparison]) -> dict[str, object]:
     gaps = [gap for gap in (r.off_by() for r in rows) if gap is not None]
     return {"connections": [asdict(r) for r in rows],
             "max_off_by": max(gaps, key=abs) if gaps else None}
+
+
+def describe(rows: list[Comparison]) -> str:
+    """One line per configured RTT: the least RTT measured and the smoothed RTTs'
+    median, e.g. 'rtt: configured 20 ms: least 20.2 ms, smoothed median 41.0 ms (6
+    connections)'."""
+    if not rows:
+        return "rtt: no connection between the job's pods was seen"
+    parts = []
+    for configured in sorted({r.configured_ms for r in rows}):
+        same = [r for r in rows if r.configured_ms == configured]
+        least = [r.min_rtt_ms for r in same if r.min_rtt_ms is not None]
+        parts.append(f"configured {configured:g} ms: "
+                     + (f"least {min(least):.1f} ms, " if least else "")
+                     + f"smoothed median {statistics.median(r.rtt_ms for r in same):.1f} ms "
+                     f"({len(same)} connection{'s' if len(same) != 1 else ''})")
+    return "rtt: " + "; ".join(parts)

@@ -95,3 +95,13 @@ def test_the_report_keeps_every_connection_and_the_largest_gap():
     assert got["connections"][0] == {"pod": "worker-0", "peer": "ps-0", "configured_ms": 20.0,
                                      "rtt_ms": 25.0, "min_rtt_ms": 20.4}
     assert rtt.report([]) == {"connections": [], "max_off_by": None}
+
+
+def test_a_run_describes_its_rtts_by_configured_value():
+    rows = [rtt.Comparison("worker-0", "ps-0", 20.0, 41.0, 20.2),
+            rtt.Comparison("ps-0", "worker-0", 20.0, 30.0, 20.4),
+            rtt.Comparison("worker-1", "ps-0", 22.0, 23.0, None)]
+    assert rtt.describe(rows) == ("rtt: configured 20 ms: least 20.2 ms, smoothed median "
+                                  "35.5 ms (2 connections); configured 22 ms: smoothed "
+                                  "median 23.0 ms (1 connection)")
+    assert rtt.describe([]) == "rtt: no connection between the job's pods was seen"

@@ -298,6 +298,8 @@ def test_a_tcp_job_trains_over_delayed_links_and_its_pods_measure_their_sum(
         figures[pod] = {"min_rtt_ms": least, "srtt_median_ms": srtts[len(srtts) // 2],
                         "srtt_max_ms": srtts[-1], "samples": len(mine)}
     figures["max_off_by"] = rtt.report(rows)["max_off_by"]
+    figures["line"] = rtt.describe(rows)
+    assert figures["line"].startswith("rtt: configured 20 ms: least 20."), figures
     record("tcp_job", figures)
     # The least RTT is what the links add; the smoothed one adds the queueing behind
     # the job's own messages (a 259 KB gradient takes 21 ms at 100 Mbit/s), recorded.
