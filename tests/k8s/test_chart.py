@@ -45,6 +45,20 @@ def test_default_values_satisfy_the_values_schema():
     assert set(values["agent"]["capabilities"]) <= set(allowed)
 
 
+def test_the_agents_probes_ask_on_the_nodes_loopback_not_on_the_port_pods_reach():
+    """The agent is on the host network: its metrics port is open to every pod, so
+    the kubelet's probes go to a second port on 127.0.0.1, which no pod reaches
+    (manifests/tailcut.yaml is the chart rendered, checked against it below)."""
+    docs = yaml.safe_load_all((REPO / "manifests" / "tailcut.yaml").read_text())
+    agent = next(d for d in docs if d and d["kind"] == "DaemonSet")
+    (container,) = agent["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {
+            "host": "127.0.0.1", "path": "/healthz", "port": int(env["TAILCUT_HEALTH_PORT"])}
+    assert env["TAILCUT_HEALTH_PORT"] != env["TAILCUT_METRICS_PORT"]
+
+
 def render_plain_manifests() -> str:
     """manifests/tailcut.yaml: the chart with default values, without its test hook."""
     out = subprocess.run([str(devcluster.helm_binary()), "template", "tailcut", str(CHART),
