@@ -8,9 +8,19 @@ import os
 import shutil
 import subprocess
 
-import pytest
+# One BLAS (and torch) thread in the test process, as `tailcut run`, `tailcut sweep`
+# and every role set for themselves (tailcut/cli.py, tailcut/runtime/rolefork.py): on
+# two cores a thread pool per process spins against the roles and the other tests.
+# Measured: 300 deep-mlp SGD steps take 2.7 s with one thread, 19 s with the default
+# pool on a busy host. Only effective before numpy loads: nothing here has loaded it
+# yet (the processes a test starts inherit it; a test that needs another value sets
+# its own, as tests/runtime/test_rolefork.py does).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from tailcut.net import naming, netns
+import pytest  # noqa: E402
+
+from tailcut.net import naming, netns  # noqa: E402
 from tests import waiting
 
 PRIVILEGED = ("netns", "bpf", "e2e", "cluster")
