@@ -27,6 +27,14 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                         "faster accelerator; default: 1 0.1)")
     p.add_argument("--no-shared", action="store_true", help="skip the two-job Fig. 4 case")
     p.add_argument("--no-inference", action="store_true", help="skip the Fig. 3 case")
+    p.add_argument("--headroom", choices=("quick", "full"),
+                   help="also sweep where CadentFlow can beat ordered TCP: placements, "
+                        "models and compute scales, each with the baseline's distance from "
+                        "its floors (its own models and scales, not --models and "
+                        "--compute-scale; quick: a few seconds, full: about 2 minutes of "
+                        "CPU); headroom.csv, .txt and .png")
+    p.add_argument("--headroom-only", action="store_true",
+                   help="with --headroom: skip Fig. 1-4")
     p.add_argument("--results-dir", type=Path,
                    help="where to write tables (default: results/simulate-<time>)")
     p.set_defaults(handler=run)
@@ -54,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"--models: {err}") from err
     out = args.results_dir or Path("results") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.perf_counter()
+    if args.headroom_only:
+        if not args.headroom:
+            raise SpecError("--headroom-only: give --headroom quick or --headroom full")
+        return _headroom(args.headroom, out, started)
     print("Fig. 1: the toy example, completion time of node C's three computations")
     toy = experiments.toy()
     experiments.write(toy, out, "fig1-toy", text=False)
@@ -74,7 +86,25 @@ def run(args: argparse.Namespace) -> int:
         rows = experiments.shared_link(args.models, max(bandwidths), args.compute_scale)
         experiments.write(rows, out, "fig4-shared")
         print(experiments.format_table(rows))
+    if args.headroom:
+        print()
+        _headroom(args.headroom, out, started)
     print("\nThe paper's headline figures (from its text):")
     print(experiments.format_headlines())
     print(f"\nsimulated in {time.perf_counter() - started:.1f} s; tables in {out}/")
+    return 0
+
+
+def _headroom(grid: str, out: Path, started: float) -> int:
+    from tailcut.simulate import headroom
+
+    points = headroom.settings(grid)
+    print(f"Headroom: {len(points)} settings, CadentFlow against ordered TCP (the paper's "
+          f"baseline) and random-order TCP, each with its floors")
+    rows = headroom.sweep(points)
+    headroom.write(rows, out)
+    print(headroom.format_table(rows))
+    print("\n" + "\n".join(headroom.summary(rows)))
+    print(f"\nsimulated in {time.perf_counter() - started:.1f} s "
+          f"({time.process_time():.1f} s of CPU); tables and headroom.png in {out}/")
     return 0
