@@ -9,8 +9,10 @@ BPF programs go with it when it halts, and nothing of them is ever on the host.
 What the init script gets before the caller's body (the traps of ../shared/PLATFORM.md):
 /proc, /sys, a tmpfs /run with /run/netns (for `ip netns`), a tmpfs /dev/shm, a PATH,
 the UML kernel's modules under a tmpfs /lib/modules (the host's stays untouched) and
-the modules the testbed uses loaded; TMPDIR on a tmpfs; the body's output to a log
-file; then `halt -f`.
+the modules the testbed uses loaded; Debian's newest kernel headers under
+/usr/src (6.1, installed by scripts/setup.sh for BCC) linked as that kernel's `build`
+and `source`, as setup.sh links them for the host's, so BCC compiles there too; TMPDIR
+on a tmpfs; the body's output to a log file; then `halt -f`.
 
 The kernel and all its helper processes share one process group, ours alone: on a
 timeout the whole group is killed, and it is killed after a clean halt too if any
@@ -46,7 +48,14 @@ mount -t tmpfs none /dev/shm
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 release=$(uname -r)
 mount -t tmpfs none /lib/modules
-ln -s {modules}/$release /lib/modules/$release
+mkdir /lib/modules/$release
+for entry in {modules}/$release/*; do ln -s "$entry" /lib/modules/$release/; done
+arch_hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1)
+common_hdr=$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -n 1)
+if [ -n "$arch_hdr" ] && [ -n "$common_hdr" ]; then
+  ln -s "$arch_hdr" /lib/modules/$release/build
+  ln -s "$common_hdr" /lib/modules/$release/source
+fi
 modprobe -a {load}
 ip link set lo up
 cd {cwd}

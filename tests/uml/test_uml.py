@@ -5,15 +5,18 @@ reports one file or check of what ran inside, so a failure there is a failure he
 with its message.
 
 What it covers: netem's delay, jitter and loss and the layouts tailcut builds with
-it (HTB with netem, switch buffers as netem's child), read back through tc; TCP's RTT
-over delayed links; a tcp job training there; feature detection, `tailcut doctor` and
-`tailcut validate` on a kernel with netem.
+it (HTB with netem, switch buffers as netem's child, netem towards a pod next to the
+eBPF dropper from it), read back through tc; TCP's RTT over delayed links; datagrams
+lost by netem and by the dropper; a tcp job training there; feature detection,
+`tailcut doctor` and `tailcut validate` on a kernel with netem. BCC compiles there
+against Debian's 6.1 headers (linked by machine.py as scripts/setup.sh links them for
+the host), so the feature tests marked `bpf` run too.
 
 What it cannot: the UML has one CPU (no contention between pods' processes as on the
-host, and timings are not the host's), BPF runs in its interpreter (no JIT), and BCC
-has no headers for its kernel, so nothing that compiles a BPF program runs (the eBPF
-dropper, hence loss from a pod's own direction; the bounded-loss transport; CadentFlow's
-classifier; the ToR programs): tests marked `bpf` are left out.
+host, rates and bursts need that CPU, and timings are not the host's: so the rate and
+burst tests of tests/net stay on the host), BPF runs in its interpreter (no JIT), and
+it has no AF_XDP. The bounded-loss transport, CadentFlow's classifier and the ToR
+programs are not run there yet.
 """
 
 import ast
