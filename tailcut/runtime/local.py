@@ -23,7 +23,7 @@ from tailcut import features, plan
 from tailcut.errors import DatapathError, RunError
 from tailcut.fidelity import monitor as fidelity_monitor
 from tailcut.fidelity import verdict as fidelity_verdict
-from tailcut.net import build, topology
+from tailcut.net import build, rtt, topology
 from tailcut.net.topology import Topology
 from tailcut import innetwork, transports
 from tailcut.transports import rxfast
@@ -38,6 +38,7 @@ LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its te
 DIAGNOSE_WAIT_S = 5  # how long a failure waits for its root cause to exit (see _diagnose)
 # transports whose data goes in datagrams; their TCP counters are the control channel's
 DATAGRAM_TRANSPORTS = ("udp", "bounded-loss")
+RTT_SAMPLE_AFTER_S = 1.0   # into training: the roles' connections are up and busy
 
 
 _runs_before: list[str] = []   # the jobs this process ran before: see _run's "startup"
@@ -164,9 +165,16 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                                               daemon=True)
             readers: list[threading.Thread] = []
 
+            rtts: list[rtt.Comparison] = []   # with a delay: what TCP measured
+
             def training_started() -> None:
                 watch.start()
                 report_imports.start()
+                if delay["round_trip_ms"]:
+                    timer = threading.Timer(RTT_SAMPLE_AFTER_S,
+                                            lambda: rtts.extend(rtt.sample(topo)))
+                    timer.daemon = True
+                    timer.start()
             done = _watch(job, started, results_dir, progress, on_start=training_started,
                           readers=readers)
             fidelity = watch.stop()
@@ -220,6 +228,9 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
     datagrams = job.spec.transport.type in DATAGRAM_TRANSPORTS
     if datagrams:
         metrics["delivery"] = delivery.summarize(results_dir)
+    if delay["round_trip_ms"]:   # the delay emulated, beside what TCP measured
+        metrics["rtt"] = rtt.report(rtts)
+        progress(rtt.describe(rtts))
     _write_json(results_dir / "metrics.json", metrics)
     if datagrams:
         progress(delivery.describe(metrics["delivery"], job.spec.transport.type))
