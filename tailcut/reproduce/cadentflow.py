@@ -154,6 +154,18 @@ def _headline_table(files: Files) -> str:
                                   "baseline_over_compute_floor", "headroom"))
 
 
+def _shared_link(row: dict[str, str]) -> bool:
+    """The row's floor is set by a PS's NIC or a rack's uplink (headroom.floor_s names it)."""
+    what = row.get("floor_set_by", "")
+    return "PS" in what or "rack" in what
+
+
+def _own_link(row: dict[str, str]) -> bool:
+    """The row's floor is set by a worker's own NIC (no PS on its node)."""
+    what = row.get("floor_set_by", "")
+    return "worker" in what and not _shared_link(row)
+
+
 def _proof_notes(files: Files) -> list[str]:
     """Why the sweep's ties are ties, from its rows: the floor where there is no room, the
     symmetric star's order where there is."""
@@ -171,14 +183,17 @@ def _proof_notes(files: Files) -> list[str]:
         f"{len(rows) - len(roomy)} settings it is under {HALF_THE_CLAIM:.1%}: there no "
         f"scheduler, CadentFlow included, can be {HALF_THE_CLAIM:.1%} faster than ordered "
         f"TCP.",
-        "Where there is headroom, it lies on a link that carries the same layer to many "
-        "workers (a PS's NIC, a rack's uplink). CadentFlow's tags (a layer's priority or "
-        "deadline) are the same at every worker, so there CadentFlow shares like TCP. On "
-        "one switch with as many PSs as workers each PS sends one layer at a time to all "
-        "n workers at 1/n of its NIC each, no worker's downlink binds, and per-node order "
-        "is global order: the two schedules are the same message by message "
-        "(tests/simulate/test_headroom.py checks it, and that with more PSs than workers, "
-        "where a worker's downlink binds, they differ)."]
+        f"Where there is headroom ({len(roomy)} settings), the floor is set by a link that "
+        f"carries one layer to many workers or from many workers (a PS's NIC, a rack's "
+        f"uplink) in {sum(_shared_link(r) for r in roomy)}, by a worker's own NIC alone in "
+        f"{sum(_own_link(r) for r in roomy)}. CadentFlow's tags (a layer's priority or "
+        f"deadline) are the same at every worker, so on such a link they cannot say which "
+        f"worker goes first, and CadentFlow shares it as TCP does. On one switch with as "
+        f"many PSs as workers each PS sends one layer at a time to all n workers at 1/n of "
+        f"its NIC each, no worker's downlink binds, and per-node order is global order: the "
+        f"two schedules are the same message by message (tests/simulate/test_headroom.py "
+        f"checks it, and that with more PSs than workers, where a worker's downlink binds, "
+        f"they differ)."]
     if reached:
         best_v, best_r = min(reached, key=lambda vr: vr[0])
         notes.append(

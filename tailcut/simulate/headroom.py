@@ -147,9 +147,14 @@ def _jackson(bytes_: np.ndarray, key: np.ndarray, rate: float) -> float:
     return float(np.max(np.cumsum(bytes_[order]) / rate + key[order]))
 
 
-def _link_names(fabric: topology.Fabric) -> list[str]:
-    n = fabric.nodes
-    names = [f"node {i} NIC up" for i in range(n)] + [f"node {i} NIC down" for i in range(n)]
+def _link_names(fabric: topology.Fabric, job: engine.Job) -> list[str]:
+    """Each link by the role of its node in `job`: "PS 2's NIC down", "rack 1 uplink up"."""
+    roles = []
+    for node in range(fabric.nodes):
+        role = [f"{kind} {nodes.index(node)}" for kind, nodes in
+                (("worker", job.workers), ("PS", job.ps)) if node in nodes]
+        roles.append(" + ".join(role) or f"node {node}")
+    names = [f"{r}'s NIC up" for r in roles] + [f"{r}'s NIC down" for r in roles]
     for r in range(len(fabric.uplink_bit)):
         names += [f"rack {r} uplink up", f"rack {r} uplink down"]
     return names
@@ -185,7 +190,7 @@ def floor_s(fabric: topology.Fabric, job: engine.Job) -> tuple[float, str]:
                     (size[k], slow * (fwd_from[k] + bwd_from[0])))
             for link in fabric.path(node, ps):
                 pushes.setdefault(link, []).append((size[k], fwd_end + slow * bwd_from[k]))
-    names = _link_names(fabric)
+    names = _link_names(fabric, job)
     for kind, table in (("pulls", pulls), ("pushes", pushes)):
         for link, items in table.items():
             arr = np.array(items)
@@ -196,24 +201,24 @@ def floor_s(fabric: topology.Fabric, job: engine.Job) -> tuple[float, str]:
 
 
 # -- the sweep -----------------------------------------------------------------------
-def settings(grid: str = "full", models: Sequence[str] | None = None) -> list[Setting]:
+def settings(grid: str = "full") -> list[Setting]:
     """The sweep's settings. `full`: four models (the paper's ResNet-v1-200 and CifarNet,
     ResNet-50, Inception-v3) x compute 1, 0.3, 0.1 of K80 x every placement at 8 workers
-    / 8 PS, and the star also at 16/16 (not ResNet-v1-200: its strict-priority runs take
-    seconds each), 2/8 and 8/2. `quick`: the paper's two models, compute 1 and 0.3, the
-    same placements at 8/8 and the star at 2/8."""
+    / 8 PS (the paper's Fig. 2(a) shape), and the star also at 2/8, 8/2 and (but for
+    ResNet-v1-200, whose strict-priority runs take seconds each) 16/16. `quick`: CifarNet
+    the same way at compute 1 and 0.3; ResNet-v1-200 on the star at 8/8 and 2/8."""
     if grid not in ("full", "quick"):
         raise ValueError(f"grid {grid!r}: must be 'full' or 'quick'")
-    quick = grid == "quick"
-    names = list(models or (("resnet-v1-200", "cifarnet") if quick else
-                            ("resnet-v1-200", "resnet-50", "inception-v3", "cifarnet")))
-    scales = (1.0, 0.3) if quick else (1.0, 0.3, 0.1)
     out = []
-    for model in names:
-        for scale in scales:
-            shapes = [(8, 8), (2, 8)] if quick else [(8, 8), (16, 16), (2, 8), (8, 2)]
-            if model == "resnet-v1-200" and (16, 16) in shapes:
-                shapes.remove((16, 16))
+    if grid == "quick":
+        for scale in (1.0, 0.3):
+            out += [Setting("star", "resnet-v1-200", w, p, scale) for w, p in ((8, 8), (2, 8))]
+            out += [Setting("star", "cifarnet", w, p, scale) for w, p in ((8, 8), (2, 8))]
+            out += [Setting(placement, "cifarnet", 8, 8, scale) for placement in PLACEMENTS[1:]]
+        return out
+    for model in ("resnet-v1-200", "resnet-50", "inception-v3", "cifarnet"):
+        for scale in (1.0, 0.3, 0.1):
+            shapes = [(8, 8), (2, 8), (8, 2)] + ([] if model == "resnet-v1-200" else [(16, 16)])
             out += [Setting("star", model, w, p, scale) for w, p in shapes]
             out += [Setting(placement, model, 8, 8, scale) for placement in PLACEMENTS[1:]]
     return out
