@@ -136,11 +136,26 @@ def sample(topo: Topology, port: Optional[int] = None) -> list[Comparison]:
 
 
 def report(rows: list[Comparison]) -> dict[str, object]:
-    """The RTT part of a run's results: each connection's figures, and the largest
-    relative gap between a least RTT and its configured RTT."""
-    gaps = [gap for gap in (r.off_by() for r in rows) if gap is not None]
-    return {"connections": [asdict(r) for r in rows],
-            "max_off_by": max(gaps, key=abs) if gaps else None}
+    """The RTT part of a run's results, per pair of pods (rows taken at several times
+    and on several connections of a pair are one entry: the least RTT seen between the
+    two, the smoothed RTTs' median), and the largest relative gap between a pair's
+    least RTT and its configured RTT. (A connection's `minrtt` is its least so far: one
+    read early, while its first messages queued, can be far above the pair's.)"""
+    pairs: dict[tuple[str, str], list[Comparison]] = {}
+    for row in rows:
+        pairs.setdefault((row.pod, row.peer), []).append(row)
+    entries = []
+    gaps = []
+    for (pod, peer), same in sorted(pairs.items()):
+        least = [r.min_rtt_ms for r in same if r.min_rtt_ms is not None]
+        pair = Comparison(pod, peer, same[0].configured_ms,
+                          statistics.median(r.rtt_ms for r in same),
+                          min(least) if least else None)
+        entries.append({**asdict(pair), "samples": len(same)})
+        gap = pair.off_by()
+        if gap is not None:
+            gaps.append(gap)
+    return {"pairs": entries, "max_off_by": max(gaps, key=abs) if gaps else None}
 
 
 def describe(rows: list[Comparison]) -> str:

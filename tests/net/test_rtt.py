@@ -86,15 +86,22 @@ def test_measure_reads_the_rtt_of_a_real_connection_in_a_namespace():
         netns.remove(name)
 
 
-def test_the_report_keeps_every_connection_and_the_largest_gap():
-    rows = [rtt.Comparison("worker-0", "ps-0", 20.0, 25.0, 20.4),
+def test_the_report_gives_each_pair_of_pods_its_least_rtt_and_the_largest_gap():
+    rows = [rtt.Comparison("worker-0", "ps-0", 20.0, 70.0, 69.0),   # read early, queued
+            rtt.Comparison("worker-0", "ps-0", 20.0, 25.0, 20.4),
+            rtt.Comparison("worker-0", "ps-0", 20.0, 31.0, 20.4),
             rtt.Comparison("worker-1", "ps-0", 20.0, 21.0, 19.0),
             rtt.Comparison("ps-0", "worker-0", 0.0, 0.1, 0.05)]
     got = rtt.report(rows)
+    assert got["pairs"] == [
+        {"pod": "ps-0", "peer": "worker-0", "configured_ms": 0.0, "rtt_ms": 0.1,
+         "min_rtt_ms": 0.05, "samples": 1},
+        {"pod": "worker-0", "peer": "ps-0", "configured_ms": 20.0, "rtt_ms": 31.0,
+         "min_rtt_ms": 20.4, "samples": 3},
+        {"pod": "worker-1", "peer": "ps-0", "configured_ms": 20.0, "rtt_ms": 21.0,
+         "min_rtt_ms": 19.0, "samples": 1}]
     assert got["max_off_by"] == pytest.approx(-0.05)
-    assert got["connections"][0] == {"pod": "worker-0", "peer": "ps-0", "configured_ms": 20.0,
-                                     "rtt_ms": 25.0, "min_rtt_ms": 20.4}
-    assert rtt.report([]) == {"connections": [], "max_off_by": None}
+    assert rtt.report([]) == {"pairs": [], "max_off_by": None}
 
 
 def test_a_run_describes_its_rtts_by_configured_value():

@@ -333,3 +333,4 @@ def test_a_tcp_job_trains_over_delayed_links_and_its_pods_measure_their_sum(
     # the job's own messages (a 259 KB gradient takes 21 ms at 100 Mbit/s), recorded.
     for pod in ("worker-0", "worker-1", "ps-0"):
         assert 20.0 <= figures[pod]["min_rtt_ms"] <= 22.0, figures
+    assert 0 <= figures["max_off_by"] < 0.1, figures   # every pair of pods, as reported
