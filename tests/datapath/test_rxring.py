@@ -26,6 +26,7 @@ STRIDE = 360
 TC_ACT_SHOT = 2
 TC_ACT_UNSPEC = 0xFFFFFFFF   # -1 as BPF_PROG_TEST_RUN reports it
 SOL_UDP, UDP_SEGMENT = 17, 103
+ETH_P_ALL = 0x0003
 DATAGRAM = wire.HEADER_BYTES + 4 * STRIDE
 
 
@@ -458,3 +459,37 @@ def test_an_odd_stride_is_placed_range_by_range_in_padded_rows() -> None:
         assert [e.what for e in r.poll(0)] == [rxring.EV_P | rxring.EV_COMPLETE]
     finally:
         r.detach()
+
+
+@pytest.mark.netns
+def test_a_capture_in_the_pod_still_sees_the_datagrams_it_takes(link: Link) -> None:
+    """Packet sockets for every protocol (tcpdump's ETH_P_ALL) are served before the
+    clsact ingress hook, so a capture in the receiving pod sees what the program then
+    drops (one for IPv4 only is served after it, and does not)."""
+    ring = rxring.attach(link.receiver, IFNAME, port=PORT, job=JOB, stride=STRIDE,
+                         ranges=64, regions=1)
+    try:
+        with netns.entered(link.receiver):
+            tap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM,
+                                socket.htons(ETH_P_ALL))
+        with netns.entered(link.sender):
+            tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            tap.bind((IFNAME, 0))
+            tap.settimeout(1.0)
+            vals = values_of(3000, seed=11)
+            m = ring.bind(700, 3000, p=1.0)
+            pkts = packets(vals, 700)
+            send_gso(tx, pkts, np.arange(len(pkts)))
+            seen = 0
+            while seen < len(b"".join(pkts)):
+                frame = tap.recv(1 << 16)
+                ihl = 4 * (frame[0] & 0x0F)
+                if frame[9] == 17 and struct.unpack_from("!H", frame, ihl + 2)[0] == PORT:
+                    seen += len(frame) - ihl - 8
+        finally:
+            tap.close()
+            tx.close()
+        assert m.values.tobytes() == vals.tobytes()
+    finally:
+        ring.detach()
