@@ -6,8 +6,17 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
+from tailcut import spec
 from tailcut.net import clean, naming, netns
 from tests import waiting
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# The in-network runs' length: the examples' sparse job with its 8 workers in two racks
+# (in-network-aggregation.yaml, in-network-whole-iteration.yaml), and the PS alone
+# they are compared with (tests/runtime/conftest.py runs that one once).
+SPARSE_ITERATIONS = 40
 
 _programs_before: set[int] = set()
 
@@ -55,3 +64,21 @@ def wait_for_training(run: subprocess.Popen, job: str, pod: str,
             return pids
         time.sleep(0.1)
     raise AssertionError(f"{pod} of {job} never started")
+
+
+def sparse_job(example: str, name: str, in_network: dict | None, loss: float = 0.0
+               ) -> spec.model.TrainingJob:
+    """`example` (under examples/) as `name`, for SPARSE_ITERATIONS iterations with no
+    target, its inNetwork section replaced by `in_network` (None: the PS alone) and
+    `loss` on the access links."""
+    raw = yaml.safe_load((EXAMPLES / example).read_text())
+    raw["metadata"]["name"] = name
+    raw["spec"]["training"].pop("targetAccuracy")
+    raw["spec"]["training"]["iterations"] = SPARSE_ITERATIONS
+    if loss:
+        raw["spec"]["network"]["accessLink"]["loss"] = loss
+    if in_network is None:
+        del raw["spec"]["network"]["inNetwork"]
+    else:
+        raw["spec"]["network"]["inNetwork"] = in_network
+    return spec.from_dict(raw)

@@ -9,29 +9,17 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tailcut import spec
 from tailcut.runtime import local
-from tests.runtime.runs import nothing_of
+from tests.runtime.runs import SPARSE_ITERATIONS as ITERATIONS, nothing_of, sparse_job
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.e2e]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "in-network-aggregation.yaml"
-ITERATIONS = 60
 SLOTS = -(-92113 // 360)   # the sparse model's gradient in 360-value slots
 
 
-def _job(name: str, aggregate: bool, loss: float = 0.0) -> spec.model.TrainingJob:
-    raw = yaml.safe_load(EXAMPLE.read_text())
-    raw["metadata"]["name"] = name
-    raw["spec"]["training"].pop("targetAccuracy")
-    raw["spec"]["training"]["iterations"] = ITERATIONS
-    if loss:
-        raw["spec"]["network"]["accessLink"]["loss"] = loss
-    if not aggregate:
-        del raw["spec"]["network"]["inNetwork"]
-    return spec.from_dict(raw)
+def _job(name: str, loss: float = 0.0):
+    return sparse_job("in-network-aggregation.yaml", name, {"aggregate": True}, loss)
 
 
 def _per_iteration(results: Path) -> list[dict[str, str]]:
@@ -39,10 +27,10 @@ def _per_iteration(results: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_the_racks_sum_the_gradients_and_the_model_is_the_same(tmp_path):
+def test_the_racks_sum_the_gradients_and_the_model_is_the_same(tmp_path, sparse_ps_alone):
     lines: list[str] = []
-    summed = local.run(_job("innet-agg", True), tmp_path / "tor", progress=lines.append)
-    alone = local.run(_job("innet-alone", False), tmp_path / "ps", progress=lines.append)
+    summed = local.run(_job("innet-agg"), tmp_path / "tor", progress=lines.append)
+    alone, alone_results = sparse_ps_alone
     assert summed.iterations == alone.iterations == ITERATIONS
     assert summed.final_loss == pytest.approx(alone.final_loss, rel=1e-3, abs=1e-4)
     assert summed.final_accuracy == pytest.approx(alone.final_accuracy, abs=0.005)
@@ -58,16 +46,16 @@ def test_the_racks_sum_the_gradients_and_the_model_is_the_same(tmp_path):
     rows = _per_iteration(tmp_path / "tor")
     assert [int(r["iteration"]) for r in rows] == list(range(ITERATIONS))
     assert all(r["missing_contributions"] == "0" for r in rows)
-    received = {variant: json.loads((tmp_path / variant / "network.json").read_text())
-                ["pod_links"]["ps-0"]["rx_bytes"] for variant in ("tor", "ps")}
+    received = {variant: json.loads((results / "network.json").read_text())
+                ["pod_links"]["ps-0"]["rx_bytes"]
+                for variant, results in (("tor", tmp_path / "tor"), ("ps", alone_results))}
     assert received["tor"] < 0.3 * received["ps"]   # two sums instead of eight gradients
     assert any("ToR aggregation: racks [1, 2]" in line for line in lines)
     nothing_of("innet-agg")
-    nothing_of("innet-alone")
 
 
 def test_with_loss_the_short_slots_are_flushed_and_counted(tmp_path):
-    result = local.run(_job("innet-agg-loss", True, loss=0.02), tmp_path,
+    result = local.run(_job("innet-agg-loss", loss=0.02), tmp_path,
                        progress=lambda line: None)
     assert result.iterations == ITERATIONS
     rows = _per_iteration(tmp_path)

@@ -9,31 +9,17 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tailcut import spec
 from tailcut.runtime import local
-from tests.runtime.runs import nothing_of
+from tests.runtime.runs import SPARSE_ITERATIONS as ITERATIONS, nothing_of, sparse_job
 
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.e2e]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "in-network-whole-iteration.yaml"
-ITERATIONS = 40
 SLOTS = -(-92113 // 360)   # the sparse model in 360-value slots
 
 
-def _job(name: str, in_network: dict | None, loss: float = 0.0) -> spec.model.TrainingJob:
-    raw = yaml.safe_load(EXAMPLE.read_text())
-    raw["metadata"]["name"] = name
-    raw["spec"]["training"].pop("targetAccuracy")
-    raw["spec"]["training"]["iterations"] = ITERATIONS
-    if loss:
-        raw["spec"]["network"]["accessLink"]["loss"] = loss
-    if in_network is None:
-        del raw["spec"]["network"]["inNetwork"]
-    else:
-        raw["spec"]["network"]["inNetwork"] = in_network
-    return spec.from_dict(raw)
+def _job(name: str, in_network: dict, loss: float = 0.0):
+    return sparse_job("in-network-whole-iteration.yaml", name, in_network, loss)
 
 
 def _repaired(results: Path) -> int:
@@ -44,11 +30,11 @@ def _repaired(results: Path) -> int:
     return total
 
 
-def test_the_racks_copy_the_model_and_it_trains_as_the_ps_alone(tmp_path):
+def test_the_racks_copy_the_model_and_it_trains_as_the_ps_alone(tmp_path, sparse_ps_alone):
     lines: list[str] = []
     copied = local.run(_job("innet-mcast", {"multicast": True}), tmp_path / "mcast",
                        progress=lines.append)
-    alone = local.run(_job("innet-mc-alone", None), tmp_path / "ps", progress=lines.append)
+    alone, alone_results = sparse_ps_alone
     assert copied.iterations == alone.iterations == ITERATIONS
     assert copied.final_loss == alone.final_loss   # float32 copies: the same numbers
     network = json.loads((tmp_path / "mcast" / "network.json").read_text())
@@ -56,13 +42,13 @@ def test_the_racks_copy_the_model_and_it_trains_as_the_ps_alone(tmp_path):
         got = network["multicast"][rack]
         assert got["packets"] == {"replicated": SLOTS * ITERATIONS}
         assert got["copies"] == {f"p{slot}": SLOTS * ITERATIONS for slot in range(4)}
-    sent = {v: json.loads((tmp_path / v / "network.json").read_text())
-            ["pod_links"]["ps-0"]["tx_bytes"] for v in ("mcast", "ps")}
+    sent = {v: json.loads((results / "network.json").read_text())
+            ["pod_links"]["ps-0"]["tx_bytes"]
+            for v, results in (("mcast", tmp_path / "mcast"), ("ps", alone_results))}
     assert sent["mcast"] < 0.3 * sent["ps"]   # two copies instead of eight
     assert _repaired(tmp_path / "mcast") == 0
     assert any("ToR multicast: racks [1, 2]" in line for line in lines)
     nothing_of("innet-mcast")
-    nothing_of("innet-mc-alone")
 
 
 def test_with_aggregation_and_loss_every_lost_copy_is_repaired(tmp_path):
@@ -76,12 +62,12 @@ def test_with_aggregation_and_loss_every_lost_copy_is_repaired(tmp_path):
     nothing_of("innet-whole")
 
 
-def test_hot_parameters_aggregation_and_multicast_together_train_as_the_ps_alone(tmp_path):
+def test_hot_parameters_aggregation_and_multicast_together_train_as_the_ps_alone(
+        tmp_path, sparse_ps_alone):
     every = {"hotParameters": {"topK": 9216}, "aggregate": True, "multicast": True}
     together = local.run(_job("innet-every", every), tmp_path / "every",
                          progress=lambda line: None)
-    alone = local.run(_job("innet-ev-alone", None), tmp_path / "ps",
-                      progress=lambda line: None)
+    alone, _ = sparse_ps_alone
     assert together.iterations == alone.iterations == ITERATIONS
     # Q8.24 sums and hot updates: the same model to the fixed point's rounding
     assert together.final_loss == pytest.approx(alone.final_loss, rel=1e-3, abs=1e-4)
@@ -89,4 +75,3 @@ def test_hot_parameters_aggregation_and_multicast_together_train_as_the_ps_alone
     assert set(network) >= {"hot_store", "aggregation", "multicast"}
     assert network["hot_store"]["iterations"] == [ITERATIONS]
     nothing_of("innet-every")
-    nothing_of("innet-ev-alone")
