@@ -334,3 +334,10 @@ def test_a_tcp_job_trains_over_delayed_links_and_its_pods_measure_their_sum(
     for pod in ("worker-0", "worker-1", "ps-0"):
         assert 20.0 <= figures[pod]["min_rtt_ms"] <= 22.0, figures
     assert 0 <= figures["max_off_by"] < 0.1, figures   # every pair of pods, as reported
+    # tailcut run's own reading (one, a second into training): there, and configured
+    # right; its least RTT may still hold the first messages' queueing, so recorded only
+    reported = json.loads((tmp_path / "results" / "metrics.json").read_text())["rtt"]
+    assert reported["pairs"] and {p["configured_ms"] for p in reported["pairs"]} == {20.0}
+    assert "rtt: configured 20 ms: least " in output, output[-3000:]
+    record("tcp_job_run_reported", {"max_off_by": reported["max_off_by"],
+                                    "pairs": len(reported["pairs"])})
