@@ -493,3 +493,42 @@ def test_a_capture_in_the_pod_still_sees_the_datagrams_it_takes(link: Link) -> N
         assert m.values.tobytes() == vals.tobytes()
     finally:
         ring.detach()
+
+
+@pytest.mark.netns
+def test_it_shares_the_hook_with_a_loss_dropper_which_runs_first(link: Link) -> None:
+    """A dropper on the same ingress hook (pref 1) sees every packet first: with loss 1
+    nothing reaches the program; either may leave first, and the clsact goes with the
+    last of them."""
+    from tailcut.datapath import dropper
+
+    ring = rxring.attach(link.receiver, IFNAME, port=PORT, job=JOB, stride=STRIDE,
+                         ranges=64, regions=1)
+    drop = dropper.attach(link.receiver, IFNAME, 1.0, direction="ingress")
+    try:
+        assert ingress_filters(link.receiver) == (2, True)
+        ring.bind(800, 1000, p=1.0)
+        with netns.entered(link.sender):
+            tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for pkt in packets(values_of(1000), 800):
+                tx.sendto(pkt, (RECEIVER_IP, PORT))
+        finally:
+            tx.close()
+        time.sleep(0.2)
+        assert drop.counts() == (0, 3)
+        assert sum(ring.stats().values()) == 0
+        ring.detach()
+        assert ingress_filters(link.receiver) == (1, True)
+    finally:
+        ring.detach()
+        drop.detach()
+    assert ingress_filters(link.receiver) == (0, False)
+
+
+def test_its_threshold_is_the_transports() -> None:
+    from tailcut.transports import receiver
+
+    for p in (0.001, 0.5, 0.9, 0.95, 1.0):
+        for total in (1, 7, 360, 1000, 64_800, 2**22 + 3):
+            assert rxring.threshold_elements(p, total) == receiver.threshold_elements(p, total)
