@@ -213,6 +213,8 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"{path}: ok ({chosen}): job {job.name}, {roles} in "
               f"{len(s.network.racks)} rack(s), model {s.training.model}, transport "
               f"{s.transport.type}")
+        for caution in plan.cautions(job, chosen):
+            print(f"  warning: {caution.message}")
         for refusal in plan.refusals(job, other):
             print(f"  note: {other} would refuse it: {refusal.message}")
     return 0

@@ -86,6 +86,16 @@ def test_validate_refuses_what_tailcut_run_cannot_honour_naming_file_and_fields(
     assert f"{job}: spec.scheduling.policy='coflow' with spec.transport.type='udp'" in err
 
 
+def test_validate_warns_of_what_runs_but_is_most_likely_not_meant(tmp_path, capsys):
+    job = tmp_path / "drop-all.yaml"
+    job.write_text((ROOT / "examples" / "quickstart.yaml").read_text()
+                   .replace("bandwidth: 1Gbit\n    uplink:", "bandwidth: 1Gbit\n      loss: 1\n"
+                                                        "    uplink:"))
+    assert cli.main(["validate", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: spec.network.accessLink.loss=1: every packet is dropped" in out
+
+
 def test_validate_for_kubernetes_gives_the_operators_verdict(tmp_path, capsys):
     """Nothing is refused only on Kubernetes any more: the bounded-loss example is ok
     for both executors, and what `tailcut run` refuses is refused for both, in the

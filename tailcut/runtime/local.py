@@ -38,7 +38,7 @@ LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its te
 DIAGNOSE_WAIT_S = 5  # how long a failure waits for its root cause to exit (see _diagnose)
 # transports whose data goes in datagrams; their TCP counters are the control channel's
 DATAGRAM_TRANSPORTS = ("udp", "bounded-loss")
-RTT_SAMPLE_AFTER_S = 1.0   # into training: the roles' connections are up and busy
+RTT_SAMPLE_EVERY_S = 2.0   # with a delay: TCP's RTTs read this often while training
 
 
 _runs_before: list[str] = []   # the jobs this process ran before: see _run's "startup"
@@ -166,18 +166,22 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
             readers: list[threading.Thread] = []
 
             rtts: list[rtt.Comparison] = []   # with a delay: what TCP measured
+            trained = threading.Event()
+
+            def read_rtts() -> None:
+                # a connection's least RTT is the least so far: read it until the end
+                while not trained.wait(RTT_SAMPLE_EVERY_S):
+                    rtts.extend(rtt.sample(topo))
 
             def training_started() -> None:
                 watch.start()
                 report_imports.start()
                 if delay["round_trip_ms"]:
-                    timer = threading.Timer(RTT_SAMPLE_AFTER_S,
-                                            lambda: rtts.extend(rtt.sample(topo)))
-                    timer.daemon = True
-                    timer.start()
+                    threading.Thread(target=read_rtts, name="rtt", daemon=True).start()
             done = _watch(job, started, results_dir, progress, on_start=training_started,
                           readers=readers)
             fidelity = watch.stop()
+            trained.set()
             finished = time.monotonic()
             phases.add("training", float(done["jct_s"]))
             phases.add("role_start", finished - launched - float(done["jct_s"]))
