@@ -38,7 +38,8 @@ LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its te
 DIAGNOSE_WAIT_S = 5  # how long a failure waits for its root cause to exit (see _diagnose)
 # transports whose data goes in datagrams; their TCP counters are the control channel's
 DATAGRAM_TRANSPORTS = ("udp", "bounded-loss")
-RTT_SAMPLE_EVERY_S = 2.0   # with a delay: TCP's RTTs read this often while training
+RTT_FIRST_SAMPLE_S = 0.5   # with a delay: TCP's RTTs read this far into training,
+RTT_SAMPLE_EVERY_S = 2.0   # then this often until it ends
 
 
 _runs_before: list[str] = []   # the jobs this process ran before: see _run's "startup"
@@ -170,8 +171,11 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
 
             def read_rtts() -> None:
                 # a connection's least RTT is the least so far: read it until the end
-                while not trained.wait(RTT_SAMPLE_EVERY_S):
+                # (the first time soon: a short job may train for a second or two)
+                wait = RTT_FIRST_SAMPLE_S
+                while not trained.wait(wait):
                     rtts.extend(rtt.sample(topo))
+                    wait = RTT_SAMPLE_EVERY_S
 
             def training_started() -> None:
                 watch.start()
