@@ -17,7 +17,7 @@ from tests.runtime.runs import nothing_of
 pytestmark = [pytest.mark.netns, pytest.mark.bpf, pytest.mark.e2e]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "in-network.yaml"
-ITERATIONS = 120
+ITERATIONS = 60
 
 
 def _job(name: str, with_store: bool) -> spec.model.TrainingJob:
