@@ -47,6 +47,7 @@ def steps(quick: bool) -> list[Step]:
              ("simulate", "--models", "resnet-50", *(() if quick else ("inception-v3",)),
               "--workers", "8", "--bandwidth", "10Gbit", "--compute-scale", *scales,
               "--no-inference", "--headroom", "quick" if quick else "full",
+              *(() if quick else ("--processes", "2")),
               "--results-dir", "{out}"),
              estimate_s=20 if quick else 150),
     ]

@@ -146,3 +146,10 @@ def test_the_figure_has_units_and_a_legend_off_the_data():
     check_figure(fig)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "star" in labels and any("half the paper" in label for label in labels)
+
+
+def test_the_sweep_in_two_processes_gives_the_rows_of_one():
+    points = [headroom.Setting("star", "cifarnet", 8, 8, 1.0),
+              headroom.Setting("colocated", "cifarnet", 8, 8, 0.3),
+              headroom.Setting("racks-4to1", "cifarnet", 8, 8, 1.0)]
+    assert headroom.sweep(points, processes=2) == headroom.sweep(points)
