@@ -145,7 +145,8 @@ def test_the_figure_has_units_and_a_legend_off_the_data():
     fig = headroom.draw(rows, "CadentFlow vs ordered TCP")
     check_figure(fig)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert "star" in labels and any("half the paper" in label for label in labels)
+    assert "CadentFlow, star" in labels and any("half the paper" in l for l in labels)
+    assert "order across workers (not the paper's tags)" in labels
 
 
 def test_the_sweep_in_two_processes_gives_the_rows_of_one():
