@@ -1,5 +1,6 @@
-"""The `tailcut` command: run, compare, calibrate, validate, clean, doctor, models and
-sweep."""
+"""The `tailcut` command: a testbed for ML-aware network transport. Run a TrainingJob
+on this host or on Kubernetes, compare transports, reproduce the papers' results; one
+subcommand for each, listed below (`tailcut COMMAND --help` for its options)."""
 
 import argparse
 import gc

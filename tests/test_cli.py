@@ -1,9 +1,12 @@
 """The tailcut command line: validate, clean, and the README's promises."""
 
+import argparse
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tailcut import cli
 
@@ -134,3 +137,16 @@ def test_a_command_of_this_file_does_not_import_the_kubernetes_commands():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT)
     assert out.stdout.strip().endswith("False"), out.stdout + out.stderr
+
+
+def test_help_and_the_readme_name_every_command(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    shown = capsys.readouterr().out
+    parser = cli._parser()
+    commands = next(a for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)).choices
+    readme = (ROOT / "README.md").read_text()
+    for name in commands:
+        assert f"\n    {name} " in shown or f"\n    {name}\n" in shown, name
+        assert f"`tailcut {name}" in readme, f"README's command table lacks {name}"
