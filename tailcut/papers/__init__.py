@@ -7,9 +7,10 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from tailcut.errors import SpecError
 
@@ -36,13 +37,27 @@ class PaperResult(BaseModel):
         return value
 
 
+class Headline(BaseModel):
+    """A claim the paper leads with, judged on one of its results: reproduced when ours
+    goes the same way and is at least half its size (an `effect` of x - 1 for a speedup,
+    x itself for an amount), from network-bound runs where `network` says ours comes
+    from testbed runs."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str        # the result it is judged on
+    claim: str     # in the paper's words
+    condition: str  # the paper's condition for it
+    effect: Literal["speedup", "amount"]
+    network: bool  # ours comes from testbed runs, whose verdicts must be network-bound
+
+
 class Paper(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     paper: str
     title: str
     venue: str
-    source: str   # its text in shared/papers
+    source: str   # the name of its text, as the project's authors keep it
     results: list[PaperResult]
+    headlines: list[Headline] = []
 
     @field_validator("results")
     @classmethod
@@ -53,6 +68,14 @@ class Paper(BaseModel):
                 raise ValueError(f"result id {result.id!r} appears twice")
             seen.add(result.id)
         return value
+
+    @model_validator(mode="after")
+    def _headlines_name_results(self) -> "Paper":
+        ids = {r.id for r in self.results}
+        for headline in self.headlines:
+            if headline.id not in ids:
+                raise ValueError(f"headline {headline.id!r} names no result")
+        return self
 
     def result(self, result_id: str) -> PaperResult:
         for result in self.results:

@@ -12,6 +12,7 @@ speedup, Table 1's tail slowdown.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -299,6 +300,8 @@ def _condition(files: Files, m: Measured, condition: str, runs: dict[str, list[s
                 [v.value for v in values], "median of " + ", ".join(v.source for v in values))
     speed = ratio(m.values[f"{key}.jct_s.tcp"], m.values[f"{key}.jct_s.bl"],
                   "JCT(tcp) / JCT(bounded-loss)")
+    speed = dataclasses.replace(speed, verdicts=verdicts(
+        [files.json(f"{d}/metrics.json") for dirs in runs.values() for d in dirs]))
     m.values[f"{key}.speedup"] = speed
     if condition == "congestion":
         note = "one model (MLP), the paper's range is over four" + (
@@ -314,7 +317,8 @@ def _condition(files: Files, m: Measured, condition: str, runs: dict[str, list[s
                 f"server share the host's CPUs with the job, so the congestion was milder than "
                 f"the paper's; the queue drops column says whether the buffers overflowed.")
         for end in ("min", "max"):
-            m.values[f"speedup.congestion.{end}"] = Value(speed.value, speed.source, note)
+            m.values[f"speedup.congestion.{end}"] = Value(speed.value, speed.source, note,
+                                                          speed.verdicts)
     series = {t: [c for d in dirs for _, c in _completions(files, d, "PUSH")]
               for t, dirs in runs.items()}
     if any(series.values()):

@@ -16,6 +16,7 @@ class Value:
     value: Optional[float]   # None: not measured (its step failed, or no counterpart here)
     source: str              # the file (relative to the paper's directory) and key
     note: str = ""           # e.g. ">= (no p failed: a lower bound)"
+    verdicts: str = ""       # testbed runs behind it: their fidelity verdicts (`verdicts`)
 
 
 def verdict(metrics: Optional[dict[str, Any]]) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from tailcut import errors
 from tailcut.reproduce import jobs
 from tailcut.reproduce.measure import (Files, Measured, Value, markdown_table, number,
-                                       verdict)
+                                       verdict, verdicts)
 from tailcut.reproduce.steps import Step
 
 UPLINK = "100Mbit"
@@ -86,7 +86,8 @@ def measure(files: Files, quick: bool) -> Measured:
     for result_id in ("abstract.speedup-max", *(f"fig7.cs{c}.ns{n}" for c in (1, 2, 3)
                                                 for n in (1, 2, 3))):
         m.values[result_id] = Value(speedup, how, "one setting for every cell" if
-                                    result_id.startswith("fig7") else "")
+                                    result_id.startswith("fig7") else "",
+                                    verdicts([metrics[n] for n in runs("base") + runs("fabric")]))
     rows = []
     for name, variant, uplink, _ in plan:
         data = metrics[name] or {}

@@ -37,7 +37,10 @@ def write(paper: Paper, measured: Measured, ran: Sequence[tuple[Step, Record]],
                              paper_dir / "ours_vs_paper.png",
                              f"{paper.paper}: each of our numbers over the paper's")
         measured.figures.insert(0, Figure(png.name, "Ours over the paper's, number by number"))
+    claims = headlines(paper, measured)
+    (paper_dir / "headlines.json").write_text(json.dumps(claims, indent=2) + "\n")
     text = markdown(paper, measured, rows, ran, environment, paper_dir, invocation, quick)
+    text += headlines_markdown(claims)
     path = paper_dir / "report.md"
     path.write_text(text)
     return path
@@ -55,6 +58,61 @@ def comparison(paper: Paper, measured: Measured) -> list[dict[str, Any]]:
                      "ours_over_paper": None if ratio is None else round(ratio, 4),
                      "note": ours.note, "source": ours.source})
     return rows
+
+
+REPRODUCED, NOT_REPRODUCED, NOT_MEASURED = "reproduced", "not reproduced", "not measured"
+
+
+def judge_headline(effect: str, paper: float, ours: Optional[float], needs_network: bool,
+                   verdicts: str) -> tuple[str, str]:
+    """(status, why) of a headline: reproduced when ours goes the paper's way by at least
+    half as much (x - 1 of a speedup, x of an amount) and, where it comes from testbed
+    runs, every one of them was network-bound."""
+    if ours is None:
+        return NOT_MEASURED, "no counterpart was measured"
+    shift = 1.0 if effect == "speedup" else 0.0   # a speedup's effect is x - 1
+    theirs, mine = paper - shift, ours - shift
+    if theirs * mine <= 0 or abs(mine) < abs(theirs) / 2:
+        return NOT_REPRODUCED, (f"ours {fmt(ours)} against the paper's {fmt(paper)}: not in "
+                                "its direction by half its size")
+    if needs_network and (not verdicts or any(
+            not part.strip().endswith("network-bound") for part in verdicts.split(","))):
+        return NOT_REPRODUCED, (f"ours {fmt(ours)} goes the paper's way, but its runs were "
+                                f"not all network-bound ({verdicts or 'no verdicts'})")
+    return REPRODUCED, f"ours {fmt(ours)} against the paper's {fmt(paper)}"
+
+
+def headlines(paper: Paper, measured: Measured) -> list[dict[str, Any]]:
+    """The paper's leading claims, each with ours, its condition, its runs' verdicts
+    and whether it was reproduced (headlines.json)."""
+    out = []
+    for headline in paper.headlines:
+        result = paper.result(headline.id)
+        ours = measured.values.get(headline.id, Value(None, ""))
+        status, why = judge_headline(headline.effect, result.paper, ours.value,
+                                     headline.network, ours.verdicts)
+        if status != REPRODUCED:
+            why += f". {result.why}"
+        out.append({"id": headline.id, "claim": headline.claim, "paper": result.paper,
+                    "unit": result.unit, "ours": ours.value, "paper_condition":
+                    headline.condition, "our_condition": ours.note or ours.source,
+                    "verdicts": ours.verdicts if headline.network else "not a testbed run",
+                    "status": status, "why": why})
+    return out
+
+
+def headlines_markdown(claims: list[dict[str, Any]]) -> str:
+    if not claims:
+        return ""
+    out = ["", "## Headlines", "",
+           "| claim | paper | ours | the paper's condition | ours | runs' fidelity | "
+           "status | why |", "|---|---:|---:|---|---|---|---|---|"]
+    for c in claims:
+        out.append(f"| {_cell(c['claim'])} | {fmt(c['paper'])} {_cell(c['unit'])} | "
+                   f"{fmt(c['ours'])} | {_cell(c['paper_condition'])} | "
+                   f"{_cell(c['our_condition'])} | {_cell(c['verdicts'] or '—')} | "
+                   f"**{c['status']}** | {_cell(c['why'])} |")
+    return "\n".join(out) + "\n"
 
 
 def fmt(value: Optional[float]) -> str:
@@ -86,8 +144,8 @@ def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
                f"{found} of the paper's {len(rows)} numbers have a counterpart measured by "
                f"the steps below ({reused} of {len(ran)} reused from an earlier run into "
                f"this directory: see their commit and time). The paper's numbers are in "
-               f"`paper.yaml` (copied from tailcut's data file); its text is "
-               f"`shared/papers/{paper.source}`.")
+               f"`paper.yaml` (copied from tailcut's data file). The last table says which "
+               f"of its headlines were reproduced.")
     if quick:
         out += ["", "**`--quick`: a smoke run** (fewer models, seeds and epochs). Its "
                 "numbers show the pipeline works; do not cite them."]
