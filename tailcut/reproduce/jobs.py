@@ -20,16 +20,17 @@ def two_racks(name: str, *, model: str = "mlp", workers: int = 4,
               transport: Optional[Raw] = None, loss: Optional[float] = None,
               target_accuracy: Optional[float] = 0.93, epochs: int = 30,
               learning_rate: float = 0.1, batch_size: int = 32,
-              buffer_bytes: Optional[int] = None) -> Raw:
-    """The quickstart's shape: 1 PS and the workers in two racks, 1 Gbit/s links; the
-    first half of the workers share rack-0 with the PS (as examples/quickstart.yaml).
-    ``buffer_bytes``: every switch port's buffer, on the access links and the uplinks."""
+              buffer_bytes: Optional[int] = None, bandwidth: str = "1Gbit") -> Raw:
+    """The quickstart's shape: 1 PS and the workers in two racks, links of `bandwidth`
+    (the quickstart's 1 Gbit/s by default); the first half of the workers share rack-0
+    with the PS (as examples/quickstart.yaml). ``buffer_bytes``: every switch port's
+    buffer, on the access links and the uplinks."""
     half = (workers + 1) // 2
     placement = {"ps-0": "rack-0"}
     placement.update({f"worker-{i}": "rack-0" if i < half else "rack-1"
                       for i in range(workers)})
-    access: Raw = {"bandwidth": "1Gbit"}
-    uplink: Raw = {"bandwidth": "1Gbit"}
+    access: Raw = {"bandwidth": bandwidth}
+    uplink: Raw = {"bandwidth": bandwidth}
     if loss is not None:
         access["loss"] = loss
     if buffer_bytes is not None:

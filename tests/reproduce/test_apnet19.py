@@ -136,3 +136,17 @@ def test_a_background_short_of_its_load_factor_is_said_next_to_the_speedup(tmp_p
     note = m.values["speedup.congestion.max"].note
     assert "reached only tcp 0.16 of its 0.5" in note and "bl" not in note.split("only")[1]
     assert any("fell short" in n for n in m.notes)
+
+
+def test_a_background_short_of_its_load_keeps_the_congestion_headline_from_counting(
+        tmp_path):
+    for r in range(3):
+        _write(tmp_path, f"congestion-tcp-r{r + 1}", "tcp", 12.0, 0.94, 9, 1, 40, load=0.5)
+        _write(tmp_path, f"congestion-bl-r{r + 1}", "bounded-loss", 6.0, 0.93, 1, 0, 9,
+               load=0.2)
+    m = apnet19.measure(Files(tmp_path), quick=False)
+    speed = m.values["speedup.congestion.min"]
+    assert speed.value == pytest.approx(2.0)
+    assert speed.verdicts == "6 network-bound, background short in 1 transport(s)"
+    (claim,) = report.headlines(papers.load("apnet19"), m)
+    assert claim["status"] == report.NOT_REPRODUCED
