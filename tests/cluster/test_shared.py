@@ -146,6 +146,98 @@ def test_an_agent_that_cannot_wire_a_pod_says_so_in_the_jobs_status_and_an_event
                    chart.RELEASE_NS, "--reset-values", "--wait", "--timeout", "3m")
 
 
+# A tenant's pod holding up to 3,000 idle connections to its node's agent (its
+# /metrics port, on the node's address) for 30 s, opening new ones as the agent closes
+# old ones; what it opened is in its log.
+IDLER = """
+import os, resource, socket, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+target = (os.environ["NODE_IP"], {port})
+want = min({count}, hard - 64)
+socks, opened = [], 0
+end = time.monotonic() + {hold_s}
+while time.monotonic() < end:
+    alive = []
+    for s in socks:
+        try:
+            if s.recv(1) == b"":   # the agent closed it
+                s.close()
+                continue
+        except BlockingIOError:    # open and idle
+            pass
+        except OSError:
+            s.close()
+            continue
+        alive.append(s)
+    socks = alive
+    while len(socks) < want:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(target)
+        socks.append(s)
+        opened += 1
+    time.sleep(1)
+print(f"opened {{opened}} connections, up to {{want}} at once", flush=True)
+"""
+
+
+def process_figures(pid: int) -> tuple[int, int]:
+    """(threads, open descriptors) of a process on this host."""
+    threads = next(int(line.split()[1]) for line in
+                   Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("Threads:"))
+    return threads, len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def agent_health(pid: int, port: int = 9109) -> str:
+    """/healthz as the kubelet asks it: on the node's loopback (the agent's network)."""
+    probe = (f"import urllib.request; print(urllib.request.urlopen("
+             f"'http://127.0.0.1:{port}/healthz', timeout=5).read().decode().strip())")
+    done = subprocess.run(["nsenter", "-t", str(pid), "-n", "python3", "-c", probe],
+                          capture_output=True, text=True, timeout=30)
+    return done.stdout.strip() or done.stderr.strip()[-300:]
+
+
+def test_thousands_of_idle_connections_from_a_pod_neither_stop_the_agent_nor_fail_a_job(
+        cluster, release, namespace):
+    """What issue 44 showed: 2,813 idle connections from a pod had the agent
+    OOM-killed. Now, while a quickstart trains across both nodes, a pod holds 3,000 to
+    its node's agent: every agent stays up (same pods, no restart, /healthz answers on
+    the node's loopback), keeps its threads and at most its cap of connections, and the
+    job succeeds."""
+    def agent_pods():
+        return {p["metadata"]["name"]: (p["metadata"]["uid"],
+                                        p["status"]["containerStatuses"][0]["restartCount"])
+                for p in chart.get(cluster, chart.RELEASE_NS, "pods", "-l",
+                                   "app.kubernetes.io/component=agent")["items"]}
+    before = agent_pods()
+    pids = agent_pids()
+    figures_before = {pid: process_figures(pid) for pid in pids}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=quickstart("qs-idle"))
+    idler = user_pod("idler", {}, IDLER.format(port=9108, count=3000, hold_s=30))
+    idler["spec"]["containers"][0]["env"] = [
+        {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(idler))
+    chart.wait_pod_running(cluster, namespace, "idler")
+    time.sleep(15)   # the connections are open by now
+    during = {pid: process_figures(pid) for pid in pids}
+    health = {pid: agent_health(pid) for pid in pids}
+    assert until(lambda: (chart.get(cluster, namespace, "pod", "idler") or {}).get(
+        "status", {}).get("phase") in ("Succeeded", "Failed"), within_s=90, every_s=1)
+    said = cluster.kubectl("-n", namespace, "logs", "idler").stdout
+    print(f"{said.strip()}; agents (threads, descriptors) before {figures_before}, "
+          f"during {during}")
+    assert int(said.split()[1]) >= 3000, said
+    assert all(v == "ok" for v in health.values()), health
+    for pid in pids:
+        threads, fds = during[pid]
+        assert threads <= figures_before[pid][0] + 2, (pid, figures_before[pid], during[pid])
+        assert fds <= figures_before[pid][1] + 64 + 16, (pid, figures_before[pid], during[pid])
+    chart.wait_phase(cluster, namespace, "qs-idle", "Succeeded")
+    assert agent_pods() == before, "an agent restarted"
+
+
 # --- what an ordinary user of the cluster can make with tailcut's labels ---
 
 USER = "researcher"
