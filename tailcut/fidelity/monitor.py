@@ -15,11 +15,10 @@ from tailcut.fidelity import hostcpu, links, processes, verdict
 
 
 class Monitor:
-    def __init__(self, ends: Mapping[str, int], delay: Optional[Mapping[str, Any]] = None,
-                 roots: Optional[set[int]] = None) -> None:
-        """`ends`: "namespace/ifname" -> configured rate in bit/s; `roots`: the pids
-        whose process trees are the job's (default: this process)."""
-        self.tally = processes.Tally(roots=roots or {os.getpid()})
+    def __init__(self, ends: Mapping[str, int], delay: Optional[Mapping[str, Any]] = None
+                 ) -> None:
+        """`ends`: "namespace/ifname" -> configured rate in bit/s."""
+        self.tally = processes.Tally(roots={os.getpid()})
         self.sampler = links.Sampler(dict(ends), every_second=self._read_processes)
         self.delay = delay
         self.host_before: Optional[hostcpu.Reading] = None
@@ -28,7 +27,12 @@ class Monitor:
     def _read_processes(self) -> None:
         self.tally.add(processes.read())
 
-    def start(self) -> None:
+    def start(self, job_pids: Optional[set[int]] = None) -> None:
+        """The window starts now. `job_pids`: the job's processes (its roles, its
+        background load), whose trees and this process are the job's; by default this
+        process's whole tree (a test's or a bench's other children would count too)."""
+        if job_pids is not None:
+            self.tally.roots, self.tally.own = set(job_pids), frozenset({os.getpid()})
         self.host_before = hostcpu.read()
         self._read_processes()
         self.sampler.start()

@@ -4,7 +4,8 @@ A run on a shared host is only as good as the cores it got. /proc/<pid>/stat giv
 each process's CPU ticks (user + system, its threads included); readings taken over a
 run are split by owner:
 
-- job:    the runner and every process below it (roles, Locust, tcpdump);
+- job:    tailcut's runner itself, and every process below the job's roots (its roles,
+          Locust and its servers: not whatever else the runner's own parent started);
 - kernel: kernel threads (children of kthreadd, pid 2), ksoftirqd among them: the
           packet work the kernel could not do in the senders' own context;
 - others: everything else on the host (another job, a build, a test cluster).
@@ -50,8 +51,12 @@ def read() -> dict[tuple[int, int], Proc]:
     return out
 
 
-def owner(pid: int, procs: dict[int, Proc], roots: set[int]) -> str:
-    """Which of KINDS process `pid` belongs to, following its parents."""
+def owner(pid: int, procs: dict[int, Proc], roots: set[int],
+          own: frozenset[int] = frozenset()) -> str:
+    """Which of KINDS process `pid` belongs to, following its parents: the job's if it
+    is one of `own` or below one of `roots`."""
+    if pid in own:
+        return "job"
     seen = 0
     while pid > 1 and seen < 64:
         if pid in roots:
@@ -72,6 +77,7 @@ class Tally:
     """CPU seconds per owner between the first reading and the last (`add` each)."""
 
     roots: set[int]
+    own: frozenset[int] = frozenset()   # the job's too, but not what they started
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
     # the busiest other processes: name -> seconds
     others: dict[str, float] = field(default_factory=dict)
@@ -88,7 +94,7 @@ class Tally:
                 used = (proc.ticks - (before.ticks if before else 0)) / self._tick
                 if used <= 0:
                     continue
-                kind = owner(key[0], by_pid, self.roots)
+                kind = owner(key[0], by_pid, self.roots, self.own)
                 self.seconds[kind] += used
                 if kind == "others":
                     self.others[proc.name] = self.others.get(proc.name, 0.0) + used

@@ -45,6 +45,10 @@ class Background:
         self.started_wall = 0.0
         self.started_file = self.dir / "locust-started.json"
 
+    def pids(self) -> set[int]:
+        """The background load's processes: its flow servers and Locust."""
+        return {p.pid for p in self.servers + self.locusts}
+
     def start(self, progress: Callable[[str], None] = print) -> None:
         """Start servers, wait until they listen, then Locust and the link sampler.
         On failure, whatever was started is stopped before the error propagates."""

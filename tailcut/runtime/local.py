@@ -178,7 +178,10 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                     wait = RTT_SAMPLE_EVERY_S
 
             def training_started() -> None:
-                watch.start()
+                # the job's processes: its roles and its background load, and this
+                # runner (not what else this process started: a test's, a bench's)
+                watch.start({proc.pid for proc in running}
+                            | (bg.pids() if bg is not None else set()))
                 report_imports.start()
                 if delay["round_trip_ms"]:
                     threading.Thread(target=read_rtts, name="rtt", daemon=True).start()

@@ -1,5 +1,6 @@
 """The host's CPU and its processes' over a window, read from /proc for real."""
 
+import os
 import subprocess
 import sys
 import time
@@ -36,7 +37,8 @@ def test_cpu_pressure_is_read_where_the_kernel_has_it():
 
 def test_the_jobs_processes_are_told_from_the_others_and_the_kernels():
     job, stranger = busy_child(1.0), busy_child(1.0)
-    tally = processes.Tally(roots={job.pid})
+    # this process is the job's, but not everything it started: the stranger is not
+    tally = processes.Tally(roots={job.pid}, own=frozenset({os.getpid()}))
     tally.add(processes.read())
     time.sleep(0.8)
     tally.add(processes.read())
@@ -55,3 +57,13 @@ def test_kernel_threads_belong_to_the_kernel():
     kthreads = [pid for pid, p in by_pid.items() if p.ppid == processes.KTHREADD]
     assert kthreads, "no kernel thread listed"
     assert processes.owner(kthreads[0], by_pid, roots=set()) == "kernel"
+
+
+def test_a_process_below_an_own_pid_is_not_the_jobs_unless_below_a_root():
+    procs = {10: processes.Proc(ppid=1, name="runner", ticks=0),
+             11: processes.Proc(ppid=10, name="role", ticks=0),
+             12: processes.Proc(ppid=11, name="role-child", ticks=0),
+             13: processes.Proc(ppid=10, name="hog", ticks=0)}
+    kinds = {pid: processes.owner(pid, procs, roots={11}, own=frozenset({10}))
+             for pid in procs}
+    assert kinds == {10: "job", 11: "job", 12: "job", 13: "others"}

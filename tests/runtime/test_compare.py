@@ -230,7 +230,11 @@ def test_the_figure_has_units_a_whole_title_and_a_legend_off_its_runs(tmp_path):
     assert [t.get_text() for t in legend.get_texts()] == [
         "network-bound run", "marginal run", "host-bound run", "median JCT"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["tcp", "bounded-loss"]
-    check_figure(fig, unitless={"transport"})   # the title whole, the legend off the runs
+    try:
+        check_figure(fig, unitless={"transport"})   # the title whole, the legend off the runs
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
     path = compare.plot(runs, ["tcp", "bounded-loss"], "t", tmp_path / "c.png")
     assert path.stat().st_size > 10_000
 
