@@ -21,6 +21,7 @@ from tailcut import plan, spec
 from tailcut.errors import TailcutError
 from tailcut.k8s import podresults
 from tailcut.k8s.manifests import resources
+from tailcut.fidelity import verdict
 from tailcut.training import cpustats, tcpstats
 
 Progress = Callable[[str], None]
@@ -113,9 +114,14 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
     # The pods ran on the cluster's nodes, whose cores this machine cannot count.
     metrics["cpu"] = cpustats.summarize(results_dir, job.spec.pod_names(),
                                         float(done["jct_s"]), cores=0)
+    # the verdict from the host CPU the leader's node saw (links not sampled here)
+    host = done.get("host")
+    metrics["fidelity"] = verdict.judge(host=host if isinstance(host, dict) else None)
     (results_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
     progress(tcpstats.describe(tcp))
     progress(cpustats.describe(metrics["cpu"]))
+    for line in verdict.describe(metrics["fidelity"]):
+        progress(line)
     if (results_dir / "epochs.csv").exists() and int(done["epochs"]) > 0:
         plots.plot_loss_vs_epoch(
             results_dir / "epochs.csv", results_dir / "loss.png",

@@ -77,10 +77,14 @@ def test_quickstart_runs_as_shaped_pods_and_its_results_come_back(cluster, relea
     epochs = int(status["progress"].split("/")[0])
     assert 1 <= epochs <= 30
     assert status["replicaStatuses"]["Worker"]["succeeded"] == 4
+    # whether it measured the network or the host, from the PS's node's CPU
+    assert status["fidelity"]["verdict"] in ("network-bound", "marginal", "host-bound")
+    assert any("not sampled" in note for note in status["fidelity"]["notes"])
 
     results = collect.collect("qs", namespace, str(cluster.kubeconfig), tmp_path / "qs")
     metrics = json.loads((results / "metrics.json").read_text())
     assert metrics["jct_s"] == pytest.approx(status["jctSeconds"], abs=0.01)
+    assert metrics["fidelity"]["verdict"] == status["fidelity"]["verdict"]
     for name in ("epochs.csv", "messages.csv", "loss.png", "spec.yaml"):
         assert (results / name).exists(), name
 
