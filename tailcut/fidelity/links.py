@@ -11,13 +11,12 @@ min(B, R * dt) (it is busy until that is gone, whatever else arrives), so per en
     drain = sum(min(sent, expected)) / sum(expected),  expected = min(B, R * dt)
 
 over the intervals that started backlogged: 1.0 when the link always drained what it
-held at its rate, lower when it stalled. That holds whatever the traffic, but a queue
-that drains well within an interval (a sender's socket buffer is about all a UDP flow
-queues) hides a link at half its rate. So `busy_rate` is the median, over the
-intervals that began and ended backlogged, of what the link sent as a share of its
-rate: the link was most likely busy throughout those, close to Mininet-HiFi's
-per-packet check; the median keeps the few intervals in which a bursty queue emptied
-for a while from reading as a slow link. It reads only counters the kernel keeps, so
+held at its rate, lower when it stalled. That holds whatever the traffic (the verdict
+judges it), but a queue that drains well within an interval (a sender's socket buffer
+is about all a UDP flow queues) hides a link at half its rate. `busy_rate`, the median
+over the intervals that began and ended backlogged of what the link sent as a share of
+its rate, sees that one, but also reads low where a bursty queue emptied between two
+samples (a PS's port at 100 Mbit/s read 0.63 on a quiet host): evidence, not judged. It reads only counters the kernel keeps, so
 it costs the link nothing; the sampling itself is kept under ~2% of one core.
 
 Under netem, packets on their delay sit in the tree too without waiting for the

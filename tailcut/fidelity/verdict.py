@@ -35,10 +35,10 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
     "cpu_pressure": (0.40, 0.70),
     # share of all cores' time taken by processes not the job's (nor the kernel's)
     "others_cpu": (0.05, 0.15),
-    # what a link sent while it stayed backlogged, as a share of its rate, and what it
-    # drained of what it held (fidelity.links; lower is worse for both)
-    "link_rate": (0.95, 0.85),
-    "drain": (0.97, 0.90),
+    # what a link drained at its rate of what it held (fidelity.links; lower is worse).
+    # Its busy_rate is evidence only: it reads low where a bursty queue emptied between
+    # two samples (a PS's port at 100 Mbit/s read 63% on a quiet host)
+    "drain": (0.95, 0.85),
     # the largest share of the window any link end spent with packets waiting: below
     # this the network did not bound the run (lower is worse; margin only)
     "link_busy": (0.10, 0.0),
@@ -84,12 +84,6 @@ def judge(host: Optional[Mapping[str, Any]] = None,
         busiest = ", ".join(processes.get("busiest_others") or {}) or "none named"
         check("others_cpu", share,
               f"other processes took {share:.0%} of the cores ({busiest})")
-    slowest = _worst_end(links, "busy_rate", "busy_intervals")
-    if slowest is not None:
-        end, summary = slowest
-        check("link_rate", summary["busy_rate"],
-              f"link end {end} sent at {summary['busy_rate']:.0%} of its rate while "
-              f"backlogged", higher_is_worse=False)
     stalled = _worst_end(links, "drain", "backlogged")
     if stalled is not None:
         end, summary = stalled
