@@ -199,6 +199,9 @@ def agent_health(pid: int, port: int = 9109) -> str:
     return done.stdout.strip() or done.stderr.strip()[-300:]
 
 
+AGENT_THREADS, AGENT_DESCRIPTORS = 8, 32   # a steady agent's, at most (4 and 12 seen)
+
+
 def test_thousands_of_idle_connections_from_a_pod_neither_stop_the_agent_nor_fail_a_job(
         cluster, release, namespace):
     """What issue 44 showed: 2,813 idle connections from a pod had the agent
@@ -231,9 +234,14 @@ def test_thousands_of_idle_connections_from_a_pod_neither_stop_the_agent_nor_fai
     assert int(said.split()[1]) >= 3000, said
     assert all(v == "ok" for v in health.values()), health
     for pid in pids:
+        # A thread (and descriptor) per connection would show thousands. An agent that
+        # has just (re)started may not have all its own threads yet when `before` is
+        # read (1 thread then 4 was seen), so the bound counts a steady agent's few.
         threads, fds = during[pid]
-        assert threads <= figures_before[pid][0] + 2, (pid, figures_before[pid], during[pid])
-        assert fds <= figures_before[pid][1] + 64 + 16, (pid, figures_before[pid], during[pid])
+        base_threads, base_fds = (max(figures_before[pid][0], AGENT_THREADS),
+                                  max(figures_before[pid][1], AGENT_DESCRIPTORS))
+        assert threads <= base_threads + 2, (pid, figures_before[pid], during[pid])
+        assert fds <= base_fds + 64 + 16, (pid, figures_before[pid], during[pid])
     chart.wait_phase(cluster, namespace, "qs-idle", "Succeeded")
     assert agent_pods() == before, "an agent restarted"
 
