@@ -17,7 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.mark.parametrize("example, expected", [
     ("quickstart-background.yaml",
-     "mlp, 4 workers, tcp; links 1 Gbit/s; background 0.5 on uplink/rack-1"),
+     "mlp, 4 workers, tcp; links 500 Mbit/s; background 0.5 on uplink/rack-1"),
     ("bounded-loss.yaml", "mlp, 4 workers, bounded-loss p=0.9; access links 1 Gbit/s, "
                           "1% loss, uplinks 1 Gbit/s"),
     ("incast.yaml", "mlp, 8 workers, tcp; links 1 Gbit/s, 85 KB buffers"),
