@@ -22,6 +22,7 @@ a role's configuration is the same wherever it runs.
 """
 
 import functools
+import os
 import platform
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -156,12 +157,19 @@ def check(job: TrainingJob, executor: Executor) -> None:
         raise SpecError(found[0].message)
 
 
+# Link rate per core of this host above which a local run is likely to measure the
+# host: on 2 cores the background quickstart was network-bound at 500 Mbit/s over tcp
+# and bounded loss, and bounded loss already marginal at 1 Gbit/s (docs/fidelity.md).
+DRIVABLE_BIT_PER_CORE = 500_000_000
+
+
 def cautions(job: TrainingJob, executor: Executor = "local",
-             netem: NetemProbe = features.netem) -> list[Caution]:
+             netem: NetemProbe = features.netem, cores: int | None = None) -> list[Caution]:
     """What runs but is most likely not what was meant, each naming its field: a link
     that drops every packet (no message gets through, so the job never finishes), a
     rack with no pod (built, and carries nothing), and, for the local executor, a
-    delay whose netem could not be probed (the probe needs root)."""
+    delay whose netem could not be probed (the probe needs root) and links faster
+    than this host's `cores` can likely drive."""
     found = [Caution(f"{name}.loss", f"{name}.loss=1: every packet is dropped in each "
                                      "direction, so no message gets through and the job "
                                      "cannot finish; loss is a fraction (0.01 is 1%)")
@@ -174,6 +182,16 @@ def cautions(job: TrainingJob, executor: Executor = "local",
                 f"(spec.network.placement puts them elsewhere, or the job has fewer pods "
                 f"than racks); it is built and carries no traffic; remove it or place a "
                 f"pod in it"))
+    cores = cores or os.cpu_count() or 1
+    for name, link in _links(job):
+        if executor == "local" and link.bandwidth > DRIVABLE_BIT_PER_CORE * cores:
+            found.append(Caution(
+                f"{name}.bandwidth",
+                f"{name}.bandwidth={link.bandwidth / 1e6:g}Mbit: faster than this host's "
+                f"{cores} core(s) are likely to drive; the run may measure the host's CPU "
+                f"rather than the network (its fidelity verdict says); `tailcut calibrate` "
+                f"finds the highest rate at which it does not"))
+            break
     delays = _delays(job)
     if executor == "local" and delays and not netem().probed:
         field, value = delays[0]

@@ -325,3 +325,14 @@ def test_a_rack_no_pod_is_placed_in_is_a_caution():
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_no_example_draws_a_caution(example):
     assert plan.cautions(spec.load_file(example), netem=never_probed) == []
+
+
+def test_links_faster_than_the_hosts_cores_drive_are_a_caution_pointing_at_calibrate():
+    fast = job(network={"accessLink": {"bandwidth": "10Gbit"}})
+    found = plan.cautions(fast, netem=never_probed, cores=2)
+    assert [c.field for c in found] == ["spec.network.accessLink.bandwidth"]
+    assert "10000Mbit: faster than this host's 2 core(s)" in found[0].message
+    assert "tailcut calibrate" in found[0].message
+    assert plan.cautions(fast, netem=never_probed, cores=32) == []
+    assert plan.cautions(fast, "kubernetes", netem=never_probed, cores=2) == []
+    assert plan.cautions(job(), netem=never_probed, cores=2) == []   # 1 Gbit/s on 2 cores
