@@ -92,6 +92,7 @@ class EndTally:
 
     rate_bit: int
     intervals: int = 0
+    elapsed_s: float = 0.0
     backlogged: int = 0          # intervals that started with bytes waiting
     expected_bytes: float = 0.0
     drained_bytes: float = 0.0
@@ -102,6 +103,7 @@ class EndTally:
     def add(self, before: Counters, after: Counters, dt: float) -> None:
         sent = after.sent_bytes - before.sent_bytes
         self.intervals += 1
+        self.elapsed_s += dt
         self.sent_bytes += sent
         if before.waiting_bytes > 0:
             expected = min(before.waiting_bytes, self.rate_bit / 8 * dt)
@@ -120,7 +122,10 @@ class EndTally:
                 "busy_intervals": len(self.busy_ratios),
                 "busy_rate": round(statistics.median(self.busy_ratios), 3)
                 if self.busy_ratios else None,
-                "sent_bytes": self.sent_bytes}
+                "sent_bytes": self.sent_bytes,
+                # what it sent as a share of what its rate allows over the window
+                "utilization": round(self.sent_bytes * 8 / (self.rate_bit * self.elapsed_s),
+                                     3) if self.elapsed_s else 0.0}
 
 
 @dataclass

@@ -39,8 +39,10 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
     # Its busy_rate is evidence only: it reads low where a bursty queue emptied between
     # two samples (a PS's port at 100 Mbit/s read 63% on a quiet host)
     "drain": (0.95, 0.85),
-    # the largest share of the window any link end spent with packets waiting: below
-    # this the network did not bound the run (lower is worse; margin only)
+    # the busiest link end's share of the window: the larger of the time it spent with
+    # packets waiting and of what it sent as a share of its rate (a sender paced at the
+    # link's rate keeps it busy with no queue); below this the network did not bound
+    # the run (lower is worse; margin only)
     "link_busy": (0.10, 0.0),
 }
 # A link end with fewer backlogged intervals than this says nothing of its rate.
@@ -91,11 +93,11 @@ def judge(host: Optional[Mapping[str, Any]] = None,
               f"link end {end} drained {summary['drain']:.0%} of what it held at its "
               f"rate", higher_is_worse=False)
     if links and links.get("ends"):
-        end, share = max(((e, s["backlogged_share"]) for e, s in links["ends"].items()),
-                         key=lambda item: item[1])
+        end, share = max(((e, max(s["backlogged_share"], s.get("utilization") or 0.0))
+                          for e, s in links["ends"].items()), key=lambda item: item[1])
         low, _ = THRESHOLDS["link_busy"]
         if share < low:
-            margin.append(f"no link queued for long (at most {share:.0%} of the window, "
+            margin.append(f"no link was busy for long (at most {share:.0%} of the window, "
                           f"at {end}): the network did not bound the run, compute and "
                           "round trips did")
     elif links is not None:

@@ -59,6 +59,7 @@ def test_a_full_link_sends_at_its_rate_and_one_said_faster_is_named(shaped_link)
     full = got["honest"]["ends"][end]
     assert full["backlogged_share"] > 0.8, got
     assert full["drain"] >= 0.95 and 0.9 <= full["busy_rate"] <= 1.1, got
+    assert 0.8 <= full["utilization"] <= 1.1, got   # kept full over the window
     assert verdict.judge(links=got["honest"])["verdict"] == "network-bound"
     said = got["slow"]["ends"][end]
     assert said["drain"] < 0.6 and said["busy_rate"] < 0.6, got

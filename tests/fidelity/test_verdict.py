@@ -68,11 +68,17 @@ def test_a_link_backlogged_too_briefly_says_nothing_of_its_rate():
     assert not any("20%" in r for r in got["reasons"])
 
 
-def test_links_that_hardly_queued_make_it_marginal():
+def test_links_that_were_hardly_busy_make_it_marginal():
     got = verdict.judge(QUIET_HOST, NO_OTHERS, links(backlogged_share=0.05))
     assert got["verdict"] == "marginal"
-    assert "no link queued for long (at most 5% of the window, at rack-1/up)" \
+    assert "no link was busy for long (at most 5% of the window, at rack-1/up)" \
         in got["reasons"][0]
+
+
+def test_a_link_kept_busy_by_a_paced_sender_without_a_queue_bounds_the_run():
+    paced = links(backlogged_share=0.02)
+    paced["ends"]["rack-1/up"]["utilization"] = 0.8
+    assert verdict.judge(QUIET_HOST, NO_OTHERS, paced)["verdict"] == "network-bound"
 
 
 def test_missing_evidence_is_said_not_guessed():
