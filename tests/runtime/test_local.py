@@ -156,8 +156,10 @@ def test_every_role_records_the_cpu_its_threads_used_while_training(tmp_path):
     """A bounded-loss job's roles charge their transport threads (send, receive,
     control) apart from the main one, per pod and summed, with the datagram code they
     ran, and the run says so."""
+    # 100 iterations: a worker's send thread then spends several of the kernel's 10 ms
+    # CPU ticks (30 took about one, and read 0 once the racks' bridges skipped netfilter)
     job = spec.load_text("kind: TrainingJob\nmetadata: {name: cpucount}\n"
-                         "spec: {replicas: {workers: 2}, training: {iterations: 30},\n"
+                         "spec: {replicas: {workers: 2}, training: {iterations: 100},\n"
                          "       transport: {type: bounded-loss, p: 0.9}}\n")
     lines: list[str] = []
     local.run(job, tmp_path, progress=lines.append)
