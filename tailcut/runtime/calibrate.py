@@ -231,28 +231,23 @@ def execute(probes_of: Callable[[str, int, int, int], "TrainingJob"],
                       job=job.name, results_dir=str(where), iterations=n)
             k = len(probes) + 1
             progress(f"[{k}/{total}] {t} at {p.rate}: {n} iterations, job {job.name}")
-            where.mkdir(parents=True, exist_ok=True)
-            with open(where / "progress.log", "w") as log:
-                def say(line: str) -> None:
-                    log.write(line + "\n")
-                    log.flush()
-                try:
-                    result = runner(job, where, say)
-                except TailcutError as err:
-                    p.error = str(err)
-                    progress(f"[{k}/{total}] {t} at {p.rate}: FAILED: "
-                             f"{str(err).splitlines()[0]} (logs in {where})")
-                else:
-                    fid = result.fidelity or {}
-                    p.state, p.jct_s = "finished", result.jct_s
-                    p.iterations_run = result.iterations
-                    p.s_per_iteration = (result.jct_s / result.iterations
-                                         if result.iterations else None)
-                    p.verdict, p.reasons = fid.get("verdict"), list(fid.get("reasons") or [])
-                    per = (f"{p.s_per_iteration * 1000:.1f} ms per iteration"
-                           if p.s_per_iteration else "no iteration")
-                    progress(f"[{k}/{total}] {t} at {p.rate}: JCT {p.jct_s:.1f} s, {per}, "
-                             f"{p.verdict}")
+            try:
+                result = compare.run_logged(runner, job, where)
+            except TailcutError as err:
+                p.error = str(err)
+                progress(f"[{k}/{total}] {t} at {p.rate}: FAILED: "
+                         f"{str(err).splitlines()[0]} (logs in {where})")
+            else:
+                fid = result.fidelity or {}
+                p.state, p.jct_s = "finished", result.jct_s
+                p.iterations_run = result.iterations
+                p.s_per_iteration = (result.jct_s / result.iterations
+                                     if result.iterations else None)
+                p.verdict, p.reasons = fid.get("verdict"), list(fid.get("reasons") or [])
+                per = (f"{p.s_per_iteration * 1000:.1f} ms per iteration"
+                       if p.s_per_iteration else "no iteration")
+                progress(f"[{k}/{total}] {t} at {p.rate}: JCT {p.jct_s:.1f} s, {per}, "
+                         f"{p.verdict}")
             probes.append(p)
             last[t] = p
             on_probe(probes)

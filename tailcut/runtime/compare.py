@@ -286,28 +286,23 @@ def execute(variants: Mapping[str, Sequence["TrainingJob"]], out: Path,
             r = Run(order=len(runs) + 1, run=i + 1, transport=t, job=job.name,
                     results_dir=str(where))
             progress(f"[{r.order}/{total}] {t} run {i + 1}: job {job.name} in {where}")
-            where.mkdir(parents=True, exist_ok=True)
-            with open(where / "progress.log", "w") as log:
-                def say(line: str) -> None:
-                    log.write(line + "\n")
-                    log.flush()
-                try:
-                    result = runner(job, where, say)
-                except TailcutError as err:   # the others still count; say which failed
-                    r.error = str(err)
-                    progress(f"[{r.order}/{total}] {t} run {i + 1}: FAILED, not counted: "
-                             f"{str(err).splitlines()[0]} (logs in {where})")
-                else:
-                    fid = result.fidelity or {}
-                    r.state = ("finished" if result.converged
-                               or job.spec.training.target_accuracy is None
-                               else "target-not-reached")
-                    r.jct_s, r.final_accuracy = result.jct_s, result.final_accuracy
-                    r.iterations = result.iterations
-                    r.verdict, r.reasons = fid.get("verdict"), list(fid.get("reasons") or [])
-                    target = "" if r.state != "target-not-reached" else " (target not reached)"
-                    progress(f"[{r.order}/{total}] {t} run {i + 1}: JCT {r.jct_s:.2f} s, "
-                             f"accuracy {r.final_accuracy:.3f}{target}, {r.verdict}")
+            try:
+                result = run_logged(runner, job, where)
+            except TailcutError as err:   # the others still count; say which failed
+                r.error = str(err)
+                progress(f"[{r.order}/{total}] {t} run {i + 1}: FAILED, not counted: "
+                         f"{str(err).splitlines()[0]} (logs in {where})")
+            else:
+                fid = result.fidelity or {}
+                r.state = ("finished" if result.converged
+                           or job.spec.training.target_accuracy is None
+                           else "target-not-reached")
+                r.jct_s, r.final_accuracy = result.jct_s, result.final_accuracy
+                r.iterations = result.iterations
+                r.verdict, r.reasons = fid.get("verdict"), list(fid.get("reasons") or [])
+                target = "" if r.state != "target-not-reached" else " (target not reached)"
+                progress(f"[{r.order}/{total}] {t} run {i + 1}: JCT {r.jct_s:.2f} s, "
+                         f"accuracy {r.final_accuracy:.3f}{target}, {r.verdict}")
             runs.append(r)
             on_run(runs)
     return runs
@@ -453,6 +448,17 @@ def write(out: Path, document: Mapping[str, Any], runs: Sequence[Run]) -> None:
 MARKERS = {verdict.NETWORK_BOUND: ("o", "network-bound"),
            verdict.MARGINAL: ("s", "marginal"),
            verdict.HOST_BOUND: ("x", "host-bound")}
+
+
+def run_logged(runner: Runner, job: "TrainingJob", where: Path) -> Outcome:
+    """One run of `job` into its own directory `where`, its progress lines in
+    progress.log there (compare's runs and calibrate's probes)."""
+    where.mkdir(parents=True, exist_ok=True)
+    with open(where / "progress.log", "w") as log:
+        def say(line: str) -> None:
+            log.write(line + "\n")
+            log.flush()
+        return runner(job, where, say)
 
 
 def plot(runs: Sequence[Run], transports: Sequence[str], title: str, path: Path) -> Path:
