@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from tailcut.errors import NetError
-from tailcut.net import rtnl
+from tailcut.net import rtnl, shaping
 
 SAMPLE_S = 0.05         # between samples, at the least
 MAX_SAMPLING_SHARE = 0.02   # of one core: the interval grows on a large network
@@ -43,7 +43,6 @@ RTM_GETQDISC = 38
 TC_H_ROOT = 0xFFFFFFFF
 TCA_KIND, TCA_STATS2 = 1, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
-NETEM_CLASS = 0x100001   # netem's class 10:1, where its child queue hangs (net.shaping)
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def dump(sock: socket.socket) -> dict[int, Counters]:
                 roots[index] = (struct.unpack_from("=Q", basic, 0)[0], backlog)
             elif qkind == b"netem":
                 netem_backlog[index] = netem_backlog.get(index, 0) + backlog
-            elif parent == NETEM_CLASS:
+            elif parent == shaping.NETEM_CLASS:   # netem's child queue
                 child_backlog[index] = child_backlog.get(index, 0) + backlog
             offset += (length + 3) & ~3
 
