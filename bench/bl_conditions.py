@@ -33,6 +33,11 @@ counters, CPU and Locust's figures are not in the status, so those columns read 
 (not measured) there, and so do the verdicts (unmeasured: no ratio is "met").
 Every run prints its fidelity verdict, and each tcp / bl is marked with both
 transports' verdicts ("met" only when all were network-bound; bench/README.md).
+--rate-response then runs every cell once more, each transport, with every link at
+half the rate, and checks each verdict against how the time per iteration grew
+(tailcut calibrate's check, docs/compare.md): a network-bound run's grows about in
+proportion, a host-bound run's does not; a line names every cell where the two
+disagree.
 Goals (issue 20): clean >= 0.95, loss-1% >= 4, background-shallow >= 1.5,
 incast-shallow >= 2, accuracy within 0.5% of tcp's in every row."""
 
@@ -53,7 +58,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench import hostcheck  # noqa: E402
 from tailcut import errors, spec  # noqa: E402
-from tailcut.runtime import local  # noqa: E402
+from tailcut.runtime import calibrate, local  # noqa: E402
+from tailcut.spec import units  # noqa: E402
 
 SHALLOW = {"bufferBytes": 85_000}
 TRANSPORTS = {"tcp": {"type": "tcp"}, "bounded-loss": {"type": "bounded-loss", "p": 0.9}}
@@ -87,13 +93,14 @@ TCP_CONGESTION_CONTROL: str | None = None  # --tcp-congestion-control; None: the
 BANDWIDTH: str | None = None  # --bandwidth: every link's rate; None: the examples' 1Gbit
 
 
-def job(condition: str, transport: str) -> spec.model.TrainingJob:
+def job(condition: str, transport: str, bandwidth: str | None = None
+        ) -> spec.model.TrainingJob:
     raw = CONDITIONS[condition]()
     raw["metadata"]["name"] = f"blc-{'tcp' if transport == 'tcp' else 'bl'}"
     raw["spec"]["transport"] = dict(TRANSPORTS[transport])
-    if BANDWIDTH:
+    if bandwidth or BANDWIDTH:
         for link in ("accessLink", "uplink"):
-            raw["spec"]["network"][link]["bandwidth"] = BANDWIDTH
+            raw["spec"]["network"][link]["bandwidth"] = bandwidth or BANDWIDTH
     if transport == "tcp" and TCP_CONGESTION_CONTROL:
         raw["spec"]["transport"]["tcpCongestionControl"] = TCP_CONGESTION_CONTROL
     return spec.from_dict(raw)
@@ -129,10 +136,11 @@ class RunFailed(Exception):
     """One run of the bench failed; its results directory is kept for a look."""
 
 
-def one(condition: str, transport: str) -> dict[str, Any]:
+def one(condition: str, transport: str, bandwidth: str | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="blc-") as out:
         try:
-            r = local.run(job(condition, transport), Path(out), progress=lambda line: None)
+            r = local.run(job(condition, transport, bandwidth), Path(out),
+                          progress=lambda line: None)
         except errors.RunError as err:
             kept = Path(tempfile.mkdtemp(prefix=f"blc-failed-{transport}-"))
             shutil.copytree(out, kept, dirs_exist_ok=True)
@@ -141,6 +149,7 @@ def one(condition: str, transport: str) -> dict[str, Any]:
         cpu = json.loads((Path(out) / "metrics.json").read_text()).get("cpu", {})
         competing = background(Path(out))
     return {"jct_s": r.jct_s, "accuracy": r.final_accuracy, "converged": r.converged,
+            "s_per_iteration": r.jct_s / max(r.iterations, 1),
             "queue_drops": network.get("queue_drops", {}).get("total", 0),
             "random_drops": network.get("ebpf_dropper", {}).get("dropped", 0),
             "retrans": r.tcp_retrans_segs or 0, "rtos": r.tcp_rto_timeouts or 0,
@@ -152,6 +161,79 @@ def one(condition: str, transport: str) -> dict[str, Any]:
 
 def load() -> str:
     return open("/proc/loadavg").read().split()[0]
+
+
+def described(r: dict[str, Any], started: float) -> str:
+    """One run's figures, for its progress line."""
+    return (f"JCT {r['jct_s']:6.2f} s, accuracy {r['accuracy']:.4f}"
+            f"{'' if r['converged'] else ' (NOT reached)'}, queue drops {r['queue_drops']}, "
+            f"random drops {r['random_drops']}, tcp retrans {r['retrans']} / RTOs {r['rtos']}, "
+            f"roles' CPU {r['cpu_s']:.1f} s, background {r['bg_flows_per_s']:.1f} flows/s of "
+            f"median FCT {r['bg_fct_ms']:.0f} ms (wall {time.monotonic() - started:.0f} s, "
+            f"load {load()}); {r['during']}")
+
+
+def judged(kind: str, verdicts: list[str]) -> bool | None:
+    """Whether a response agrees with the verdicts of a cell's runs at the higher rate:
+    False if it disagrees with any of them, True if it agrees with one, None when every
+    one is marginal or unmeasured (they claim neither)."""
+    seen = {calibrate.agrees(kind, v) for v in verdicts}
+    return False if False in seen else True if True in seen else None
+
+
+def rate_response(conditions: list[str], runs: dict[str, dict[str, list[dict[str, Any]]]],
+                  bandwidth: str, failed: list[str]) -> list[dict[str, Any]]:
+    """Every cell once more at half `bandwidth`, each transport: the rate-response check
+    of the median time per iteration of its runs against this one's."""
+    upper = units.parse_bandwidth(bandwidth)
+    lower = units.format_bandwidth(upper // 2)
+    checks = []
+    for c in conditions:
+        for t in TRANSPORTS:
+            if not runs[c][t]:
+                continue
+            started = time.monotonic()
+            try:
+                r = one(c, t, lower)
+            except RunFailed as err:
+                print(f"at {lower} {c:>18} {t:>12}: FAILED, not counted: {err}", flush=True)
+                failed.append(f"{c} {t} at {lower}")
+                continue
+            print(f"at {lower} {c:>18} {t:>12}: {described(r, started)}", flush=True)
+            verdicts = [x["verdict"] for x in runs[c][t]]
+            check = calibrate.elasticity(
+                statistics.median(x["s_per_iteration"] for x in runs[c][t]),
+                r["s_per_iteration"], upper, units.parse_bandwidth(lower))
+            checks.append({"condition": c, "transport": t, "from": bandwidth, "to": lower,
+                           **check, "verdicts": verdicts, "verdict_lower": r["verdict"],
+                           "agrees": judged(check["response"], verdicts),
+                           "ms_per_iteration": [
+                               1e3 * statistics.median(x["s_per_iteration"] for x in runs[c][t]),
+                               1e3 * r["s_per_iteration"]]})
+    return checks
+
+
+def response_table(checks: list[dict[str, Any]]) -> str:
+    """The rate-response table, and a line for every cell where it disagrees."""
+    first = checks[0]
+    lines = [f"\nRate response: every link from {first['from']} to {first['to']}, one run "
+             "each (time per iteration against the median of the runs above):\n",
+             f"| condition | transport | ms/iter at {first['from']} | ms/iter at {first['to']} "
+             "| growth (response) | verdicts above | verdict below | agrees |",
+             "|---|---|---:|---:|---|---|---|---|"]
+    for k in checks:
+        hi, lo = k["ms_per_iteration"]
+        agree = {True: "yes", False: "**NO**", None: "n/a (marginal)"}[k["agrees"]]
+        lines.append(f"| {k['condition']} | {k['transport']} | {hi:.1f} | {lo:.1f} "
+                     f"| x{k['growth']:.2f} of x{k['expected']:.2f} {k['response']} "
+                     f"| {hostcheck.counted(k['verdicts'])} "
+                     f"| {k['verdict_lower']} | {agree} |")
+    wrong = [k for k in checks if k["agrees"] is False]
+    lines.append(f"\n{len(wrong)} of {len(checks)} cells disagree with the rate response"
+                 + "".join(f"\n  {k['condition']} {k['transport']}: x{k['growth']:.2f} of "
+                           f"x{k['expected']:.2f} ({k['response']}) against "
+                           f"{', '.join(k['verdicts'])}" for k in wrong))
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -168,8 +250,13 @@ def main() -> None:
     ap.add_argument("--bandwidth", metavar="RATE",
                     help="every link's bandwidth (e.g. 200Mbit: where the network, not "
                          "the CPU of 2 cores, bounds the JCT); unset: the examples' 1Gbit")
+    ap.add_argument("--rate-response", action="store_true",
+                    help="then run every cell once more at half the links' rate and check "
+                         "each verdict against how the time per iteration grew (local only)")
     hostcheck.add_arguments(ap)
     args = ap.parse_args()
+    if args.rate_response and args.executor != "local":
+        ap.error("--rate-response needs the local executor (it reads each run's iterations)")
     watch = hostcheck.before(args)
     global TCP_CONGESTION_CONTROL, BANDWIDTH
     TCP_CONGESTION_CONTROL = args.tcp_congestion_control
@@ -201,17 +288,12 @@ def main() -> None:
                     failed.append(f"{c} {t} run {run + 1}")
                     continue
                 runs[c][t].append(r)
-                print(f"run {run + 1}/{args.runs} {c:>18} {t:>12}: JCT {r['jct_s']:6.2f} s, "
-                      f"accuracy {r['accuracy']:.4f}{'' if r['converged'] else ' (NOT reached)'}"
-                      f", queue drops {r['queue_drops']}, random drops {r['random_drops']}, "
-                      f"tcp retrans {r['retrans']} / RTOs {r['rtos']}, "
-                      f"roles' CPU {r['cpu_s']:.1f} s"
-                      f", background {r['bg_flows_per_s']:.1f} flows/s of median FCT "
-                      f"{r['bg_fct_ms']:.0f} ms "
-                      f"(wall {time.monotonic() - started:.0f} s, load {load()}); "
-                      f"{r['during']}", flush=True)
+                print(f"run {run + 1}/{args.runs} {c:>18} {t:>12}: {described(r, started)}",
+                      flush=True)
+    checks = (rate_response(args.conditions, runs, BANDWIDTH or "1Gbit", failed)
+              if args.rate_response else [])
     if args.json:
-        args.json.write_text(json.dumps(runs, indent=1))
+        args.json.write_text(json.dumps({"runs": runs, "rate_response": checks}, indent=1))
 
     def med(c: str, t: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[c][t])
@@ -244,6 +326,8 @@ def main() -> None:
               f"| {med(c, 'tcp', 'bg_fct_ms'):.0f} / {med(c, 'bounded-loss', 'bg_fct_ms'):.0f} "
               f"| {hostcheck.mark({t: [r['verdict'] for r in runs[c][t]] for t in TRANSPORTS})} "
               "|")
+    if checks:
+        print(response_table(checks))
     if failed:
         print(f"\nfailed, not in the medians: {', '.join(failed)}")
     hostcheck.after(watch)

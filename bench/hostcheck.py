@@ -159,6 +159,11 @@ def mark(sides: Mapping[str, Iterable[Optional[str]]]) -> str:
     return "(" + ", ".join(f"{name} {_side(counts)}" for name, counts in said.items()) + ")"
 
 
+def counted(verdicts: Iterable[Optional[str]]) -> str:
+    """Runs' verdicts in a few words, e.g. "2 network-bound + 1 marginal"."""
+    return _side(collections.Counter(v or UNMEASURED for v in verdicts))
+
+
 def _side(counts: collections.Counter[str]) -> str:
     if not counts:
         return "no runs"

@@ -117,40 +117,49 @@ class Probe:
     error: Optional[str] = None
 
 
+def elasticity(hi_s: float, lo_s: float, hi_rate_bit: int, lo_rate_bit: int) -> dict[str, Any]:
+    """The rate-response check between a time per iteration at a higher rate and one at
+    a lower: how much the time grew (growth) against how much the rate fell (expected),
+    and the elasticity log(growth) / log(expected): 1 when the time is in proportion to
+    1/rate, 0 when the rate did not matter."""
+    growth = lo_s / hi_s
+    expected = hi_rate_bit / lo_rate_bit
+    value = math.log(growth) / math.log(expected)
+    kind = ("proportional" if value >= PROPORTIONAL else
+            "flat" if value <= FLAT else "partial")
+    return {"growth": round(growth, 3), "expected": round(expected, 3),
+            "elasticity": round(value, 3), "response": kind}
+
+
 def response(hi: Probe, lo: Probe) -> dict[str, Any]:
-    """The rate-response check between a probe at a higher rate and one at a lower:
-    how much the time per iteration grew (growth) against how much the rate fell
-    (expected), and the elasticity log(growth) / log(expected): 1 when the time is in
-    proportion to 1/rate, 0 when the rate did not matter."""
+    """The rate-response check between two probes of a transport, and whether it agrees
+    with the verdict at the higher rate."""
     assert hi.s_per_iteration and lo.s_per_iteration
-    growth = lo.s_per_iteration / hi.s_per_iteration
-    expected = hi.rate_bit / lo.rate_bit
-    elasticity = math.log(growth) / math.log(expected)
-    kind = ("proportional" if elasticity >= PROPORTIONAL else
-            "flat" if elasticity <= FLAT else "partial")
-    return {"transport": hi.transport, "from": hi.rate, "to": lo.rate,
-            "growth": round(growth, 3), "expected": round(expected, 3),
-            "elasticity": round(elasticity, 3), "response": kind,
+    check = elasticity(hi.s_per_iteration, lo.s_per_iteration, hi.rate_bit, lo.rate_bit)
+    return {"transport": hi.transport, "from": hi.rate, "to": lo.rate, **check,
             "verdicts": [hi.verdict, lo.verdict],
-            "agrees": agrees(kind, hi.verdict, lo.verdict)}
+            "agrees": agrees(check["response"], hi.verdict)}
 
 
-def agrees(kind: str, hi: Optional[str], lo: Optional[str]) -> Optional[bool]:
-    """Whether the response and the verdicts at both rates tell the same: network-bound
-    at both and a time that did not stay flat, or host-bound at both and one that did
-    not grow in proportion; None when the verdicts differ or are marginal."""
-    if hi == lo == verdict.NETWORK_BOUND:
+def agrees(kind: str, at_rate: Optional[str]) -> Optional[bool]:
+    """Whether the response tells what the verdict at the higher rate claims: a
+    network-bound run's time grows when the rate falls (not flat), a host-bound run's
+    does not grow in proportion. None for a marginal or missing verdict, which claims
+    neither. The verdict at the lower rate does not enter: a run network-bound at a
+    rate stays so below it, and a host-bound one may become network-bound there (its
+    time then grows in part)."""
+    if at_rate == verdict.NETWORK_BOUND:
         return kind != "flat"
-    if hi == lo == verdict.HOST_BOUND:
+    if at_rate == verdict.HOST_BOUND:
         return kind != "proportional"
     return None
 
 
 def disagreements(checks: Sequence[Mapping[str, Any]]) -> list[str]:
-    """A line for each check whose response and verdicts disagree."""
+    """A line for each check whose response and verdict disagree."""
     return [f"{c['transport']} {c['from']} -> {c['to']}: time per iteration "
             f"x{c['growth']:.2f} of x{c['expected']:.2f} ({c['response']}), yet "
-            f"{c['verdicts'][0]} at both rates" for c in checks if c["agrees"] is False]
+            f"{c['verdicts'][0]} at {c['from']}" for c in checks if c["agrees"] is False]
 
 
 def responses(probes: Sequence[Probe]) -> list[dict[str, Any]]:

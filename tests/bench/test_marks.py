@@ -81,6 +81,52 @@ def test_bl_conditions_marks_every_condition_and_records_verdicts(monkeypatch, c
             line.startswith("| loss-1%")}
     assert rows == {"clean": "met",
                     "loss-1%": "(tcp network-bound, bounded-loss marginal)"}
-    runs = json.loads((tmp_path / "r.json").read_text())
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
     assert runs["loss-1%"]["bounded-loss"][0]["verdict"] == "marginal"
     assert runs["clean"]["tcp"][0]["host_busy"] == 0.2
+
+
+def test_bl_conditions_rate_response_names_the_cell_whose_time_did_not_follow_the_rate(
+        monkeypatch, capsys, tmp_path):
+    """tcp's time per iteration doubles when the links' rate halves, bounded loss's does
+    not move: both called network-bound, so bounded loss's verdict is the one named."""
+    bench = load("bl_conditions")
+    rates = []
+
+    def run(job, results_dir, progress=print, ahead=None):
+        Path(results_dir).mkdir(parents=True, exist_ok=True)
+        rate = job.spec.network.access_link.bandwidth
+        rates.append(rate)
+        fidelity = verdict.judge(host=QUIET["host"], processes=QUIET["processes"])
+        (Path(results_dir) / "metrics.json").write_text(json.dumps({"fidelity": fidelity}))
+        (Path(results_dir) / "network.json").write_text("{}")
+        jct = 20.0 * 200e6 / rate if job.spec.transport.type == "tcp" else 15.0
+        return local.RunResult(job=job.name, results_dir=str(results_dir), converged=True,
+                               jct_s=jct, epochs=1, iterations=100, final_accuracy=0.93,
+                               final_loss=0.1, fidelity=fidelity)
+
+    monkeypatch.setattr(local, "run", run)
+    monkeypatch.setattr(hostcheck, "measure", lambda seconds=2.0: QUIET)
+    monkeypatch.setattr(sys, "argv", ["bl_conditions.py", "--runs", "2", "--conditions",
+                                      "clean", "--bandwidth", "200Mbit", "--rate-response",
+                                      "--json", str(tmp_path / "r.json")])
+    bench.main()
+    out = capsys.readouterr().out
+    assert rates == [200_000_000] * 4 + [100_000_000] * 2
+    rows = [line for line in out.splitlines() if line.startswith("| clean | ")]
+    assert rows[1:] == [
+        "| clean | tcp | 200.0 | 400.0 | x2.00 of x2.00 proportional | network-bound "
+        "| network-bound | yes |",
+        "| clean | bounded-loss | 150.0 | 150.0 | x1.00 of x2.00 flat | network-bound "
+        "| network-bound | **NO** |"]
+    assert "1 of 2 cells disagree with the rate response" in out
+    checks = json.loads((tmp_path / "r.json").read_text())["rate_response"]
+    assert [c["agrees"] for c in checks] == [True, False]
+
+
+def test_a_cells_marginal_runs_claim_nothing_and_any_disagreeing_run_is_named():
+    bench = load("bl_conditions")
+    assert bench.judged("flat", ["marginal", "marginal"]) is None
+    assert bench.judged("flat", ["network-bound", "marginal"]) is False
+    assert bench.judged("proportional", ["network-bound", "marginal"]) is True
+    assert bench.judged("proportional", ["network-bound", "host-bound"]) is False

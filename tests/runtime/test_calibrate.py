@@ -96,12 +96,16 @@ def test_a_response_agrees_with_the_verdicts_or_is_named():
     assert grows["agrees"] is False
     assert calibrate.disagreements([flat, grows]) == [
         "tcp 200Mbit -> 100Mbit: time per iteration x1.00 of x2.00 (flat), yet "
-        "network-bound at both rates",
+        "network-bound at 200Mbit",
         "tcp 200Mbit -> 100Mbit: time per iteration x2.00 of x2.00 (proportional), yet "
-        "host-bound at both rates"]
-    assert calibrate.agrees("proportional", nb, nb) and calibrate.agrees("flat", hb, hb)
-    assert calibrate.agrees("partial", nb, nb) and calibrate.agrees("partial", hb, hb)
-    assert calibrate.agrees("flat", nb, "marginal") is None
+        "host-bound at 200Mbit"]
+    assert calibrate.agrees("proportional", nb) and calibrate.agrees("flat", hb)
+    assert calibrate.agrees("partial", nb) and calibrate.agrees("partial", hb)
+    assert calibrate.agrees("flat", "marginal") is None and calibrate.agrees("flat", None) is None
+    # the verdict at the lower rate does not enter: host-bound at 200 Mbit/s and
+    # network-bound at 100, a time that grew in proportion still disagrees
+    assert calibrate.response(_probe("tcp", 200 * M, 0.05, hb),
+                              _probe("tcp", 100 * M, 0.1, nb))["agrees"] is False
     assert calibrate.disagreements([calibrate.response(_probe("tcp", 200 * M, 0.05, nb),
                                                        _probe("tcp", 100 * M, 0.1, nb))]) == []
 
