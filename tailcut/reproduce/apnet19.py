@@ -37,11 +37,10 @@ BACKGROUND_LOAD = 0.5   # the paper's load factor on its core links (Sec. 3.1)
 # serve 40 Gbit/s ports: 90 us of line rate there, 680 us here.
 BUFFER_BYTES = 85_000
 LOAD_SHORTFALL = 0.8    # a measured load below this share of the target is reported
-# The congestion pair's links: a rate at which this 2-core host runs the pair
-# network-bound (`tailcut calibrate`; docs/fidelity.md), so that the comparison is of
-# the transports under congestion and not of their CPU cost. At 1 Gbit/s the host
-# bound both runs and the background reached a fraction of its load.
-CONGESTION_BANDWIDTH = "200Mbit"
+# Both pairs' links (jobs.COMPARISON_BANDWIDTH): at 1 Gbit/s the host bound the
+# congestion pair and the background reached a fraction of its load, and the loss
+# pair's bounded-loss runs were marginal.
+BANDWIDTH = jobs.COMPARISON_BANDWIDTH
 
 
 @dataclass(frozen=True)
@@ -73,19 +72,19 @@ def _job(condition: str, short: str, repeat: int, quick: bool) -> jobs.Raw:
     transport = TRANSPORTS[short]
     if condition == "loss":   # its jobs' names predate the conditions: kept, so resumable
         raw = jobs.two_racks(f"repro-apnet19-{short}-r{repeat}", transport=transport,
-                             loss=RANDOM_LOSS)
+                             loss=RANDOM_LOSS, bandwidth=BANDWIDTH)
     else:
         raw = jobs.with_background(
             jobs.two_racks(f"repro-apnet19-congestion-{short}-r{repeat}",
                            transport=transport, buffer_bytes=BUFFER_BYTES,
-                           bandwidth=CONGESTION_BANDWIDTH),
+                           bandwidth=BANDWIDTH),
             BACKGROUND_LOAD)
     return jobs.capped(raw, QUICK_ITERATIONS) if quick else raw
 
 
 def _estimate_s(condition: str, short: str, quick: bool) -> float:
-    if condition == "loss":
-        return (25 if quick else 80) if short == "tcp" else (15 if quick else 25)
+    if condition == "loss":   # at 200 Mbit/s on a quiet host: tcp 46 s, bounded loss 26 s
+        return (25 if quick else 60) if short == "tcp" else (15 if quick else 35)
     # with Locust's start, warm-up and stop; measured under a load average of 16-24
     return (45 if quick else 60) if short == "tcp" else (90 if quick else 120)
 
@@ -310,7 +309,7 @@ def _condition(files: Files, m: Measured, condition: str, runs: dict[str, list[s
         [files.json(f"{d}/metrics.json") for dirs in runs.values() for d in dirs]))
     m.values[f"{key}.speedup"] = speed
     if condition == "congestion":
-        note = (f"one model (MLP) at {CONGESTION_BANDWIDTH}, the paper's range is over four"
+        note = (f"one model (MLP) at {BANDWIDTH}, the paper's range is over four"
                 ) + (
             f"; {QUICK_ITERATIONS} iterations a run (--quick)" if quick else "")
         short = [f"{t} {v:.2f}" for t in runs

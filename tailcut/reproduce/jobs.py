@@ -15,6 +15,13 @@ from tailcut import spec
 
 Raw = dict[str, Any]
 
+# The links of the runs that compare transports: a rate at which a 2-core host runs
+# each of them network-bound (`tailcut calibrate`; docs/fidelity.md), so that the
+# comparison is of the transports on the network and not of their CPU cost. At
+# 1 Gbit/s the host bound or nearly bound bounded loss's runs, and the congested and
+# incast ones of tcp too.
+COMPARISON_BANDWIDTH = "200Mbit"
+
 
 def two_racks(name: str, *, model: str = "mlp", workers: int = 4,
               transport: Optional[Raw] = None, loss: Optional[float] = None,
