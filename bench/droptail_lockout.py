@@ -50,8 +50,9 @@ sys.path.insert(0, str(ROOT))
 # A role child (--role, below) needs none of tailcut: importing it costs ~5 s of CPU
 # in user-mode Linux, and four children starting at once missed their start.
 if sys.argv[1:2] != ["--role"]:
+    from bench import hostcheck  # noqa: E402
     from tailcut import features  # noqa: E402
-    from tailcut.net import netns, rtnl, shaping  # noqa: E402
+    from tailcut.net import netns, rtnl, shaping, tc  # noqa: E402
     from tailcut.spec.model import Link  # noqa: E402
 
 PREFIX = f"tclock-{os.getpid()}-"
@@ -103,7 +104,7 @@ def shape(rate: str, buffer: int, delay_us: float = 0.0) -> None:
                        capture_output=True, timeout=20)   # a new rate: a new tree
         with rtnl.socket_in(netns) as sock:
             batch = rtnl.Batch()
-            shaping.add_requests(batch, ops, rtnl.ifindex(sock, ifname))
+            tc.add_requests(batch, ops, rtnl.ifindex(sock, ifname))
             batch.send(sock)
 
 
@@ -331,6 +332,7 @@ def main() -> None:
                    "kernel's)")
     p.add_argument("--delay-us", nargs="+", type=float, default=[0.0],
                    help="one-way delay at every shaped end, microseconds (netem)")
+    hostcheck.add_arguments(p)
     a = p.parse_args()
     if any(a.delay_us) and not features.netem().available:
         p.error(f"--delay-us {' '.join(f'{d:g}' for d in a.delay_us)}: this kernel has no "
@@ -338,6 +340,7 @@ def main() -> None:
                 "e.g. Debian's user-mode Linux (docs/network.md)")
     points = [(r, n, u) for r in a.rates for n in a.flows for u in a.loads]
     points += [(r, int(n), float(u)) for r, n, u in (x.split(":") for x in a.extra)]
+    watch = hostcheck.before(a)
     runs: list[list[dict]] = []
     # SIGTERM (a `timeout`, a kill) unwinds through the finally below like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -355,12 +358,19 @@ def main() -> None:
                     shape(rate, a.buffer, delay_us)
                     for r, n, u in points:
                         if r == rate:
+                            # the point's own roles run below this process: the host's
+                            # CPU and the other processes' say whether it measured
+                            # the port or the host (its links are not sampled)
+                            over = hostcheck.Watch()
                             rows.append(point(r, n, u, a, delay_us))
-                            print(f"run {run + 1}: {json.dumps(rows[-1])}", flush=True)
+                            judged = hostcheck.judged(over.stop())
+                            print(f"run {run + 1}: {json.dumps(rows[-1])}; "
+                                  f"{hostcheck.during(judged)}", flush=True)
             runs.append(rows)
     finally:
         teardown()
     print(table(median_rows(runs) if len(runs) > 1 else runs[0]))
+    hostcheck.after(watch)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,6 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 # modules the benches import or run in a pod, not benches
 NOT_BENCHES = {"hostcheck.py", "bl_net.py", "bl_role.py", "bl_cost_role.py"}
-# being reworked in another change; it gets --allow-busy there
-NO_ALLOW_BUSY_YET = {"droptail_lockout.py"}
 BENCHES = sorted(p.name for p in BENCH.glob("*.py") if p.name not in NOT_BENCHES)
 
 
@@ -39,5 +37,4 @@ def test_a_bench_parses_help_and_offers_allow_busy(name, monkeypatch, capsys, en
     assert ended.value.code in (0, None)
     out = capsys.readouterr().out
     assert "usage:" in out
-    if name not in NO_ALLOW_BUSY_YET:
-        assert "--allow-busy" in out
+    assert "--allow-busy" in out
