@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import hostcheck  # noqa: E402
 from tailcut import transports  # noqa: E402
 from tailcut.datapath import classifier  # noqa: E402
-from tailcut.net import netns, shaping  # noqa: E402
+from tailcut.net import netns, shaping, tc  # noqa: E402
 from tailcut.spec import units  # noqa: E402
 from tailcut.spec.model import Link  # noqa: E402
 from tailcut.ml import deep_mlp  # noqa: E402
@@ -224,9 +224,9 @@ def main() -> int:
     rounds: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     try:
         with netns.ipr(link.sender) as ipr:
-            shaping.apply(shaping.plan(Link(bandwidth=args.rate), False, "bench"), ipr,
+            tc.apply(shaping.plan(Link(bandwidth=args.rate), False, "bench"), ipr,
                           link.sender, udp_link.IFNAME)
-            shaping.apply_priorities(shaping.plan_priorities(rate, 4), ipr, udp_link.IFNAME)
+            tc.apply_priorities(shaping.plan_priorities(rate, 4), ipr, udp_link.IFNAME)
         for r in range(args.rounds):
             for k, mode in enumerate(MODES):
                 rows = _one_mode(link, mode, 47600 + 10 * r + k, args.p, args.messages,

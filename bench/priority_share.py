@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import hostcheck  # noqa: E402
 from tailcut.datapath import classifier  # noqa: E402
-from tailcut.net import netns, shaping  # noqa: E402
+from tailcut.net import netns, shaping, tc  # noqa: E402
 from tailcut.spec import units  # noqa: E402
 from tailcut.spec.model import Link  # noqa: E402
 from tests.datapath import udp_link  # noqa: E402  (the two-namespace link of the tests)
@@ -88,9 +88,9 @@ def main() -> int:
     rows: dict[str, list[tuple[float, float]]] = {"classifier": [], "no classifier": []}
     try:
         with netns.ipr(link.sender) as ipr:
-            shaping.apply(shaping.plan(Link(bandwidth=args.rate), False, "bench"), ipr,
+            tc.apply(shaping.plan(Link(bandwidth=args.rate), False, "bench"), ipr,
                           link.sender, udp_link.IFNAME)
-            shaping.apply_priorities(shaping.plan_priorities(rate, 2), ipr, udp_link.IFNAME)
+            tc.apply_priorities(shaping.plan_priorities(rate, 2), ipr, udp_link.IFNAME)
         for r in range(args.rounds):
             with classifier.attach(link.sender, udp_link.IFNAME):
                 a, b = goodputs_mbit(link, [0, 1], 46500 + 10 * r, args.seconds)

@@ -7,7 +7,7 @@
 
 A sender tags a flow with IP_TOS = dscp_of(level) << 2; the program maps DSCP
 TAILCUT_DSCP_BASE + level to skb->priority = 1:(0x20 + level), and HTB (built by
-tailcut.net.shaping.apply_priorities) sends the packet to that class. What attach()
+tailcut.net.tc.apply_priorities) sends the packet to that class. What attach()
 adds, as `tc filter show dev eth0 egress` shows it:
 
     filter protocol all pref 2 bpf chain 0 handle 0x1 flowid :1 tailcut_classify ...

@@ -24,7 +24,7 @@ from typing import Iterable, Optional, Sequence
 from pyroute2 import IPRoute
 
 from tailcut.errors import AlreadyExists, NetError, detach_all
-from tailcut.net import clean, forwarding, naming, netns, rtnl, shaping
+from tailcut.net import clean, forwarding, naming, netns, rtnl, shaping, tc
 from tailcut.net.topology import Pod, Rack, Topology
 
 UP_TIMEOUT_S = 5.0
@@ -121,7 +121,7 @@ class Network:
     def queue_drops(self, ends: Optional[Iterable[str]] = None) -> dict[str, int]:
         """Per shaped link end ("ns/ifname"; all of them, or those of `ends`): the
         packets its queues dropped so far because they were full
-        (tailcut.net.shaping.queue_drops), apart from the eBPF droppers' random loss.
+        (tailcut.net.tc.queue_drops), apart from the eBPF droppers' random loss.
         Read it before teardown: the counters go with the links."""
         by_ns: dict[str, list[str]] = {}
         for end in self.applied if ends is None else ends:
@@ -133,7 +133,7 @@ class Network:
                 continue
             with netns.ipr(ns) as ipr:
                 for ifname in ifnames:
-                    drops = shaping.queue_drops(ipr, ifname)
+                    drops = tc.queue_drops(ipr, ifname)
                     if drops is not None:
                         out[f"{ns}/{ifname}"] = drops
         return out
@@ -376,19 +376,19 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
         for other in topo.racks:
             if other.index != rack.index:
                 own.route_add(other.subnet, rack.gateway)
-    shaping.add_requests(own, network.pod_end_ops, index)
+    tc.add_requests(own, network.pod_end_ops, index)
     # (kept before sending: a failed build releases them)
     droppers = network.pod_droppers.setdefault(pod.name, [])
-    droppers += shaping.add_dropper_requests(own, network.pod_end_ops, pod_ns,
+    droppers += tc.add_dropper_requests(own, network.pod_end_ops, pod_ns,
                                              wiring.ifname, index)
     own.send(pod_sock)
     port_index = rtnl.ifindex(rack_sock, port)
     ports = rtnl.Batch()
     ports.set_link(port_index, alias=alias, up=True, gso_max_size=shaping.GSO_BYTES)
-    shaping.add_requests(ports, network.access_ops, port_index)
-    droppers += shaping.add_dropper_requests(ports, network.access_ops, rack.netns, port,
+    tc.add_requests(ports, network.access_ops, port_index)
+    droppers += tc.add_dropper_requests(ports, network.access_ops, rack.netns, port,
                                              port_index)
-    droppers += shaping.add_dropper_requests(ports, network.wire_end_ops, rack.netns, port,
+    droppers += tc.add_dropper_requests(ports, network.wire_end_ops, rack.netns, port,
                                              port_index, "ingress")
     ports.send(rack_sock)
     for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
@@ -407,13 +407,13 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
 
 def _shape(network: Network, sockets: Sockets, ns: str, ifname: str,
            ops: list[shaping.Op], droppers: list[object], index: Optional[int] = None) -> None:
-    """shaping.apply's qdiscs and classes, sent as one batch, then its droppers."""
+    """tc.apply's qdiscs and classes, sent as one batch, then its droppers."""
     if index is None:
         index = sockets[ns].link_lookup(ifname=ifname)[0]
     batch = rtnl.Batch()
-    shaping.add_requests(batch, ops, index)
+    tc.add_requests(batch, ops, index)
     rtnl.send_in(ns, batch)
-    droppers += shaping.attach_droppers(ops, ns, ifname)
+    droppers += tc.attach_droppers(ops, ns, ifname)
     network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
     network.rate_bit[f"{ns}/{ifname}"] = shaping.rate_bit(ops)
 

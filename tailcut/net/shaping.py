@@ -1,4 +1,5 @@
-"""Link shaping: plan the qdiscs for one direction of a link, then apply them.
+"""Link shaping: plan the qdiscs for one direction of a link (tailcut.net.tc applies
+them; this module imports nothing privileged, so planners can use it).
 
 Every shaped interface gets the same HTB tree on its egress. For a 1 Gbit link with
 1% loss and 5 ms delay on a kernel with netem, `plan` returns what tc would write as
@@ -30,20 +31,11 @@ packets waiting for the link. netem's limit is then raised out of the way
 (DELAY_LINE_PACKETS): a wire does not drop what is in flight on it.
 """
 
-import struct
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union
-
-from pyroute2.netlink.rtnl import tcmsg
-from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
+from typing import Literal, Optional, Union
 
 from tailcut.errors import KernelFeatureMissing
-from tailcut.net import rtnl
 from tailcut.spec.model import DEFAULT_MTU, Link
-
-if TYPE_CHECKING:
-    from pyroute2 import IPRoute
 
 ROOT = 0x10000          # 1:
 LINK_CLASS = 0x10001    # 1:1
@@ -64,10 +56,6 @@ HTB_QUANTUM_MAX = 200_000  # bytes; the kernel warns about (and clamps) larger q
 # with 32 KiB and the bucket below, at 1.0 (docs/network.md#a-link-is-no-faster-than-its-rate).
 GSO_BYTES = 32_768
 FIFO_KINDS = {"packets": "pfifo", "bytes": "bfifo"}
-
-# pyroute2 0.9 knows pfifo's options but not bfifo's; both are the kernel's struct
-# tc_fifo_qopt (one u32 limit, include/uapi/linux/pkt_sched.h), so bfifo borrows them.
-tcmsg.plugins.setdefault("bfifo", sched_pfifo)
 
 
 def frame_bytes(mtu: int) -> int:
@@ -231,121 +219,6 @@ def describe_queue(queue: Queue) -> str:
     return f"{queue.kind} buffer {queue.limit} {queue.unit} per class"
 
 
-def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str,
-          index: Optional[int] = None) -> list[object]:
-    """Apply `ops` to the egress of `ifname` (or interface `index`), using `ipr` bound
-    in `netns_name`. Qdiscs and classes are replaced, so re-applying them is harmless;
-    an eBPF dropper is attached, so detach the returned ones (the caller keeps them to
-    read their counters) before applying again."""
-    if index is None:
-        index = ipr.link_lookup(ifname=ifname)[0]
-    attached: list[object] = []
-    for op in ops:
-        if isinstance(op, Htb):
-            ipr.tc("replace", "htb", index, ROOT, default=DEFAULT_CLASS & 0xFFFF)
-            for classid, parent in ((LINK_CLASS, ROOT), (DEFAULT_CLASS, LINK_CLASS)):
-                ipr.tc("replace-class", "htb", index, classid, parent=parent,
-                       rate=f"{op.rate_bit}bit", ceil=f"{op.rate_bit}bit",
-                       burst=op.burst_bytes, cburst=op.burst_bytes,
-                       quantum=op.quantum_bytes)
-        elif isinstance(op, Netem):
-            ipr.tc("replace", "netem", index, NETEM_HANDLE, parent=DEFAULT_CLASS,
-                   delay=int(op.delay_ms * 1000), jitter=int(op.jitter_ms * 1000),
-                   loss=op.loss * 100, limit=op.limit_packets)
-        elif isinstance(op, Queue):
-            apply_queue(op, ipr, index)
-        else:
-            from tailcut.datapath import dropper  # BCC loads only when a link drops
-            attached.append(dropper.attach(netns_name, ifname, op.loss))
-    return attached
-
-
-def add_requests(batch: rtnl.Batch, ops: list[Op], ifindex: int) -> None:
-    """Add to `batch` the qdiscs and classes `apply` would make on interface `ifindex`
-    (not the eBPF dropper: attach_droppers). pyroute2 encodes each distinct op list
-    once (its HTB rate tables take a millisecond); every interface reuses the bytes
-    with its own ifindex."""
-    for kind, flags, body in _templates(tuple(ops)):
-        batch.raw(kind, flags, body[:4] + struct.pack("=i", ifindex) + body[8:],
-                  f"tc on ifindex {ifindex}")
-
-
-def attach_droppers(ops: list[Op], netns_name: str, ifname: str) -> list[object]:
-    """The eBPF droppers of `ops` on `ifname`'s egress, as `apply` attaches them."""
-    attached: list[object] = []
-    for op in ops:
-        if isinstance(op, Drop):
-            from tailcut.datapath import dropper  # BCC loads only when a link drops
-            attached.append(dropper.attach(netns_name, ifname, op.loss))
-    return attached
-
-
-def add_dropper_requests(batch: rtnl.Batch, ops: list[Op], netns_name: str, ifname: str,
-                         ifindex: int, direction: Literal["egress", "ingress"] = "egress",
-                         ) -> list[object]:
-    """attach_droppers for an interface just created, as requests added to `batch`
-    (the caller sends it, and releases the returned droppers if that fails); on its
-    ingress for `wire_end`'s ops."""
-    attached: list[object] = []
-    for op in ops:
-        if isinstance(op, Drop):
-            from tailcut.datapath import dropper  # BCC loads only when a link drops
-            attached.append(dropper.attach_in_batch(batch, netns_name, ifname, ifindex,
-                                                    op.loss, direction))
-    return attached
-
-
-_TCMSG_IFINDEX = 4   # offset of struct tcmsg's ifindex in a message's body
-
-
-@lru_cache(maxsize=64)
-def _templates(ops: tuple[Op, ...]) -> tuple[tuple[int, int, bytes], ...]:
-    """(type, flags, body after the netlink header) of each request of `ops`, for
-    interface index 0 (add_requests puts in the real one)."""
-    from pyroute2 import IPBatch
-    batch = IPBatch()
-    apply([op for op in ops if not isinstance(op, Drop)], batch, "", "", index=0)
-    data, out, offset = batch.batch, [], 0
-    while offset < len(data):
-        length, kind, flags = struct.unpack_from("=IHH", data, offset)
-        body = data[offset + 16:offset + length]
-        assert struct.unpack_from("=i", body, _TCMSG_IFINDEX)[0] == 0
-        out.append((kind, flags & ~rtnl.NLM_F_ACK, body))
-        offset += (length + 3) & ~3
-    return tuple(out)
-
-
-def apply_queue(queue: Queue, ipr: "IPRoute", index: int) -> None:
-    ipr.tc("replace", queue.kind, index, queue.handle, parent=queue.parent,
-           limit=queue.limit)
-
-
-def queue_drops(ipr: "IPRoute", ifname: str) -> Optional[int]:
-    """Packets the queues of `ifname`'s HTB tree dropped because they were full: the
-    drops of every pfifo/bfifo leaf (ours, under a class or under netem), plus those of
-    each leaf class still on the kernel's default queue (not listed among qdiscs, so
-    read from the class: HTB counts what its leaf refused). netem's own drops (its
-    random loss) and the eBPF dropper's (before HTB) are not queue drops; without a
-    buffer on a kernel with netem, netem's own queue overflows uncounted here.
-    None if `ifname` is gone or has no tree of ours."""
-    found = ipr.link_lookup(ifname=ifname)
-    if not found:
-        return None
-    qdiscs = ipr.get_qdiscs(index=found[0])
-    if not any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == ROOT for q in qdiscs):
-        return None
-    drops = sum(_drops(q) for q in qdiscs if q.get_attr("TCA_KIND") in FIFO_KINDS.values())
-    classes = ipr.get_classes(index=found[0])
-    parents = {c["parent"] for c in classes} | {q["parent"] for q in qdiscs}
-    return drops + sum(_drops(c) for c in classes if c["handle"] not in parents)
-
-
-def _drops(msg: Any) -> int:
-    stats = msg.get_attr("TCA_STATS2")
-    queue = stats.get_attr("TCA_STATS_QUEUE") if stats is not None else None
-    return int(queue["drops"]) if queue is not None else 0
-
-
 # -- CadentFlow priority classes ----------------------------------------------------
 # Siblings of the default class 1:10 under the link class 1:1, one per priority level:
 #
@@ -419,18 +292,6 @@ def plan_priorities(link_rate_bit: int, levels: int, weights: list[float] | None
         classes.append(PrioClass(level, classid, rate, link_rate_bit, prio, burst,
                                  None if queue is None else queue.under(classid), frame))
     return classes
-
-
-def apply_priorities(classes: list[PrioClass], ipr: "IPRoute", ifname: str) -> None:
-    """Add (replace) the priority classes under 1:1 of `ifname`, whose HTB tree
-    `apply` built. Re-applying is harmless."""
-    index = ipr.link_lookup(ifname=ifname)[0]
-    for cls in classes:
-        ipr.tc("replace-class", "htb", index, cls.classid, parent=LINK_CLASS,
-               rate=f"{cls.rate_bit}bit", ceil=f"{cls.ceil_bit}bit", prio=cls.prio,
-               burst=cls.burst_bytes, cburst=cls.cburst_bytes, quantum=cls.quantum_bytes)
-        if cls.queue is not None:
-            apply_queue(cls.queue, ipr, index)
 
 
 def describe_priorities(classes: list[PrioClass]) -> str:

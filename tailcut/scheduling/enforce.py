@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from tailcut.errors import SpecError, detach_all
-from tailcut.net import naming, netns, shaping
+from tailcut.net import naming, netns, shaping, tc
 from tailcut.net.topology import Pod, Rack, Topology
 from tailcut.spec.model import DEFAULT_MTU, Link, Scheduling
 
@@ -132,7 +132,7 @@ def apply(topo: Topology, scheduling: Scheduling) -> Enforcement:
 def apply_to(egresses: list[Egress], scheduling: Scheduling,
              mtu: int = DEFAULT_MTU) -> Enforcement:
     """Add what `scheduling.policy` needs to each egress (netns, ifname, link) whose
-    HTB tree tailcut.net.shaping.apply built: the local runtime's every
+    HTB tree tailcut.net.tc.apply built: the local runtime's every
     shaped egress, the node agent's per pod and per node. All or nothing: if one fails, the
     classifiers already attached are detached."""
     result = Enforcement(scheduling.policy)
@@ -149,7 +149,7 @@ def apply_to(egresses: list[Egress], scheduling: Scheduling,
             classes = shaping.plan_priorities(link.bandwidth, scheduling.priority_levels,
                                               weights, shaping.buffer(link), mtu)
             with netns.ipr(ns) as ipr:
-                shaping.apply_priorities(classes, ipr, ifname)
+                tc.apply_priorities(classes, ipr, ifname)
             result.classifiers.append(classifier.attach(ns, ifname))
             result.applied[f"{ns}/{ifname}"] = shaping.describe_priorities(classes)
     except BaseException:

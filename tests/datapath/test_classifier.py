@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tailcut.datapath import classifier
-from tailcut.net import netns, shaping
+from tailcut.net import netns, shaping, tc
 from tailcut.spec.model import Link
 from tests.datapath import udp_link
 
@@ -69,9 +69,9 @@ def shaped_link():
     link = udp_link.build_link("cls")
     try:
         with netns.ipr(link.sender) as ipr:
-            shaping.apply(shaping.plan(Link(bandwidth=RATE), False, "test"), ipr,
+            tc.apply(shaping.plan(Link(bandwidth=RATE), False, "test"), ipr,
                           link.sender, udp_link.IFNAME)
-            shaping.apply_priorities(shaping.plan_priorities(100_000_000, 2), ipr,
+            tc.apply_priorities(shaping.plan_priorities(100_000_000, 2), ipr,
                                      udp_link.IFNAME)
         yield link
     finally:

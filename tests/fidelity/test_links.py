@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from tailcut.fidelity import links, verdict
-from tailcut.net import netns, shaping
+from tailcut.net import netns, shaping, tc
 from tailcut.spec.model import Link
 from tests import netutil
 from tests.datapath.udp_link import IFNAME, RECEIVER_IP, build_link, remove_link
@@ -34,7 +34,7 @@ def shaped_link():
     link = build_link("fid")
     try:
         with netns.ipr(link.sender) as ipr:
-            shaping.apply(shaping.plan(Link(bandwidth="20Mbit"), False, "f"), ipr,
+            tc.apply(shaping.plan(Link(bandwidth="20Mbit"), False, "f"), ipr,
                           link.sender, IFNAME)
         yield link
     finally:

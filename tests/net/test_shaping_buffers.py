@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tailcut.net import netns, shaping
+from tailcut.net import netns, shaping, tc
 from tailcut.spec.model import Link
 from tests import netutil
 from tests.datapath.udp_link import IFNAME, RECEIVER_IP, build_link, remove_link
@@ -38,9 +38,9 @@ def quiet_link():
 def shape(ns, link, levels=0):
     """The sender's egress shaped as `link`, with `levels` CadentFlow classes."""
     with netns.ipr(ns) as ipr:
-        shaping.apply(shaping.plan(link, False, "f"), ipr, ns, IFNAME)
+        tc.apply(shaping.plan(link, False, "f"), ipr, ns, IFNAME)
         if levels:
-            shaping.apply_priorities(shaping.plan_priorities(
+            tc.apply_priorities(shaping.plan_priorities(
                 link.bandwidth, levels, queue=shaping.buffer(link)), ipr, IFNAME)
 
 
@@ -51,7 +51,7 @@ def burst(link, count=BURST, priority=0):
 
 def drops(ns):
     with netns.ipr(ns) as ipr:
-        return shaping.queue_drops(ipr, IFNAME)
+        return tc.queue_drops(ipr, IFNAME)
 
 
 def leaves(ns):

@@ -591,15 +591,15 @@ def classified_link() -> Iterator[Any]:
     """Two namespaces on a 100 Mbit/s HTB link with 4 priority classes and the DSCP
     classifier on the sender's egress."""
     from tailcut.datapath import classifier
-    from tailcut.net import netns, shaping
+    from tailcut.net import netns, shaping, tc
     from tailcut.spec.model import Link
     from tests.datapath.udp_link import IFNAME, build_link, remove_link
     link = build_link("dg")
     try:
         with netns.ipr(link.sender) as ipr:
-            shaping.apply(shaping.plan(Link(bandwidth="100Mbit"), False, "dg"), ipr,
+            tc.apply(shaping.plan(Link(bandwidth="100Mbit"), False, "dg"), ipr,
                           link.sender, IFNAME)
-            shaping.apply_priorities(shaping.plan_priorities(100_000_000, 4), ipr, IFNAME)
+            tc.apply_priorities(shaping.plan_priorities(100_000_000, 4), ipr, IFNAME)
         with classifier.attach(link.sender, IFNAME) as counter:
             yield link, counter
     finally:
