@@ -33,7 +33,7 @@ from tailcut.background import plan as bgplan
 from tailcut.errors import SpecError
 from tailcut.net import shaping, topology
 from tailcut.net.topology import Pod
-from tailcut.scheduling import enforce, flowreport
+from tailcut.scheduling import flowreport, runnable
 from tailcut.spec.model import ALLREDUCE_PORT, Link, TrainingJob
 from tailcut import innetwork
 from tailcut.ml import models, torchmodel
@@ -91,8 +91,8 @@ def refusals(job: TrainingJob, executor: Executor,
     # naming a tensor the model lacks (resolving builds the model), a background rate
     # Locust cannot drive.
     for field, checked in (
-            ("spec.scheduling.policy", lambda: enforce.check_runnable(job.spec.scheduling,
-                                                                      job)),
+            ("spec.scheduling.policy", lambda: runnable.check_runnable(job.spec.scheduling,
+                                                                       job)),
             ("spec.scheduling.flows", lambda: role_flows(job)),
             ("spec.backgroundLoad", lambda: bgplan.plan(job, topology.plan(job))),
             ("spec.network.inNetwork", lambda: _check_in_network(job))):

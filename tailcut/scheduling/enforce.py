@@ -22,15 +22,12 @@ their `flows` config), so the network needs no class per flow.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from tailcut.errors import SpecError, detach_all
 from tailcut.net import naming, netns, shaping, tc
 from tailcut.net.topology import Pod, Rack, Topology
 from tailcut.spec.model import DEFAULT_MTU, Link, Scheduling
-
-if TYPE_CHECKING:
-    from tailcut.spec.model import TrainingJob
 
 POD_IFNAME = "eth0"
 
@@ -61,46 +58,6 @@ def weights_of(scheduling: Scheduling) -> Optional[list[float]]:
     if not by_level:
         return None
     return [float(by_level.get(level, 1.0)) for level in range(scheduling.priority_levels)]
-
-
-def check_runnable(scheduling: Scheduling, job: Optional["TrainingJob"] = None) -> None:
-    """Refuse, before anything is built, what `tailcut run` cannot honour: `coflow`
-    over anything but tcp (only TCP connections are paced per flow), `cadentflow` over
-    app-drop (tcp, udp and bounded-loss send a message as tagged per-tensor parts,
-    app-drop does not), and either with aggregators or a PS replica (they forward
-    whole vectors)."""
-    if job is not None and scheduling.policy == "coflow":
-        _check_coflow(job)
-    if scheduling.policy != "cadentflow" or job is None:
-        return
-    if job.spec.transport.type not in ("tcp", "udp", "bounded-loss"):
-        raise SpecError(
-            f"spec.scheduling.policy='cadentflow' with spec.transport.type="
-            f"{job.spec.transport.type!r}: only the tcp, udp and bounded-loss transports "
-            "tag their messages per tensor so far; use one of them or policy fair")
-    if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
-        raise SpecError(
-            "spec.scheduling.policy='cadentflow' with spec.replicas.aggregators or "
-            "spec.replicas.psReplica: aggregators and the replica forward whole vectors, "
-            "untagged; run cadentflow without them")
-
-
-def _check_coflow(job: "TrainingJob") -> None:
-    kind = job.spec.transport.type
-    if kind != "tcp":
-        why = ("app-drop sends its masked frames on its own path, which does not take "
-               "the per-flow rate yet" if kind == "app-drop" else
-               f"{kind} paces each role at one rate (spec.transport.rateMbit), not each "
-               "flow")
-        raise SpecError(
-            f"spec.scheduling.policy='coflow' with spec.transport.type={kind!r}: only "
-            f"the tcp transport paces each flow at its MADD rate (SO_MAX_PACING_RATE per "
-            f"connection); {why}. Use transport tcp or policy fair")
-    if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
-        raise SpecError(
-            "spec.scheduling.policy='coflow' with spec.replicas.aggregators or "
-            "spec.replicas.psReplica: their flows are not in the coflows the PS and "
-            "workers pace; run coflow without them")
 
 
 Egress = tuple[str, str, Link]   # (netns, ifname, the link it sends on)

@@ -5,7 +5,7 @@ import pytest
 from tailcut import spec
 from tailcut.errors import SpecError
 from tailcut.net import topology
-from tailcut.scheduling import enforce
+from tailcut.scheduling import enforce, runnable
 from tailcut.spec.model import Link
 
 
@@ -49,7 +49,7 @@ def _run_job(scheduling: dict, **spec_extra: object) -> spec.TrainingJob:
 def test_tailcut_run_accepts_every_policy_over_tcp():
     for policy in ("fair", "coflow", "cadentflow"):
         job = _run_job({"policy": policy})
-        enforce.check_runnable(job.spec.scheduling, job)
+        runnable.check_runnable(job.spec.scheduling, job)
 
 
 def test_coflow_over_a_datagram_transport_is_refused_naming_both_fields():
@@ -58,7 +58,7 @@ def test_coflow_over_a_datagram_transport_is_refused_naming_both_fields():
         job = _run_job({"policy": "coflow"}, transport=transport)
         with pytest.raises(SpecError, match="spec.scheduling.policy='coflow' with "
                                             f"spec.transport.type='{transport['type']}'"):
-            enforce.check_runnable(job.spec.scheduling, job)
+            runnable.check_runnable(job.spec.scheduling, job)
 
 
 def test_coflow_with_aggregators_or_a_replica_is_refused_naming_the_fields():
@@ -67,17 +67,17 @@ def test_coflow_with_aggregators_or_a_replica_is_refused_naming_the_fields():
         job = _run_job({"policy": "coflow"}, replicas=replicas)
         with pytest.raises(SpecError, match="policy='coflow' with spec.replicas.aggregators "
                                             "or spec.replicas.psReplica"):
-            enforce.check_runnable(job.spec.scheduling, job)
+            runnable.check_runnable(job.spec.scheduling, job)
 
 
 def test_cadentflow_runs_over_the_datagram_transports_and_app_drop_is_refused_by_name():
     for transport in ({"type": "udp"}, {"type": "bounded-loss", "p": 0.9}):
         job = _run_job({"policy": "cadentflow"}, transport=transport)
-        enforce.check_runnable(job.spec.scheduling, job)
+        runnable.check_runnable(job.spec.scheduling, job)
     job = _run_job({"policy": "cadentflow"}, transport={"type": "app-drop", "p": 0.9})
     with pytest.raises(SpecError, match="policy='cadentflow' with spec.transport.type="
                                         "'app-drop'"):
-        enforce.check_runnable(job.spec.scheduling, job)
+        runnable.check_runnable(job.spec.scheduling, job)
 
 
 def test_cadentflow_with_aggregators_or_a_replica_is_refused_naming_the_fields():
@@ -86,7 +86,7 @@ def test_cadentflow_with_aggregators_or_a_replica_is_refused_naming_the_fields()
         job = _run_job({"policy": "cadentflow"}, replicas=replicas)
         with pytest.raises(SpecError, match="spec.replicas.aggregators or "
                                             "spec.replicas.psReplica"):
-            enforce.check_runnable(job.spec.scheduling, job)
+            runnable.check_runnable(job.spec.scheduling, job)
 
 
 def test_apply_to_chosen_egresses_adds_nothing_for_fair():

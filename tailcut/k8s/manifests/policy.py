@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from tailcut import plan
-from tailcut.scheduling import enforce
+from tailcut.scheduling import runnable
 from tailcut.spec.model import TrainingJob
 
 FLOWS_KEY = "flows.json"            # config map key; the pods see SPEC_MOUNT/flows.json
@@ -30,10 +30,10 @@ IN_NETWORK_KEY = "in-network.json"
 
 
 def check_enforceable(job: TrainingJob) -> None:
-    """Refuse what the pods cannot tag or pace (enforce.check_runnable, as `tailcut run`
+    """Refuse what the pods cannot tag or pace (runnable.check_runnable, as `tailcut run`
     does: cadentflow over app-drop, coflow over anything but tcp, either with
     aggregators or a PS replica)."""
-    enforce.check_runnable(job.spec.scheduling, job)
+    runnable.check_runnable(job.spec.scheduling, job)
 
 
 def config_data(job: TrainingJob) -> dict[str, str]:
