@@ -294,6 +294,8 @@ class CompiledBatch:
             tos=None if self._tos is None else self._tos.ctypes.data, gso_size=gso,
             max_segments=max_segments(gso) if gso else 1, sent_any=0)
         self._pointer = ctypes.byref(self._pass)
+        # pace()'s failed burst: its first datagram, one past it, and due before it
+        self.failed = (0, 0, 0.0)
 
     def send(self, first: int, count: int) -> None:
         """Send datagrams ``first .. first + count - 1``; all of them."""
@@ -308,6 +310,47 @@ class CompiledBatch:
             err = self._lib.txfast_send(self._pointer, first, count)
         if err:
             raise OSError(-err, os.strerror(-err))
+
+    def pace(self, first: int, first_burst: int, burst: int, rate_bit: float | None,
+             due: float, bursts: int, until: float | None, wire: np.ndarray,
+             catch_up_s: float) -> tuple[int, int, float]:
+        """Send bursts from datagram ``first`` on, the first of ``first_burst``
+        datagrams, then of ``burst``, at most ``bursts`` of them, paced at ``rate_bit``
+        (None: not paced) between two, in txfast.c with the GIL released: ``due``
+        (time.monotonic) is when the link has carried what went before, ``wire[i]`` the
+        wire bytes before datagram i; a late wake-up is made up by later bursts, at most
+        ``catch_up_s`` of link time of it. Stops after a burst once the pass is sent, at
+        interrupt() or past ``until``. Returns the last burst's first datagram, one past
+        it, and ``due`` before it; the caller paces that burst. Raises OSError of a
+        failed burst (``failed`` then says which, and ``due`` before it; what went
+        before it was sent)."""
+        if len(wire) != len(self._order) + 1 or wire.dtype != np.int64:
+            raise ValueError("wire needs an int64 per datagram, and one more")
+        p = self._pass
+        p.fd = self._sock.fileno()
+        p.next, p.last, p.due_ns = first, first, int(due * 1e9)
+        args = (self._pointer, wire.ctypes.data, first_burst, burst, rate_bit or 0.0, bursts,
+                int(until * 1e9) if until is not None else 0, int(catch_up_s * 1e9))
+        err = self._lib.txfast_pace(*args)
+        if -err in GSO_REFUSED and p.gso_size and not p.sent_any:
+            p.gso_size, p.max_segments = 0, 1   # no UDP GSO here: the same burst again
+            p.next = p.last
+            err = self._lib.txfast_pace(*args)
+        if err == -errno.ERANGE:
+            raise ValueError(f"pacing from datagram {first}: a slot, range or count outside "
+                             "the batch")
+        if err:
+            self.failed = (p.last, p.next, p.due_ns / 1e9)
+            raise OSError(-err, os.strerror(-err))
+        return p.last, p.next, p.due_ns / 1e9
+
+    def interrupt(self) -> None:
+        """End a pace() under way after its current burst (any thread)."""
+        self._pass.interrupt = 1
+
+    def clear(self) -> None:
+        """Forget an interrupt: called before the rate a pace() is given is read."""
+        self._pass.interrupt = 0
 
     @property
     def gso(self) -> bool:

@@ -55,7 +55,8 @@ class TxPass(ctypes.Structure):
                 ("slots", ctypes.c_int64), ("order", ctypes.c_void_p),
                 ("datagrams", ctypes.c_int64), ("tos", ctypes.c_void_p),
                 ("gso_size", ctypes.c_int64), ("max_segments", ctypes.c_int64),
-                ("sent_any", ctypes.c_int64)]
+                ("sent_any", ctypes.c_int64), ("interrupt", ctypes.c_int64),
+                ("next", ctypes.c_int64), ("last", ctypes.c_int64), ("due_ns", ctypes.c_int64)]
 
 
 def digest() -> str:
@@ -139,6 +140,10 @@ def library() -> ctypes.CDLL | None:  # (cached: asked once per process)
                                         ctypes.c_void_p]
     lib.txfast_send.restype = ctypes.c_long
     lib.txfast_send.argtypes = [ctypes.POINTER(TxPass), ctypes.c_long, ctypes.c_long]
+    lib.txfast_pace.restype = ctypes.c_long
+    lib.txfast_pace.argtypes = [ctypes.POINTER(TxPass), ctypes.c_void_p, ctypes.c_long,
+                                ctypes.c_long, ctypes.c_double, ctypes.c_long, ctypes.c_int64,
+                                ctypes.c_int64]
     return lib
 
 

@@ -141,11 +141,11 @@ class Packets:
 Rate = Callable[[], "float | None"]
 
 
-def wire_bytes_before(packets: Packets, order: np.ndarray) -> list[int]:
+def wire_bytes_before(packets: Packets, order: np.ndarray) -> np.ndarray:
     """Bytes on the wire before each packet of a pass over slots ``order``, and in all
     (the last entry): what HTB counts, Ethernet, IP and UDP headers included."""
-    before: list[int] = np.concatenate(([0], np.cumsum(
-        packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES)))).tolist()
+    before = np.zeros(len(order) + 1, np.int64)
+    np.cumsum(packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES), out=before[1:])
     return before
 
 
@@ -182,12 +182,16 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     batch = packets.batch(sock, order, addr, tos, gso) if sendto is None else None
     tagged = [0]  # the TOS the per-datagram path left on the socket
     rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
+    if turn is not None and isinstance(batch, batch_mod.CompiledBatch):
+        turn.on_change = batch.interrupt  # a grant, DONE or another pass ends its call
     try:
         return _pace(packets, order, rate_of if turn is None else turn.rate_bit, stop,
                      deadline, peer, batch,
                      lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged),
                      burst_packets, outage or Outage(), turn, credit_bytes)
     finally:
+        if turn is not None:
+            turn.on_change = None
         if tagged[0]:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0)
 
@@ -209,10 +213,20 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           batch: batch_mod.Batch | batch_mod.CompiledBatch | None, send_one: Callable[[int], None],
           burst_packets: int, outage: Outage, turn: srpt.Turn | None = None,
           credit_bytes: float | None = None) -> Pass:
-    """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot."""
+    """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot.
+    A compiled batch paces the bursts of a pass alone on its link in txfast.c (one
+    call, one wake-up of this thread, while nothing changes), else one a call."""
     outcome = Pass()
     sent_bytes = wire_bytes_before(packets, order)
-    rate_bit = rate_of()
+    compiled = batch if turn is not None and isinstance(batch, batch_mod.CompiledBatch) \
+        else None
+
+    def current_rate() -> float | None:
+        if compiled is not None:
+            compiled.clear()  # before the rate is read: a change after it ends the call
+        return rate_of()
+
+    rate_bit = current_rate()
     # When the link has carried what was sent so far: set at the first burst, in the
     # past by the start credit if the pass gets one.
     due: float | None = None
@@ -227,12 +241,12 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
                 return outcome
             if deadline is not None and time.monotonic() > deadline:
                 raise base.TransportTimeout(f"sending to {peer} ran out of time")
-            rate_bit = rate_of()
+            rate_bit = current_rate()
             due, idle_link = None, False
             continue
-        count = burst_packets
+        count = burst = burst_packets
         if rate_bit:
-            count = max(count, min(MAX_BURST_PACKETS, int(
+            count = burst = max(burst, min(MAX_BURST_PACKETS, int(
                 rate_bit * BURST_S / 8 / (sent_bytes[1] - sent_bytes[0]))))
         if due is None:
             credit_s = START_CREDIT_S if idle_link else 0.0  # (False once it waited)
@@ -242,35 +256,48 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             if rate_bit:  # the credit goes out at once
                 count = max(count, int(rate_bit * credit_s / 8 / sent_bytes[1]))
         count = min(count, len(order) - first)
+        start = first  # of the last burst sent, of ``count`` datagrams
         try:
-            if batch is not None:
+            if compiled is not None:
+                assert turn is not None
+                bursts = len(order) if turn.alone else 1
+                start, end, due = compiled.pace(first, count, burst, rate_bit, due, bursts,
+                                                deadline, sent_bytes, CATCH_UP_S)
+                outcome.sent += end - first
+                count = end - start
+            elif batch is not None:
                 batch.send(first, count)
+                outcome.sent += count
             else:
                 for slot in order[first:first + count]:
                     send_one(int(slot))
-            outcome.sent += count
+                outcome.sent += count
             outage.cleared()
         except OSError as err:
             if err.errno not in PATH_DOWN:
                 raise
+            if compiled is not None:  # the bursts before the failed one went out
+                start, end, due = compiled.failed
+                outcome.sent += start - first
+                count = end - start
             # (a burst cut short by the error counts whole: sendmmsg says only that)
             outcome.unsent += count
             outage.refused(count, err.errno, time.monotonic(), peer)
-        first += count
+        first = start + count
         if turn is not None:
-            turn.sent(sent_bytes[-1] - sent_bytes[first], first)
+            turn.sent(int(sent_bytes[-1] - sent_bytes[first]), first)
         if stop.is_set():
             return outcome
         if deadline is not None and time.monotonic() > deadline:
             raise base.TransportTimeout(f"sending to {peer} ran out of time")
-        rate_bit = rate_of()
+        rate_bit = current_rate()
         now = time.monotonic()
         if not rate_bit:  # as fast as the CPU allows, or (0) wait for the turn
             due = now
             continue
         # Paced against the running total, not burst by burst: a late wake-up (sleep
         # overshoot, another process on the CPU) is made up by the next bursts.
-        due += 8 * (sent_bytes[first] - sent_bytes[first - count]) / rate_bit
+        due += 8 * float(sent_bytes[first] - sent_bytes[start]) / rate_bit
         ahead = due - now
         if ahead > 0:
             time.sleep(ahead)

@@ -64,6 +64,16 @@ class Turn:
         self.link_was_idle = False  # set by enter(): nothing else was being sent
         self.overdue = False  # its wait ran out: it shares the link with those ahead
         self._due_at: float | None = None  # when it goes overdue if still waiting
+        # Called (any thread) when its rate may have changed or its DONE came: a pass
+        # paced in compiled code (sender._pace) then stops after its current burst and
+        # looks again.
+        self.on_change: Callable[[], None] | None = None
+
+    @property
+    def alone(self) -> bool:
+        """Whether no other pass is being sent: then only a grant or DONE changes this
+        one's rate (on_change), and its bursts can be paced without asking after each."""
+        return self._schedule.sending == 1
 
     def rate_bit(self) -> float | None:
         """The rate to pace at now; 0.0: another message goes first (wait()); None: as
@@ -121,6 +131,7 @@ class LinkSchedule:
         with self.changes:
             turn = Turn(self, left_bytes, grant_of, next(self._arrivals), levels)
             turn.link_was_idle = not self._turns
+            self._changed()  # the passes already here may now share the link
             self._turns.append(turn)
             return turn
 
@@ -129,12 +140,20 @@ class LinkSchedule:
         with self.changes:
             self._turns.remove(turn)
             self.changes.notify_all()
+            self._changed()
 
     def changed(self) -> None:
-        """A grant moved or a message is DONE: the waiting passes look again."""
+        """A grant moved or a message is DONE: the waiting passes look again, and so
+        do those being paced in compiled code."""
         with self.changes:
             if len(self._turns) > 1:
                 self.changes.notify_all()
+            self._changed()
+
+    def _changed(self) -> None:
+        for turn in self._turns:
+            if turn.on_change is not None:
+                turn.on_change()
 
     def rate_bit(self, turn: Turn) -> float | None:
         with self.changes:

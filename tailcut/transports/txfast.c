@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #ifndef SOL_UDP
 #define SOL_UDP 17
@@ -48,6 +49,14 @@ struct tx_pass {
 	int64_t gso_size;       /* 0: one datagram a message */
 	int64_t max_segments;   /* datagrams in a GSO message, at most */
 	int64_t sent_any;       /* set once a message has gone out */
+	/* txfast_pace's state. interrupt: set by another thread (a grant, DONE, another
+	 * pass) to end the call after its current burst; next: the first datagram not yet
+	 * sent; due_ns: when the link has carried what went before the last burst
+	 * (CLOCK_MONOTONIC, as Python's time.monotonic). */
+	volatile int64_t interrupt;
+	int64_t next;
+	int64_t last;           /* the first datagram of the last burst */
+	int64_t due_ns;
 };
 
 long txfast_pass_bytes(void)
@@ -165,4 +174,55 @@ long txfast_send(struct tx_pass *p, long first, long count)
 			return err;
 	}
 	return 0;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* sender._pace's loop over bursts, without the interpreter: from datagram p->next on,
+ * send bursts of `burst` datagrams (the first of `first_burst`), at most `bursts` of
+ * them, sleeping between two until the link has carried the one before at `rate_bit`
+ * (0: no pacing). wire[i] is the wire bytes before datagram i. Pacing keeps to the
+ * running total in p->due_ns, as sender._pace does: a late wake-up is made up by the
+ * next bursts, at most catch_up_ns of link time of it. Returns after a burst once the
+ * pass is sent, the bursts are done, p->interrupt is set (a grant, DONE or another
+ * pass: the caller looks at its rate again) or the clock is past until_ns (0: never),
+ * with p->last at that burst's first datagram and p->next past it; the caller paces
+ * that last burst. -errno: that burst failed (what went before it was sent). */
+long txfast_pace(struct tx_pass *p, const int64_t *wire, long first_burst, long burst,
+		 double rate_bit, long bursts, int64_t until_ns, int64_t catch_up_ns)
+{
+	long count = first_burst;
+	if (p->next < 0 || p->next >= p->datagrams || count <= 0 || burst <= 0 || bursts <= 0)
+		return -ERANGE;
+	for (;;) {
+		if (count > p->datagrams - p->next)
+			count = p->datagrams - p->next;
+		p->last = p->next;
+		long err = txfast_send(p, p->last, count);
+		if (err == -ERANGE)
+			return err;   /* nothing of it went out: p->next stays */
+		p->next = p->last + count;
+		if (err)
+			return err;
+		int64_t now = now_ns();
+		if (p->next >= p->datagrams || --bursts == 0 || p->interrupt ||
+		    (until_ns && now > until_ns))
+			return 0;
+		if (rate_bit > 0) {
+			p->due_ns += (int64_t)(8e9 * (double)(wire[p->next] - wire[p->last]) / rate_bit);
+			if (p->due_ns > now) {
+				struct timespec t = {p->due_ns / 1000000000, p->due_ns % 1000000000};
+				while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR)
+					;
+			} else if (p->due_ns < now - catch_up_ns) {
+				p->due_ns = now - catch_up_ns;
+			}
+		}
+		count = burst;
+	}
 }

@@ -7,11 +7,13 @@ import os
 import random
 import socket
 import struct
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from tailcut.transports import base, batch, rxfast, sender
+from tailcut.transports import base, batch, rxfast, sender, srpt
 
 IP_RECVTOS = 13
 
@@ -211,3 +213,72 @@ def test_rows_missing_for_some_slots_and_ranges_past_the_pass_are_refused(lib, s
     b = _batch(packets, True, tx, order, addr)
     with pytest.raises(ValueError, match="outside the batch"):
         b.send(1, 2**63 - 1)
+
+
+# ---- pacing in txfast.c (txfast_pace) ------------------------------------------------
+
+
+def _paced_pass(tx, rx, n: int = 120, stride: int = 360):
+    packets = sender.Packets(np.arange(n * stride, dtype=np.float32), job=1, message=1,
+                             kind=1, stride=stride)
+    order = np.random.default_rng(0).permutation(len(packets))
+    packets.number(order, 0, 0)
+    return packets, order, packets.batch(tx, order, rx.getsockname())
+
+
+def test_compiled_pacing_sends_bursts_until_the_pass_ends_or_it_is_interrupted(
+        lib, sockets) -> None:
+    rx, tx = sockets
+    packets, order, b = _paced_pass(tx, rx)
+    wire_before = sender.wire_bytes_before(packets, order)
+    b.interrupt()   # set before the call: one burst, then back to the caller
+    assert b.pace(0, 7, 5, 1e9, 0.0, 100, None, wire_before, 0.004)[:2] == (0, 7)
+    assert b.pace(7, 5, 5, 1e9, 0.0, 100, None, wire_before, 0.004)[:2] == (7, 12)
+    b.clear()
+    assert b.pace(12, 5, 5, None, 0.0, 2, None, wire_before, 0.004)[:2] == (17, 22)
+    # Then to the end, its last burst cut to what is left.
+    assert b.pace(22, 5, 5, None, 0.0, 100, None, wire_before, 0.004)[:2] == (117, 120)
+    assert [rx.recv(2000) for _ in order] == [packets.datagram(int(s)) for s in order]
+
+
+def test_compiled_pacing_keeps_to_the_rate_between_its_bursts(lib, sockets) -> None:
+    """120 datagrams of 1478 wire bytes in bursts of 10 at 50 Mbit/s: 11 sleeps after
+    the bursts but the last, which the caller paces, of 2.4 ms each."""
+    rx, tx = sockets
+    packets, order, b = _paced_pass(tx, rx)
+    wire_before = sender.wire_bytes_before(packets, order)
+    start = time.monotonic()
+    last, end, due = b.pace(0, 10, 10, 50e6, start, 100, None, wire_before, 0.004)
+    took = time.monotonic() - start
+    expected = 8 * int(wire_before[last]) / 50e6   # 26 ms
+    assert (last, end) == (110, 120)
+    assert expected <= took < expected + 0.05 and due == pytest.approx(start + expected,
+                                                                       abs=1e-6)
+
+
+def test_a_compiled_pass_alone_on_its_link_stops_mid_pass_at_done(lib, sockets) -> None:
+    """One call paces the whole pass; DONE (the stop event and the schedule's
+    changed(), as datagram.py does) ends it after the burst under way."""
+    rx, tx = sockets
+    packets, order, _ = _paced_pass(tx, rx, n=400)
+    link = srpt.LinkSchedule(20e6)   # 400 datagrams: 0.24 s
+    turn = link.enter(10**9, lambda: None)
+    stop = threading.Event()
+    calls = []
+    real = batch.CompiledBatch.pace
+
+    def counted(self, *a, **k):
+        calls.append(a[0])
+        return real(self, *a, **k)
+
+    def done() -> None:
+        time.sleep(0.05)
+        stop.set()
+        link.changed()
+
+    threading.Thread(target=done, daemon=True).start()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batch.CompiledBatch, "pace", counted)
+        result = sender.pace(tx, rx.getsockname(), packets, order, None, stop, None, "peer",
+                             turn=turn)
+    assert calls == [0] and 0 < result.sent < 200 and turn.on_change is None
