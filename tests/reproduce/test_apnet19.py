@@ -150,3 +150,35 @@ def test_a_background_short_of_its_load_keeps_the_congestion_headline_from_count
     assert speed.verdicts == "6 network-bound, background short in 1 transport(s)"
     (claim,) = report.headlines(papers.load("apnet19"), m)
     assert claim["status"] == report.NOT_REPRODUCED
+
+
+def test_every_pair_that_compares_the_transports_runs_at_the_comparison_rate():
+    for prefix in ("run", "congestion"):
+        for name, job in _jobs(False, prefix).items():
+            network = job.spec.network
+            assert network.access_link.bandwidth == network.uplink.bandwidth == 200_000_000, name
+
+
+def _messages(results: Path, kind: str, completions: dict[int, list[float]]) -> None:
+    name = "messages.csv" if kind == "PUSH" else "messages-worker-0.csv"
+    lines = ["iteration,kind,completion_s"] + [
+        f"{i},{kind},{c}" for i, values in completions.items() for c in values]
+    (results / name).write_text("\n".join(lines) + "\n")
+
+
+def test_table_1_comes_from_the_congestion_runs_tails_not_the_random_loss_runs(tmp_path):
+    """Only the congestion tcp run's pushes have a tail (0.4 s over a 0.1 s mean in one
+    iteration): the slowdown is 10 / (10 - 0.3), and the loss run's bigger tail is not
+    read."""
+    _write(tmp_path, "congestion-tcp-r1", "tcp", 10.0, 0.93, 1, 0, 5, load=0.5)
+    _write(tmp_path, "run-tcp-r1", "tcp", 10.0, 0.93, 1, 0, 0, load=None)
+    congestion = tmp_path / "steps" / "congestion-tcp-r1" / "results"
+    _messages(congestion, "PUSH", {0: [0.0, 0.0, 0.0, 0.4], 1: [0.1, 0.1, 0.1, 0.1]})
+    _messages(congestion, "PARAMS", {0: [0.1], 1: [0.1]})
+    loss = tmp_path / "steps" / "run-tcp-r1" / "results"
+    _messages(loss, "PUSH", {0: [0.0, 0.0, 0.0, 4.0]})
+    m = apnet19.measure(Files(tmp_path), quick=True)
+    slowdown = m.values["table1.mlp.slowdown"]
+    assert slowdown.value == pytest.approx(10.0 / (10.0 - 0.3))
+    assert "congestion-tcp-r1" in slowdown.source and "run-tcp-r1" not in slowdown.source
+    assert slowdown.verdicts == "1 network-bound"
