@@ -41,6 +41,7 @@ LOAD_SHORTFALL = 0.8    # a measured load below this share of the target is repo
 # congestion pair and the background reached a fraction of its load, and the loss
 # pair's bounded-loss runs were marginal.
 BANDWIDTH = jobs.COMPARISON_BANDWIDTH
+INCAST_WORKERS = 8   # pushing into the PS's port at once, as examples/incast.yaml
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ CONDITIONS = {
                       f"{BUFFER_BYTES // 1000} KB buffers",
         f"background load {BACKGROUND_LOAD} on rack-1's uplink, {BUFFER_BYTES} B switch "
         f"buffers, no random loss"),
+    "incast": Condition(
+        "incast", f"incast: {INCAST_WORKERS} workers into the PS's port, "
+                  f"{BUFFER_BYTES // 1000} KB buffers",
+        f"{INCAST_WORKERS} workers and the PS in one rack, {BUFFER_BYTES} B switch buffers "
+        f"(examples/incast.yaml)"),
 }
 
 
@@ -73,6 +79,10 @@ def _job(condition: str, short: str, repeat: int, quick: bool) -> jobs.Raw:
     if condition == "loss":   # its jobs' names predate the conditions: kept, so resumable
         raw = jobs.two_racks(f"repro-apnet19-{short}-r{repeat}", transport=transport,
                              loss=RANDOM_LOSS, bandwidth=BANDWIDTH)
+    elif condition == "incast":
+        raw = jobs.one_rack(f"repro-apnet19-incast-{short}-r{repeat}", transport=transport,
+                            workers=INCAST_WORKERS, buffer_bytes=BUFFER_BYTES,
+                            bandwidth=BANDWIDTH)
     else:
         raw = jobs.with_background(
             jobs.two_racks(f"repro-apnet19-congestion-{short}-r{repeat}",
@@ -85,6 +95,8 @@ def _job(condition: str, short: str, repeat: int, quick: bool) -> jobs.Raw:
 def _estimate_s(condition: str, short: str, quick: bool) -> float:
     if condition == "loss":   # at 200 Mbit/s on a quiet host: tcp 46 s, bounded loss 26 s
         return (25 if quick else 60) if short == "tcp" else (15 if quick else 35)
+    if condition == "incast":   # at 200 Mbit/s on a quiet host: tcp 120 s, bounded loss 72 s
+        return (45 if quick else 135) if short == "tcp" else (35 if quick else 85)
     # with Locust's start, warm-up and stop; measured under a load average of 16-24
     return (45 if quick else 60) if short == "tcp" else (90 if quick else 120)
 

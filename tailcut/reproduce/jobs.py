@@ -60,6 +60,16 @@ def two_racks(name: str, *, model: str = "mlp", workers: int = 4,
     }
 
 
+def one_rack(name: str, **kwargs: Any) -> Raw:
+    """two_racks' job with the PS and every worker in one rack (examples/incast.yaml):
+    the workers' pushes meet at the PS's port."""
+    raw = two_racks(name, **kwargs)
+    raw["spec"]["network"]["racks"] = [{"name": "rack-0"}]
+    raw["spec"]["network"]["placement"] = {
+        pod: "rack-0" for pod in raw["spec"]["network"]["placement"]}
+    return raw
+
+
 def with_background(raw: Raw, load_factor: float, warmup_s: float = 3.0) -> Raw:
     """The same job under other applications' flows, as examples/quickstart-background.yaml:
     web-search sizes from a server in rack-1 into the PS's pod, at ``load_factor`` of

@@ -42,8 +42,9 @@ def test_the_coin_flip_runs_keep_their_names_and_jobs_so_earlier_results_are_reu
 
 
 def test_quick_runs_each_condition_once_capped_at_a_few_iterations():
-    quick = {**_jobs(True, "run"), **_jobs(True, "congestion")}
-    assert sorted(quick) == ["congestion-bl-r1", "congestion-tcp-r1", "run-bl-r1", "run-tcp-r1"]
+    quick = {**_jobs(True, "run"), **_jobs(True, "congestion"), **_jobs(True, "incast")}
+    assert sorted(quick) == ["congestion-bl-r1", "congestion-tcp-r1", "incast-bl-r1",
+                             "incast-tcp-r1", "run-bl-r1", "run-tcp-r1"]
     for job in quick.values():
         assert job.spec.training.iterations == apnet19.QUICK_ITERATIONS
         assert job.spec.training.target_accuracy is None
@@ -53,7 +54,7 @@ def test_quick_runs_each_condition_once_capped_at_a_few_iterations():
 def test_each_run_is_its_own_step_that_needs_its_metrics_to_count_as_finished():
     plan = [s for s in apnet19.steps(False)
             if s.job is not None and not s.name.startswith("gloo-")]   # test_gloo.py
-    assert len({s.name for s in plan}) == len({s.job for s in plan}) == len(plan) == 12
+    assert len({s.name for s in plan}) == len({s.job for s in plan}) == len(plan) == 18
     assert all(s.needs_root and s.outputs == ("results/metrics.json",) for s in plan)
 
 
@@ -152,8 +153,19 @@ def test_a_background_short_of_its_load_keeps_the_congestion_headline_from_count
     assert claim["status"] == report.NOT_REPRODUCED
 
 
+def test_the_incast_runs_put_eight_workers_and_the_ps_in_one_rack_on_shallow_buffers():
+    incast = _jobs(False, "incast")
+    assert list(incast) == [f"incast-{t}-r{r}" for r in (1, 2, 3) for t in ("tcp", "bl")]
+    for name, job in incast.items():
+        network = job.spec.network
+        assert [r.name for r in network.racks] == ["rack-0"], name
+        assert set(network.placement.values()) == {"rack-0"} and len(network.placement) == 9
+        assert network.access_link.buffer_bytes == network.uplink.buffer_bytes == 85_000
+        assert not network.access_link.loss and job.spec.background_load is None
+
+
 def test_every_pair_that_compares_the_transports_runs_at_the_comparison_rate():
-    for prefix in ("run", "congestion"):
+    for prefix in ("run", "congestion", "incast"):
         for name, job in _jobs(False, prefix).items():
             network = job.spec.network
             assert network.access_link.bandwidth == network.uplink.bandwidth == 200_000_000, name
