@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import errno
+import functools
 import os
 import socket
 from collections.abc import Sequence
@@ -138,6 +139,21 @@ def max_segments(gso_size: int) -> int:
 def _sockaddr(addr: tuple[str, int]) -> _SockAddrIn:
     return _SockAddrIn(socket.AF_INET, socket.htons(addr[1]),
                        (ctypes.c_uint8 * 4)(*socket.inet_aton(addr[0])))
+
+
+@functools.lru_cache(maxsize=256)
+def _sockaddr_of(addr: tuple[str, int]) -> _SockAddrIn:
+    """_sockaddr, made once per peer (CompiledBatch only reads it)."""
+    return _sockaddr(addr)
+
+
+def _owned(a: np.ndarray) -> np.ndarray:
+    """``a`` as int64, C-contiguous and unchanging while the kernel reads it: itself if
+    it already is (read-only, as sender's slot ranges), else a copy."""
+    if a.dtype == np.int64 and a.flags.c_contiguous and not a.flags.writeable \
+            and a.base is None:
+        return a
+    return np.array(a, np.int64, order="C")
 
 
 def available() -> bool:
@@ -270,7 +286,7 @@ class CompiledBatch:
         # txfast.c checks the indices and then uses them, so nobody else may change
         # them meanwhile (and Batch, too, sends the order it was given, not a later one).
         self._starts, self._ends, self._order = (
-            np.array(a, np.int64, order="C") for a in (starts, ends, order))
+            _owned(a) for a in (starts, ends, order))
         self._tos = None if tos is None else np.array(tos, np.int32, order="C")
         self._headers, self._values = headers, values
         if not (headers.flags.c_contiguous and values.flags.c_contiguous):
@@ -283,7 +299,7 @@ class CompiledBatch:
             raise ValueError("a batch's headers, ends and tos need a row per slot")
         if gso_size is not None and not 0 < gso_size <= 0xFFFF:
             raise ValueError(f"a GSO size of {gso_size} bytes does not fit UDP_SEGMENT")
-        self._name = _sockaddr(addr)
+        self._name = _sockaddr_of(addr)
         gso = gso_size if gso_size is not None and len(self._order) else 0
         self._pass = rxfast.TxPass(
             fd=sock.fileno(), to=ctypes.addressof(self._name), headers=headers.ctypes.data,

@@ -682,11 +682,17 @@ class DatagramTransport(base.Transport):
         try:
             slot_levels = None if layout is None else np.array(
                 [c.level or 0 for c in layout.cuts], np.int64)[layout.slot_cut]
-            self._pace(conn, packets, order, 0, 0, tx, deadline, tos, slot_levels)
+            idle_at = self._pace(conn, packets, order, 0, 0, tx, deadline, tos, slot_levels,
+                                 settle=False)
             seq = len(order)
             # A message that reaches p near the end of its pass (a small one: p = 0.9
-            # of 180 packets leaves 18 to send) is DONE soon after: then no END.
-            if tx.done.is_set() or (self.bounded and tx.done.wait(END_WAIT_S)):
+            # of 180 packets leaves 18 to send) is DONE soon after: then no END. The
+            # wait starts when the link has carried the pass (its last burst is not slept
+            # off first: one wake-up, the DONE's, where there were two).
+            wait_s = END_WAIT_S if self.bounded else 0.0
+            if idle_at is not None:
+                wait_s += max(0.0, idle_at - time.monotonic())
+            if tx.done.is_set() or (wait_s > 0 and tx.done.wait(wait_s)):
                 return
             self._end(conn, mid, order, tos)
             if not self.bounded:
@@ -744,10 +750,12 @@ class DatagramTransport(base.Transport):
 
     def _pace(self, conn: DatagramConnection, packets: sender.Packets, order: np.ndarray,
               seq: int, flags: int, tx: _Tx, deadline: float | None,
-              tos: np.ndarray | None = None, slot_levels: np.ndarray | None = None) -> None:
+              tos: np.ndarray | None = None, slot_levels: np.ndarray | None = None,
+              settle: bool = True) -> float | None:
         """Number slots ``order`` from ``seq`` and send them paced (``tos``, and the
         priority levels that order passes on the link, ``slot_levels``: per slot); stop
-        early at DONE."""
+        early at DONE. Without ``settle``, returns when the link will have carried the
+        pass (sender.pace's idle_at) instead of sleeping until then."""
         udp = self._udp
         assert udp is not None
         packets.number(order, seq, flags)
@@ -757,14 +765,14 @@ class DatagramTransport(base.Transport):
         outage = conn.outage
         was_down = outage.since is not None
         levels = None if slot_levels is None else slot_levels[order].tolist()
-        turn = self._schedule.enter(sender.wire_bytes_before(packets, order)[-1],
+        turn = self._schedule.enter(sender.wire_bytes(packets, order),
                                     lambda: tx.grant_bit, levels)
         outcome = sender.Pass()
         try:
             outcome = sender.pace(udp, conn.udp_addr, packets, order, None, tx.done,
                                   deadline, conn.peer, None if direct else udp.sendto, tos,
                                   self.gso, self.burst_packets, outage, turn,
-                                  self.credit_bytes)
+                                  self.credit_bytes, settle)
         finally:
             self._schedule.leave(turn)
             with self._stats_lock:
@@ -778,6 +786,7 @@ class DatagramTransport(base.Transport):
         if outage.since is None and (was_down or outcome.unsent):
             log.warning("sending to %s: the path is back; %d datagrams were refused",
                         conn.peer, outage.unsent)
+        return outcome.idle_at
 
     # ---- receiving ------------------------------------------------------------------
 

@@ -8,12 +8,13 @@ place (batch.py), so sending a 4 MiB vector copies 93 KiB of headers, not the ve
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,10 +54,12 @@ PATH_DOWN_GRACE_S = 60.0   # an agent restart took 6 s here; its cluster test al
 @dataclass
 class Pass:
     """What pace() did with a pass: slots handed to the kernel, and slots of bursts
-    the kernel refused because the path was down."""
+    the kernel refused because the path was down; with ``settle`` off, when (monotonic)
+    the link will have carried the pass (None: it has)."""
 
     sent: int = 0
     unsent: int = 0
+    idle_at: float | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -91,16 +94,13 @@ class Packets:
     def __init__(self, values: np.ndarray, job: int, message: int, kind: int,
                  stride: int) -> None:
         self.values = np.ascontiguousarray(values, dtype=wire.VALUE_DTYPE).reshape(-1)
-        total = self.values.size
-        n = wire.slots(total, stride)
-        self.starts = np.arange(n, dtype=np.int64) * stride
-        self.ends = np.minimum(self.starts + stride, total)
-        h = self.headers = np.zeros(n, wire.header_dtype())
-        h["magic"], h["version"], h["kind"] = wire.MAGIC, wire.VERSION, kind
-        h["job"], h["message"], h["total"] = job, message, total
-        h["start"], h["end"] = self.starts, self.ends
-        # Datagram length; on the wire each also carries IP, UDP and Ethernet headers.
-        self.lengths = wire.HEADER_BYTES + 4 * (self.ends - self.starts)
+        # A connection sends messages of the same few sizes again and again: their
+        # slots' ranges and header rows are made once (read-only), each message's
+        # header rows copied from them.
+        template, self.starts, self.ends, self.lengths = _layout(job, kind, self.values.size,
+                                                                 stride)
+        self.headers = template.copy()
+        self.headers["message"] = message
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -138,6 +138,25 @@ class Packets:
             None if tos is None else tos[order], gso_size=gso_size)
 
 
+@functools.lru_cache(maxsize=32)
+def _layout(job: int, kind: int, total: int, stride: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A message's header rows but for its id (and seq, flags: numbered per pass), and
+    each slot's start, end and datagram length: read-only, shared by its Packets."""
+    n = wire.slots(total, stride)
+    starts = np.arange(n, dtype=np.int64) * stride
+    ends = np.minimum(starts + stride, total)
+    h = np.zeros(n, wire.header_dtype())
+    h["magic"], h["version"], h["kind"] = wire.MAGIC, wire.VERSION, kind
+    h["job"], h["total"] = job, total
+    h["start"], h["end"] = starts, ends
+    # Datagram length; on the wire each also carries IP, UDP and Ethernet headers.
+    lengths = wire.HEADER_BYTES + 4 * (ends - starts)
+    for a in (h, starts, ends, lengths):
+        a.flags.writeable = False
+    return h, starts, ends, lengths
+
+
 Rate = Callable[[], "float | None"]
 
 
@@ -147,6 +166,11 @@ def wire_bytes_before(packets: Packets, order: np.ndarray) -> np.ndarray:
     before = np.zeros(len(order) + 1, np.int64)
     np.cumsum(packets.lengths[order] + (wire.IP_UDP_BYTES + ETH_BYTES), out=before[1:])
     return before
+
+
+def wire_bytes(packets: Packets, order: np.ndarray) -> int:
+    """wire_bytes_before's last entry: a pass's bytes on the wire in all."""
+    return int(packets.lengths[order].sum()) + len(order) * (wire.IP_UDP_BYTES + ETH_BYTES)
 
 
 def burst_floor(whole_gso: bool, mtu: int) -> int:
@@ -167,7 +191,8 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
          peer: str, sendto: Callable[[bytes, tuple[str, int]], object] | None = None,
          tos: np.ndarray | None = None, gso: bool = False,
          burst_packets: int = BURST_PACKETS, outage: Outage | None = None,
-         turn: srpt.Turn | None = None, credit_bytes: float | None = None) -> Pass:
+         turn: srpt.Turn | None = None, credit_bytes: float | None = None,
+         settle: bool = True) -> Pass:
     """Send slots ``order`` at ``rate_bit`` (None: as fast as the CPU allows; a callable
     is asked again after every burst, so a grant or a change in what else is being sent
     takes effect within a burst), in bursts of at least ``burst_packets``; return early
@@ -178,7 +203,9 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
     PATH_DOWN_GRACE_S. ``sendto`` replaces sendmmsg with one call per datagram (a
     test's lossy socket). ``tos[slot]`` (CadentFlow) is the IP_TOS of slot's datagram.
     ``gso``: bursts go out as UDP GSO messages (batch.py says where that is right).
-    ``credit_bytes`` caps the start credit (None: START_CREDIT_S of link time)."""
+    ``credit_bytes`` caps the start credit (None: START_CREDIT_S of link time). Without
+    ``settle`` the last burst is not slept off: the caller waits until the returned
+    idle_at with a wait of its own (one wake-up of the thread fewer)."""
     batch = packets.batch(sock, order, addr, tos, gso) if sendto is None else None
     tagged = [0]  # the TOS the per-datagram path left on the socket
     rate_of: Rate = rate_bit if callable(rate_bit) else (lambda: rate_bit)
@@ -188,7 +215,7 @@ def pace(sock: socket.socket, addr: tuple[str, int], packets: Packets, order: np
         return _pace(packets, order, rate_of if turn is None else turn.rate_bit, stop,
                      deadline, peer, batch,
                      lambda slot: _send_one(sock, addr, packets, slot, sendto, tos, tagged),
-                     burst_packets, outage or Outage(), turn, credit_bytes)
+                     burst_packets, outage or Outage(), turn, credit_bytes, settle)
     finally:
         if turn is not None:
             turn.on_change = None
@@ -212,7 +239,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | batch_mod.CompiledBatch | None, send_one: Callable[[int], None],
           burst_packets: int, outage: Outage, turn: srpt.Turn | None = None,
-          credit_bytes: float | None = None) -> Pass:
+          credit_bytes: float | None = None, settle: bool = True) -> Pass:
     """pace()'s loop: ``batch`` sends bursts by sendmmsg, else ``send_one`` per slot.
     A compiled batch paces the bursts of a pass alone on its link in txfast.c (one
     call, one wake-up of this thread, while nothing changes), else one a call."""
@@ -299,6 +326,9 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
         # overshoot, another process on the CPU) is made up by the next bursts.
         due += 8 * float(sent_bytes[first] - sent_bytes[start]) / rate_bit
         ahead = due - now
+        if first >= len(order) and not settle:
+            outcome.idle_at = due if ahead > 0 else None
+            break
         if ahead > 0:
             time.sleep(ahead)
         elif ahead < -CATCH_UP_S:

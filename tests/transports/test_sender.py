@@ -4,6 +4,7 @@ import errno
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -188,3 +189,25 @@ def test_a_burst_is_a_whole_gso_message_only_with_gso_and_no_finite_switch_buffe
     assert sender.burst_floor(True, 1500) == 22
     assert sender.burst_floor(False, 1500) == sender.BURST_PACKETS
     assert sender.burst_floor(True, 9000) == sender.BURST_PACKETS  # 3 jumbo datagrams
+
+
+def test_without_settle_the_last_burst_is_not_slept_off_but_said_when_the_link_is_idle(
+        ) -> None:
+    """One burst of 10 datagrams at 1 Mbit/s is 36 ms of link time (1 ms of it start
+    credit): pace sleeps it off, or with settle off returns at once with when it ends."""
+    packets = sender.Packets(VECTOR, 5, 6, int(Kind.PUSH), 100)
+    order = np.arange(len(packets))
+    link_s = 8 * int(sender.wire_bytes_before(packets, order)[-1]) / 1e6
+    assert sender.wire_bytes(packets, order) == sender.wire_bytes_before(packets, order)[-1]
+    for settle in (True, False):
+        start = time.monotonic()
+        result = sender.pace(None, ("127.0.0.1", 9), packets, order, 1e6,  # type: ignore
+                             threading.Event(), None, "peer", lambda d, _a: None,
+                             settle=settle)
+        took = time.monotonic() - start
+        idle_s = link_s - sender.START_CREDIT_S
+        if settle:
+            assert result.idle_at is None and took >= idle_s
+        else:
+            assert took < idle_s / 2 and result.idle_at is not None
+            assert result.idle_at - start == pytest.approx(idle_s, abs=0.005)
