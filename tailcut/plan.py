@@ -35,7 +35,7 @@ from tailcut.net import shaping, topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import flowreport, runnable
 from tailcut.spec.model import ALLREDUCE_PORT, Link, TrainingJob
-from tailcut import innetwork
+from tailcut import innetplan
 from tailcut.ml import models, torchmodel
 from tailcut.training import innetagg, innetmcast
 from tailcut.training.config import RoleConfig
@@ -258,7 +258,7 @@ def needs_xdp(job: TrainingJob) -> bool:
 
 def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
                 flows: dict[str, Any] | None = None,
-                tor: innetwork.Sections | None = None) -> RoleConfig:
+                tor: innetplan.Sections | None = None) -> RoleConfig:
     """The configuration the role of `pod_name` runs with. `flows` overrides the
     CadentFlow tags and `tor` the ToR programs' sections (the operator resolves both
     once and hands them to the pods)."""
@@ -375,22 +375,15 @@ def role_flows(job: TrainingJob) -> dict[str, Any]:
     return flows
 
 
-_tor_cache: "OrderedDict[str, innetwork.Sections]" = OrderedDict()
+_tor_cache: "OrderedDict[str, innetplan.Sections]" = OrderedDict()
 
 
-def in_network(job: TrainingJob) -> innetwork.Sections:
+def in_network(job: TrainingJob) -> innetplan.Sections:
     """The sections of the job's enabled ToR programs (spec.network.inNetwork), by kind
-    (tailcut.innetwork.KINDS): addresses, racks and workers, and what costs compute
+    (tailcut.innetplan.KINDS): addresses, racks and workers, and what costs compute
     (the hot set) resolved, as JSON data. `tailcut run` and the operator call it once
     and hand the result to the roles and the ToR programs (the node agent reads it from
     the job's status); cached per spec, as role_flows."""
-    def resolve() -> innetwork.Sections:
-        topo = topology.plan(job)
-        sections: innetwork.Sections = {}
-        for kind in innetwork.KINDS:
-            found = kind.section(job, topo)
-            if found is not None:
-                sections[kind.name] = kind.resolve(job, found)
-        return sections
-    resolved: innetwork.Sections = _cached(_tor_cache, job.spec.model_dump_json(), resolve)
+    resolved: innetplan.Sections = _cached(_tor_cache, job.spec.model_dump_json(),
+                                           lambda: innetplan.sections(job, topology.plan(job)))
     return resolved

@@ -1,5 +1,6 @@
 """Work the ToR does for a job in BPF (spec.network.inNetwork), one module per kind of
-program, each implementing the contract of ``feature`` and listed in ``KINDS``. Both
+program, each implementing the contract of ``feature`` and listed in ``KINDS`` (the
+kinds of tailcut.innetplan, which plans what each is loaded with). Both
 executors go through the functions here and never name a kind: `tailcut run` starts
 every enabled feature on all racks at once (``start``); the node agent creates them
 for the racks of its node (``create``), serves the uplinks, then each pod's port as it
@@ -10,16 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
+from tailcut.innetplan import Sections as Sections   # re-exported
 from tailcut.innetwork import aggregation, hotstore, multicast
-from tailcut.innetwork.feature import Kind, Section
+from tailcut.innetwork.feature import Kind
 from tailcut.innetwork.feature import TorFeature as TorFeature   # re-exported
 from tailcut.net.build import Network
 from tailcut.net.topology import Pod
 from tailcut.spec.model import TrainingJob
 
 KINDS: tuple[Kind, ...] = (hotstore.KIND, aggregation.KIND, multicast.KIND)
-
-Sections = dict[str, Section]   # kind name -> its resolved section (tailcut.plan)
 
 
 def create(job: TrainingJob, sections: Sections, network: Network,

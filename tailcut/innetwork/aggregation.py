@@ -10,25 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from tailcut import innetplan
 from tailcut.datapath import agg
-from tailcut.innetwork.feature import (Kind, Section, detach_each, with_model_length,
-                                       worker_racks)
+from tailcut.innetplan import Section
+from tailcut.innetwork.feature import Kind, detach_each
 from tailcut.net import build, naming
 from tailcut.net.build import Network
-from tailcut.net.topology import Pod, Topology
+from tailcut.net.topology import Pod
 from tailcut.spec.model import TrainingJob
 from tailcut.transports import wire
 
-NAME = "aggregation"
-
-
-def section(job: TrainingJob, topo: Topology) -> Optional[Section]:
-    """Each rack with workers, its aggregation address and its workers, and the
-    gradient's length; None when the job does not aggregate."""
-    in_network = job.spec.network.in_network
-    if in_network is None or not in_network.aggregate:
-        return None
-    return worker_racks(topo, naming.aggregation_ip)
+NAME = innetplan.AGGREGATION.name
 
 
 class Aggregation:
@@ -120,4 +112,4 @@ def create(job: TrainingJob, resolved: Section, network: Network,
     return Aggregation(job, programs) if programs else None
 
 
-KIND = Kind(name=NAME, section=section, create=create, resolve=with_model_length)
+KIND = Kind(name=NAME, create=create)

@@ -3,16 +3,12 @@ work implements, so that both executors (tailcut.runtime.local, tailcut.k8s.agen
 it up, serve pods, report and tear down without naming it.
 
 A kind is one module of this package with a ``KIND`` (listed in
-``tailcut.innetwork.KINDS``):
+``tailcut.innetwork.KINDS``), named as its plan in tailcut.innetplan (which gives its
+section of the role configurations):
 
-- ``section(job, topo)``: the role-configuration section it needs from the plan
-  (addresses, racks, workers; JSON), None when the job does not ask for it. Pure and
-  cheap: tailcut.plan calls it, and only tailcut.plan.
-- ``resolve(job, section)``: what costs compute (the hot set: profiling the model), done
-  once by `tailcut run` or the operator and handed on as data; the identity for most.
 - ``create(job, section, network, racks)``: its programs on these racks (indices)
-  of an executor's network, loaded and not yet serving: a ``TorFeature``, or None
-  when none of those racks has work for it.
+  of an executor's network, loaded with its resolved section and not yet serving: a
+  ``TorFeature``, or None when none of those racks has work for it.
 
 A ``TorFeature`` then serves the racks' uplinks (the traffic of other racks), serves
 each pod's port as it is wired and releases it as it is unwired, describes what it
@@ -25,11 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
+from tailcut.innetplan import Section
 from tailcut.net.build import Network
-from tailcut.net.topology import Pod, Topology
+from tailcut.net.topology import Pod
 from tailcut.spec.model import TrainingJob
-
-Section = dict[str, Any]   # JSON: what the roles and the programs read
 
 
 class TorFeature(Protocol):
@@ -62,35 +57,11 @@ class TorFeature(Protocol):
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of ToR program: how the plan and the executors reach it."""
+    """One kind of ToR program: how the executors reach it."""
 
-    name: str
-    section: Callable[[TrainingJob, Topology], Optional[Section]]
+    name: str   # its tailcut.innetplan.KindPlan's
     create: Callable[[TrainingJob, Section, Network, Optional[Sequence[int]]],
                      Optional[TorFeature]]
-    resolve: Callable[[TrainingJob, Section], Section] = lambda job, section: section
-
-
-# ---- what the per-rack kinds (aggregation, multicast) share ----------------------------
-
-def worker_racks(topo: Topology, address_of: Callable[[int], str]) -> Section:
-    """Each rack with workers, the address its ToR program answers at, its workers."""
-    racks = []
-    for rack in topo.racks:
-        workers = sorted(p.index for p in rack.pods if p.role == "worker")
-        if workers:
-            racks.append({"index": rack.index, "address": address_of(rack.index),
-                          "workers": workers})
-    return {"racks": racks}
-
-
-def with_model_length(job: TrainingJob, spec_section: Section) -> Section:
-    """`spec_section` with the model's length, "elements" (building the model tells
-    it), resolved once as data for the node."""
-    from tailcut.ml import models
-    ref = job.spec.training.model_ref
-    elements = models.create(ref, models.dataset(ref, job.spec.training.seed)).num_params
-    return {**spec_section, "elements": elements}
 
 
 def detach_each(kind: str, programs: dict[int, Any]) -> list[str]:

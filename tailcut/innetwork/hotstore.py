@@ -10,42 +10,17 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tailcut import innetplan
 from tailcut.datapath import tor
-from tailcut.innetwork.feature import Kind, Section
-from tailcut.ml import models
+from tailcut.innetplan import Section
+from tailcut.innetwork.feature import Kind
 from tailcut.net import build, naming
 from tailcut.net.build import Network
-from tailcut.net.topology import Pod, Topology
+from tailcut.net.topology import Pod
 from tailcut.spec.model import TrainingJob
-from tailcut.training import hotset
 from tailcut.transports import wire
 
-NAME = "hot_store"
-
-
-def section(job: TrainingJob, topo: Topology) -> Optional[Section]:
-    """The store's address, in ps-0's rack, and which parameters it holds as the spec
-    says (top_k, or indices); None when the job puts none in the ToR."""
-    in_network = job.spec.network.in_network
-    if in_network is None or in_network.hot_parameters is None:
-        return None
-    hot = in_network.hot_parameters
-    rack = topo.pod("ps-0").rack
-    return {"address": naming.hot_store_ip(rack), "rack": rack, "top_k": hot.top_k,
-            "indices": None if hot.indices is None else sorted(hot.indices)}
-
-
-def resolve(job: TrainingJob, spec_section: Section) -> Section:
-    """The hot set chosen (top_k: profiling the model's gradients) and the store's
-    initial values, once, as data: the roles and the node agent take them as they are."""
-    t = job.spec.training
-    dataset = models.dataset(t.model, t.seed)
-    model = models.create(t.model, dataset)
-    index = hotset.select(spec_section, model, dataset, t.batch_size, t.seed)
-    initial = model.init_params(np.random.default_rng(t.seed))[index].astype("<f4")
-    return {"address": spec_section["address"], "rack": spec_section["rack"],
-            "top_k": None, "indices": [int(i) for i in index],
-            "initial": base64.b64encode(initial.tobytes()).decode()}
+NAME = innetplan.HOT_STORE.name
 
 
 class HotStore:
@@ -122,4 +97,4 @@ def create(job: TrainingJob, resolved: Section, network: Network,
     return HotStore(job, resolved)
 
 
-KIND = Kind(name=NAME, section=section, create=create, resolve=resolve)
+KIND = Kind(name=NAME, create=create)

@@ -10,25 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from tailcut import innetplan
 from tailcut.datapath import mcast
-from tailcut.innetwork.feature import (Kind, Section, detach_each, with_model_length,
-                                       worker_racks)
+from tailcut.innetplan import Section
+from tailcut.innetwork.feature import Kind, detach_each
 from tailcut.net import build, naming
 from tailcut.net.build import Network
-from tailcut.net.topology import Pod, Topology
+from tailcut.net.topology import Pod
 from tailcut.spec.model import TrainingJob
 from tailcut.transports import wire
 
-NAME = "multicast"
-
-
-def section(job: TrainingJob, topo: Topology) -> Optional[Section]:
-    """Each rack with workers, its multicast address and its workers; None when the
-    job does not multicast."""
-    in_network = job.spec.network.in_network
-    if in_network is None or not in_network.multicast:
-        return None
-    return worker_racks(topo, naming.multicast_ip)
+NAME = innetplan.MULTICAST.name
 
 
 class Multicast:
@@ -128,4 +120,4 @@ def create(job: TrainingJob, resolved: Section, network: Network,
     return Multicast(programs) if programs else None
 
 
-KIND = Kind(name=NAME, section=section, create=create, resolve=with_model_length)
+KIND = Kind(name=NAME, create=create)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tailcut.ml import models
-from tailcut.training import hotset
+from tailcut.training import hotchoice
 
 
 @pytest.fixture(scope="module")
@@ -16,11 +16,11 @@ def sparse():
 
 def test_the_top_k_are_the_most_updated_and_every_role_picks_the_same(sparse):
     model, dataset = sparse
-    chosen = hotset.select({"top_k": 3000}, model, dataset, 32, 0)
-    again = hotset.select({"top_k": 3000, "indices": None}, model, dataset, 32, 0)
+    chosen = hotchoice.select({"top_k": 3000}, model, dataset, 32, 0)
+    again = hotchoice.select({"top_k": 3000, "indices": None}, model, dataset, 32, 0)
     assert np.array_equal(chosen, again) and len(chosen) == 3000
     assert np.all(np.diff(chosen) > 0)
-    counts = hotset.update_frequency(model, dataset, 32, 0)
+    counts = hotchoice.update_frequency(model, dataset, 32, 0)
     rest = np.setdiff1d(np.arange(model.num_params), chosen)
     assert counts[chosen].min() >= counts[rest].max()
     head = np.arange(90000, model.num_params)            # fc1/fc2: in every update
@@ -31,6 +31,6 @@ def test_the_top_k_are_the_most_updated_and_every_role_picks_the_same(sparse):
 
 def test_a_list_is_taken_sorted_and_checked_against_the_model(sparse):
     model, dataset = sparse
-    assert list(hotset.select({"indices": [9, 3, 5]}, model, dataset, 32, 0)) == [3, 5, 9]
+    assert list(hotchoice.select({"indices": [9, 3, 5]}, model, dataset, 32, 0)) == [3, 5, 9]
     with pytest.raises(ValueError, match="past the model's 92113"):
-        hotset.select({"indices": [92113]}, model, dataset, 32, 0)
+        hotchoice.select({"indices": [92113]}, model, dataset, 32, 0)

@@ -1,0 +1,122 @@
+"""The plan of a job's in-network work (spec.network.inNetwork): each kind's section of
+the role configurations, resolved once as data (tailcut.plan.in_network), which the
+roles read and tailcut.innetwork's programs are loaded with.
+
+Pure, apart from tailcut.innetwork (which loads the BPF programs and wires them into a
+built network), so that the operator plans a job without netlink or BCC. A kind is
+one ``KindPlan`` here and one ``Kind`` of the same name there:
+
+- ``section(job, topo)``: what it needs from the plan (addresses, racks, workers;
+  JSON), None when the job does not ask for it. Cheap.
+- ``resolve(job, section)``: what costs compute (the hot set: profiling the model),
+  done once by `tailcut run` or the operator; the identity for most.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from tailcut.ml import models
+from tailcut.net import naming
+from tailcut.net.topology import Topology
+from tailcut.spec.model import TrainingJob
+from tailcut.training import hotchoice
+
+Section = dict[str, Any]        # JSON: what the roles and the programs read
+Sections = dict[str, Section]   # kind name -> its resolved section
+
+
+@dataclass(frozen=True)
+class KindPlan:
+    """How the plan reaches one kind of ToR program."""
+
+    name: str
+    section: Callable[[TrainingJob, Topology], Optional[Section]]
+    resolve: Callable[[TrainingJob, Section], Section] = lambda job, section: section
+
+
+def worker_racks(topo: Topology, address_of: Callable[[int], str]) -> Section:
+    """Each rack with workers, the address its ToR program answers at, its workers."""
+    racks = []
+    for rack in topo.racks:
+        workers = sorted(p.index for p in rack.pods if p.role == "worker")
+        if workers:
+            racks.append({"index": rack.index, "address": address_of(rack.index),
+                          "workers": workers})
+    return {"racks": racks}
+
+
+def with_model_length(job: TrainingJob, spec_section: Section) -> Section:
+    """`spec_section` with the model's length, "elements" (building the model tells
+    it), resolved once as data for the node."""
+    ref = job.spec.training.model_ref
+    elements = models.create(ref, models.dataset(ref, job.spec.training.seed)).num_params
+    return {**spec_section, "elements": elements}
+
+
+# ---- the hot-parameter store: one program, in ps-0's rack ------------------------------
+
+def hot_store_section(job: TrainingJob, topo: Topology) -> Optional[Section]:
+    """The store's address, in ps-0's rack, and which parameters it holds as the spec
+    says (top_k, or indices); None when the job puts none in the ToR."""
+    in_network = job.spec.network.in_network
+    if in_network is None or in_network.hot_parameters is None:
+        return None
+    hot = in_network.hot_parameters
+    rack = topo.pod("ps-0").rack
+    return {"address": naming.hot_store_ip(rack), "rack": rack, "top_k": hot.top_k,
+            "indices": None if hot.indices is None else sorted(hot.indices)}
+
+
+def resolve_hot_store(job: TrainingJob, spec_section: Section) -> Section:
+    """The hot set chosen (top_k: profiling the model's gradients) and the store's
+    initial values, once, as data: the roles and the node agent take them as they are."""
+    t = job.spec.training
+    dataset = models.dataset(t.model, t.seed)
+    model = models.create(t.model, dataset)
+    index = hotchoice.select(spec_section, model, dataset, t.batch_size, t.seed)
+    initial = model.init_params(np.random.default_rng(t.seed))[index].astype("<f4")
+    return {"address": spec_section["address"], "rack": spec_section["rack"],
+            "top_k": None, "indices": [int(i) for i in index],
+            "initial": base64.b64encode(initial.tobytes()).decode()}
+
+
+# ---- aggregation and multicast: one program per rack with workers ----------------------
+
+def aggregation_section(job: TrainingJob, topo: Topology) -> Optional[Section]:
+    """Each rack with workers, its aggregation address and its workers; None when the
+    job does not aggregate. (Resolving adds the gradient's length.)"""
+    in_network = job.spec.network.in_network
+    if in_network is None or not in_network.aggregate:
+        return None
+    return worker_racks(topo, naming.aggregation_ip)
+
+
+def multicast_section(job: TrainingJob, topo: Topology) -> Optional[Section]:
+    """Each rack with workers, its multicast address and its workers; None when the
+    job does not multicast."""
+    in_network = job.spec.network.in_network
+    if in_network is None or not in_network.multicast:
+        return None
+    return worker_racks(topo, naming.multicast_ip)
+
+
+HOT_STORE = KindPlan("hot_store", hot_store_section, resolve_hot_store)
+AGGREGATION = KindPlan("aggregation", aggregation_section, with_model_length)
+MULTICAST = KindPlan("multicast", multicast_section, with_model_length)
+KINDS: tuple[KindPlan, ...] = (HOT_STORE, AGGREGATION, MULTICAST)
+
+
+def sections(job: TrainingJob, topo: Topology) -> Sections:
+    """The resolved section of every kind the job enables, by name."""
+    found: Sections = {}
+    for kind in KINDS:
+        section = kind.section(job, topo)
+        if section is not None:
+            found[kind.name] = kind.resolve(job, section)
+    return found
