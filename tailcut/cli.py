@@ -199,26 +199,38 @@ def _load(path: str) -> "TrainingJob":
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from tailcut import plan   # the refusals `tailcut run` and the operator apply
+    from tailcut import features, plan   # the refusals `tailcut run` and the operator apply
     chosen: plan.Executor = args.executor
     other: plan.Executor = "kubernetes" if chosen == "local" else "local"
     for path in args.job:
         job = _load(path)
         s = job.spec
-        refused = plan.refusals(job, chosen)
+        refused = plan.refusals(job, chosen, features.netem)
         if refused:
             raise SpecError(f"{path}: {refused[0].message}")
+        if chosen == "kubernetes":
+            _within_default_limits(path, job)
         roles = (f"{s.replicas.workers} workers all-reducing (no PS)"
                  if s.training.sync_mode == "allreduce"
                  else f"{s.replicas.parameter_servers} PS + {s.replicas.workers} workers")
         print(f"{path}: ok ({chosen}): job {job.name}, {roles} in "
               f"{len(s.network.racks)} rack(s), model {s.training.model}, transport "
               f"{s.transport.type}")
-        for caution in plan.cautions(job, chosen):
+        for caution in plan.cautions(job, chosen, features.netem):
             print(f"  warning: {caution.message}")
-        for refusal in plan.refusals(job, other):
+        for refusal in plan.refusals(job, other, features.netem):
             print(f"  note: {other} would refuse it: {refusal.message}")
     return 0
+
+
+def _within_default_limits(path: str, job: "TrainingJob") -> None:
+    """What the operator refuses of a job's kernel memory and links at the chart's
+    default limits (a cluster admin may set others for a namespace). Racks per node
+    depend on where the pods land, unknown here: counted as one, so never refused."""
+    from tailcut.k8s.manifests import limits
+    refused = limits.refusal(job, 1, limits.Limits())
+    if refused:
+        raise SpecError(f"{path}: {refused}")
 
 
 def _clean(args: argparse.Namespace) -> int:

@@ -117,6 +117,10 @@ AGREEMENT = [(p.stem, yaml.safe_load(p.read_text())["spec"])
                             "senders": ["rack-1"], "receivers": ["ps-0"],
                             "target": {"link": "uplink/rack-1", "loadFactor": 0.9},
                             "flowSizes": {"distribution": "fixed", "bytes": 1}}}),
+    # past the chart's default limit on a link end's queue memory (k8s/manifests/limits)
+    ("deep-buffer", {"replicas": {"workers": 1},
+                     "network": {"accessLink": {"bandwidth": "1Gbit"},
+                                 "uplink": {"bandwidth": "8kbit", "bufferBytes": 1_000_000_000}}}),
     ("bad-tag", {"replicas": {"workers": 1}, "scheduling": {
         "policy": "cadentflow", "flows": [{"layer": "conv9", "priority": 0}]}}),
 ]
@@ -148,5 +152,5 @@ def test_tailcut_validate_and_the_operator_accept_and_refuse_the_same_specs(
         return
     tj = wait_phase(control_plane, namespace, job_name, "Failed", operator)
     failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
-    assert failed["reason"] == "InvalidSpec"
+    assert failed["reason"] == ("KernelLimitExceeded" if name == "deep-buffer" else "InvalidSpec")
     assert refusal and refusal in failed["message"], (refusal, failed["message"])
