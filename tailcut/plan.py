@@ -26,9 +26,8 @@ import os
 import platform
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Optional, Protocol
 
-from tailcut import features
 from tailcut.background import plan as bgplan
 from tailcut.errors import SpecError
 from tailcut.net import shaping, topology
@@ -46,8 +45,23 @@ EXECUTORS: tuple[Executor, ...] = ("local", "kubernetes")
 
 # (pod it is seen from, pod named) -> the host the first uses to reach the second.
 Hosts = Callable[[str, str], str]
-# Probes this machine's kernel for netem (features.netem); tests pass their own.
-NetemProbe = Callable[[], features.Feature]
+
+
+class Probed(Protocol):
+    """What the plan reads of a kernel feature probe (tailcut.features.Feature)."""
+
+    @property
+    def available(self) -> bool: ...
+    @property
+    def probed(self) -> bool: ...   # False: not tried, so `available` is unknown
+    @property
+    def detail(self) -> str: ...
+
+
+# Probes this machine's kernel for netem: the local executor passes features.netem
+# (the plan imports no probe: probing needs netlink and root); tests pass their own.
+# None: not probed.
+NetemProbe = Optional[Callable[[], Probed]]
 
 
 def hosts(topo: topology.Topology) -> Hosts:
@@ -77,10 +91,11 @@ class Caution:
 
 
 def refusals(job: TrainingJob, executor: Executor,
-             netem: NetemProbe = features.netem) -> list[Refusal]:
+             netem: NetemProbe = None) -> list[Refusal]:
     """What `executor` cannot build of `job`, each naming its field; [] if it runs.
     `netem` tells whether this machine's kernel has netem (asked only by the local
-    executor, and only when a link sets a delay or jitter)."""
+    executor, and only when a link sets a delay or jitter; without it, the build
+    refuses what netem would be needed for)."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; one of {', '.join(EXECUTORS)}")
     found = (_kubernetes_refusals(job) if executor == "kubernetes"
@@ -128,7 +143,7 @@ def _local_refusals(job: TrainingJob, netem: NetemProbe) -> list[Refusal]:
     the worker image must carry it, which the operator cannot see from here; a
     `module` is imported by the spec itself, so it needed torch already.)"""
     delays = _delays(job)
-    if delays:
+    if delays and netem is not None:
         found = netem()
         if found.probed and not found.available:
             field, value = delays[0]
@@ -150,9 +165,9 @@ def _local_refusals(job: TrainingJob, netem: NetemProbe) -> list[Refusal]:
     return []
 
 
-def check(job: TrainingJob, executor: Executor) -> None:
+def check(job: TrainingJob, executor: Executor, netem: NetemProbe = None) -> None:
     """Raise SpecError with the first refusal, before anything is built."""
-    found = refusals(job, executor)
+    found = refusals(job, executor, netem)
     if found:
         raise SpecError(found[0].message)
 
@@ -164,7 +179,7 @@ DRIVABLE_BIT_PER_CORE = 500_000_000
 
 
 def cautions(job: TrainingJob, executor: Executor = "local",
-             netem: NetemProbe = features.netem, cores: int | None = None) -> list[Caution]:
+             netem: NetemProbe = None, cores: int | None = None) -> list[Caution]:
     """What runs but is most likely not what was meant, each naming its field: a link
     that drops every packet (no message gets through, so the job never finishes), a
     rack with no pod (built, and carries nothing), and, for the local executor, a
@@ -193,7 +208,7 @@ def cautions(job: TrainingJob, executor: Executor = "local",
                 f"finds the highest rate at which it does not"))
             break
     delays = _delays(job)
-    if executor == "local" and delays and not netem().probed:
+    if executor == "local" and delays and (netem is None or not netem().probed):
         field, value = delays[0]
         found.append(Caution(field, f"{field}={value:g} needs netem, and whether this "
                                     f"kernel (Linux {platform.release()}) has it was not "

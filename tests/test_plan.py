@@ -280,6 +280,14 @@ def test_a_delay_that_could_not_be_probed_without_root_is_a_caution_not_a_refusa
     assert plan.cautions(delayed, "kubernetes", netem=never_probed) == []
 
 
+def test_without_a_probe_a_delay_is_left_to_the_build_and_cautioned():
+    # The plan imports no probe (it needs netlink and root): the local executor passes
+    # features.netem; a caller without one gets the unprobed case, never a guess.
+    delayed = job(network={"uplink": {"delayMs": 3}})
+    assert plan.refusals(delayed, "local") == []
+    assert [c.field for c in plan.cautions(delayed)] == ["spec.network.uplink.delayMs"]
+
+
 @pytest.mark.netns
 def test_validate_refuses_a_delay_exactly_where_this_kernel_lacks_netem(tmp_path, capsys):
     """The real probe, whichever kernel this is: the host's (no netem) refuses, the

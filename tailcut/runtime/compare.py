@@ -389,9 +389,9 @@ def local_runner() -> Runner:
 
 def refuse_unbuildable(jobs: Sequence["TrainingJob"], flag: str) -> None:
     """Every variant checked before the first run: none refused halfway through."""
-    from tailcut import plan
+    from tailcut import features, plan
     for job in jobs:
-        found = plan.refusals(job, "local")
+        found = plan.refusals(job, "local", features.netem)
         if found:
             raise SpecError(f"{flag}: job {job.name}: {found[0].message}")
 

@@ -101,7 +101,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
     if os.geteuid() != 0:
         raise RunError("the local runtime needs root (it creates network namespaces); "
                        "run as root or through sudo")
-    plan.check(job, "local")
+    plan.check(job, "local", features.netem)
     topo = topology.plan(job)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "logs").mkdir(exist_ok=True)

@@ -32,7 +32,7 @@ class Built:
 def up(job: TrainingJob, progress: Callable[[str], None] = print) -> Built:
     """Build `job`'s network and leave it up."""
     _need_root()
-    plan.check(job, "local")
+    plan.check(job, "local", features.netem)
     topo = topology.plan(job)
     started = time.monotonic()
     network = build.build(topo, features.netem().available)

@@ -160,7 +160,7 @@ def test_feature_detection_and_doctor_choose_netem_here() -> None:
     features.clear_cache()
     assert features.netem().available and features.htb().available
     delayed = job("u-feat", {"accessLink": {"delayMs": 5}})
-    assert plan.refusals(delayed, "local") == []
+    assert plan.refusals(delayed, "local", features.netem) == []
     doctor = subprocess.run([str(BIN / "tailcut"), "doctor"], capture_output=True, text=True,
                             timeout=120)
     rows = {line.split()[0]: line.split()[1] for line in doctor.stdout.splitlines()[2:]
