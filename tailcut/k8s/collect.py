@@ -54,7 +54,9 @@ def collect(job_name: str, namespace: str, kubeconfig: Optional[str], results_di
                            f"the job has ended (kubectl get tj {job_name} -n {namespace})")
     try:
         cm = core.read_namespaced_config_map(f"{job_name}-spec", namespace)
-        job = spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]))
+        # a cluster's config map may name a module: never imported here
+        job = spec.from_dict(yaml.safe_load(cm.data[resources.SPEC_KEY]),
+                             import_modules=False)
     except api_error as err:
         raise CollectError(f"config map {job_name}-spec: {err.status} {err.reason}") from err
     results_dir.mkdir(parents=True, exist_ok=True)

@@ -34,12 +34,16 @@ def load_text(text: str, source: str = "<text>") -> TrainingJob:
     return from_dict(docs[0], source)
 
 
-def from_dict(data: Any, source: str = "<dict>") -> TrainingJob:
+def from_dict(data: Any, source: str = "<dict>", *,
+              import_modules: bool = True) -> TrainingJob:
+    """The TrainingJob of `data`. import_modules=False: a `training.module` is checked
+    for its form only, never imported (the operator and the node agent: a tenant's
+    code runs in the job's own pods, not in a privileged process)."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a mapping with apiVersion, kind, metadata "
                         f"and spec, got {type(data).__name__}")
     try:
-        return TrainingJob.model_validate(data)
+        return TrainingJob.model_validate(data, context={"import_modules": import_modules})
     except pydantic.ValidationError as err:
         lines = [describe(e) for e in err.errors()]
         raise SpecError(f"{source}: invalid TrainingJob:\n  " + "\n  ".join(lines)) from err

@@ -8,7 +8,7 @@ without looking at the machine is checked here, so inner code can trust its inpu
 from typing import Annotated, Final, Literal, Optional
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
-                      WithJsonSchema, field_validator, model_validator)
+                      ValidationInfo, WithJsonSchema, field_validator, model_validator)
 from pydantic.alias_generators import to_camel
 
 from tailcut.spec import background, units
@@ -194,13 +194,19 @@ class Training(_Model):
 
     @field_validator("module")
     @classmethod
-    def _module_loads(cls, value: Optional[str]) -> Optional[str]:
+    def _module_loads(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         """Import the factory now, so a typo or a broken module is refused before
         anything is built. A relative file path is made absolute (the roles run
-        elsewhere)."""
+        elsewhere). Where the caller imports no module (spec.from_dict's
+        import_modules=False), only its form is checked."""
         if value is None:
             return value
         where, sep, name = value.rpartition(":")
+        if not (info.context or {}).get("import_modules", True):
+            if not (sep and where and name.isidentifier()):
+                raise ValueError(f"{value!r} must be \"package.module:factory\" or "
+                                 "\"path/to/file.py:factory\"")
+            return value
         if sep and where.endswith(".py"):
             import os
             value = f"{os.path.abspath(where)}:{name}"
