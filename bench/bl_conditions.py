@@ -156,7 +156,10 @@ def one(condition: str, transport: str, bandwidth: str | None = None) -> dict[st
             # the roles' CPU while training (tailcut.training.cpustats): on a shared
             # host a transport's CPU per message is part of its JCT
             "cpu_s": float(cpu.get("total_s", float("nan"))), **competing,
-            **hostcheck.columns(r.fidelity), "during": hostcheck.during(r.fidelity)}
+            **hostcheck.columns(r.fidelity), "during": hostcheck.during(r.fidelity),
+            # the whole verdict with its evidence, so that --json keeps what a later
+            # rule would need to judge the run again (verdict.judge(**evidence))
+            "fidelity": r.fidelity}
 
 
 def load() -> str:
