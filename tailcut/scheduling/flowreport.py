@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from tailcut.scheduling import madd, tags
 from tailcut.spec.model import TrainingJob
+from tailcut.training.shards import shard_range
 
 
 def layer_names(model: str, seed: int) -> list[str]:
@@ -38,7 +39,6 @@ def coflow_pace(job: TrainingJob, num_params: int) -> dict[str, dict[str, float]
     its pushes (every worker's PUSH to every shard). Sizes are the shards' values (4
     bytes each), links and capacities those the testbed builds for the job."""
     from tailcut.net import topology
-    from tailcut.training import ps  # shard_range: only when a run needs it
 
     topo = topology.plan(job)
     capacity = madd.capacities(topo)
@@ -46,7 +46,7 @@ def coflow_pace(job: TrainingJob, num_params: int) -> dict[str, dict[str, float]
     workers = [p.name for p in topo.pods if p.role == "worker"]
     pull, push = [], []
     for s in range(shards):
-        lo, hi = ps.shard_range(num_params, shards, s)
+        lo, hi = shard_range(num_params, shards, s)
         for w in workers:
             pull.append(madd.Flow((f"ps-{s}", w), madd.path(topo, f"ps-{s}", w), 4 * (hi - lo)))
             push.append(madd.Flow((w, f"ps-{s}"), madd.path(topo, w, f"ps-{s}"), 4 * (hi - lo)))

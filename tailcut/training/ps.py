@@ -48,6 +48,7 @@ from tailcut.ml import models
 from tailcut.training import (aggregation, cpustats, flows, hotset, inbox, innetagg, innetmcast, peers,
                               records, rpc, syncmodes)
 from tailcut.training.config import RoleConfig
+from tailcut.training.shards import shard_range as shard_range   # re-exported
 from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message
 
@@ -66,13 +67,6 @@ STOP_WAIT_S = 5.0
 def iterations_per_epoch(num_train: int, batch_size: int, num_workers: int) -> int:
     """Iterations for the workers together to see ``num_train`` examples once."""
     return max(math.ceil(num_train / (batch_size * num_workers)), 1)
-
-
-def shard_range(num_params: int, num_shards: int, shard: int) -> tuple[int, int]:
-    """[lo, hi) of the flat vector that ``shard`` owns: contiguous, sizes differ by <= 1."""
-    size, extra = divmod(num_params, num_shards)
-    lo = shard * size + min(shard, extra)
-    return lo, lo + size + (1 if shard < extra else 0)
 
 
 def run(cfg: RoleConfig, emit: Emit) -> dict[str, Any]:
