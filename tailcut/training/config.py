@@ -46,9 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tailcut import errors, transports
+from tailcut import errors
 from tailcut.ml import models
-from tailcut.training import aggregation
+from tailcut.spec.model import TRANSPORTS
+from tailcut.training import aggregation, flowsection
 
 ROLES = ("ps", "worker", "aggregator", "replica")
 SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
@@ -245,10 +246,8 @@ def _check_roles(c: RoleConfig) -> None:
     if not isinstance(c.window_us, int) or c.window_us < 1:
         raise ConfigError(f"window_us={c.window_us!r}: must be an integer >= 1")
     if c.flows is not None:
-        from tailcut.training import flows
-
         try:
-            flows.check(c.flows)
+            flowsection.check(c.flows)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         policy = c.flows["policy"]
@@ -317,9 +316,9 @@ def _check(c: RoleConfig) -> None:
         raise ConfigError(
             f'transport={c.transport!r}: must be an object with a "type", e.g. {{"type": "tcp"}}'
         )
-    if c.transport["type"] not in transports.names():
+    if c.transport["type"] not in TRANSPORTS:
         raise ConfigError(
-            f"transport.type={c.transport['type']!r}: supported: {', '.join(transports.names())}"
+            f"transport.type={c.transport['type']!r}: supported: {', '.join(sorted(TRANSPORTS))}"
         )
     if not (isinstance(c.timeout_s, (int, float)) and c.timeout_s > 0):
         raise ConfigError(f"timeout_s={c.timeout_s}: must be > 0")

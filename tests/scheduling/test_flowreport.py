@@ -5,7 +5,7 @@ import csv
 import pytest
 
 from tailcut.scheduling import flowreport
-from tailcut.training import flows
+from tailcut.training import flows, flowsection
 
 MS = 1_000_000
 
@@ -95,4 +95,4 @@ def test_a_coflow_jobs_roles_get_each_flows_madd_rate_from_sizes_and_links():
     assert ps.shard_range(1001, 2, 0) == (0, 501)
     role = flowreport.role_flows(job)
     assert role["policy"] == "coflow"
-    flows.check(role)  # what the roles will accept
+    flowsection.check(role)  # what the roles will accept

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tailcut.training import flows
+from tailcut.training import flows, flowsection
 from tailcut.ml.models import layout
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -54,7 +54,7 @@ def test_levels_must_name_exactly_the_models_tensors():
 ])
 def test_a_bad_flows_section_is_refused_naming_the_key(raw, message):
     with pytest.raises(ValueError, match=message):
-        flows.check(raw)
+        flowsection.check(raw)
 
 
 def test_a_sharded_cadentflow_job_sends_each_shards_tensors_as_tagged_parts(tmp_path):
@@ -95,7 +95,7 @@ def test_a_sharded_cadentflow_job_sends_each_shards_tensors_as_tagged_parts(tmp_
 ])
 def test_a_bad_coflow_section_is_refused_naming_the_key(raw, message):
     with pytest.raises(ValueError, match=message):
-        flows.check(raw)
+        flowsection.check(raw)
 
 
 def _tcp_pair():
