@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tailcut import ebpfheaders
 from tailcut.ml import models
 from tailcut.net import naming
 from tailcut.net.topology import Topology
@@ -29,6 +30,10 @@ from tailcut.training import hotchoice
 
 Section = dict[str, Any]        # JSON: what the roles and the programs read
 Sections = dict[str, Section]   # kind name -> its resolved section
+# The most values of a model the ToR sums (aggregation) or copies (multicast): what
+# their programs' maps hold (ebpf/agg.h, ebpf/mcast.h).
+AGGREGATE_MAX_ELEMENTS = ebpfheaders.max_elements("agg")
+MULTICAST_MAX_ELEMENTS = ebpfheaders.max_elements("mcast")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ from tailcut.scheduling import flowreport, runnable
 from tailcut.spec.model import ALLREDUCE_PORT, Link, TrainingJob
 from tailcut import innetplan
 from tailcut.ml import models, torchmodel
-from tailcut.training import innetagg, innetmcast
 from tailcut.training.config import RoleConfig
 
 PS_PORT = 7000   # every listening role (PS shards, replica, aggregators) uses it
@@ -235,14 +234,14 @@ def _check_in_network(job: TrainingJob) -> None:
         return
     t = job.spec.training
     size = models.create(t.model_ref, models.dataset(t.model_ref, t.seed)).num_params
-    if in_network.multicast and size > innetmcast.MAX_ELEMENTS:
+    if in_network.multicast and size > innetplan.MULTICAST_MAX_ELEMENTS:
         raise SpecError(f"spec.network.inNetwork.multicast: model {t.model} has {size} "
-                        f"parameters; the ToR copies at most {innetmcast.MAX_ELEMENTS}")
+                        f"parameters; the ToR copies at most {innetplan.MULTICAST_MAX_ELEMENTS}")
     hot = in_network.hot_parameters
     if hot is None:
-        if in_network.aggregate and size > innetagg.MAX_ELEMENTS:
+        if in_network.aggregate and size > innetplan.AGGREGATE_MAX_ELEMENTS:
             raise SpecError(f"spec.network.inNetwork.aggregate: model {t.model} has {size} "
-                            f"parameters; the ToR sums at most {innetagg.MAX_ELEMENTS}")
+                            f"parameters; the ToR sums at most {innetplan.AGGREGATE_MAX_ELEMENTS}")
         return
     wanted = hot.top_k if hot.top_k is not None else max(hot.indices or [0]) + 1
     if wanted > size:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 from functools import cache
 
+from tailcut import ebpfheaders
 from tailcut.datapath import bcc, cheader, torformat
 
 HEADER_FILE = bcc.EBPF_DIR / "agg.h"
@@ -35,7 +36,7 @@ if const("FRAC_BITS") != torformat.FRAC_BITS:
                        f"is shared")
 to_fixed, from_fixed, SCALE = torformat.to_fixed, torformat.from_fixed, torformat.SCALE
 STRIDE = const("STRIDE")
-MAX_ELEMENTS = STRIDE * const("SLOTS")
+MAX_ELEMENTS = ebpfheaders.max_elements("agg")   # STRIDE * SLOTS
 MAX_WORKERS = const("MAX_WORKERS")
 PORT = const("PORT")
 PS_WORKER = const("PS_WORKER")

@@ -17,25 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tailcut import ebpfheaders
 from tailcut.errors import DatapathError, NoKernelHeaders
 
 
-def _ebpf_dir() -> Path:
-    """Where the programs are, found from this file, not the cwd. Installed from a wheel
-    (an image), they are package data inside the package: tailcut/ebpf/. Run from a
-    checkout (an editable install, or PYTHONPATH), tailcut is the checkout's and they
-    are its top-level ebpf/ (pyproject.toml maps tailcut.ebpf there). Not found by
-    importing tailcut.ebpf: setuptools' editable finder does not import a namespace
-    subpackage mapped elsewhere (pypa/setuptools#4943), and under PYTHONPATH another
-    checkout's editable install would answer."""
-    package = Path(__file__).resolve().parent.parent
-    installed, checkout = package / "ebpf", package.parent / "ebpf"
-    if not installed.is_dir() and (package.parent / "pyproject.toml").is_file():
-        return checkout
-    return installed
-
-
-EBPF_DIR = _ebpf_dir()
+EBPF_DIR = ebpfheaders.EBPF_DIR   # re-exported: the loaders and tests find programs here
 
 ProgType = Literal["sched_cls", "xdp"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 from functools import cache
 
+from tailcut import ebpfheaders
 from tailcut.datapath import bcc, cheader
 
 HEADER_FILE = bcc.EBPF_DIR / "mcast.h"
@@ -30,7 +31,7 @@ def reasons() -> list[str]:
 
 
 STRIDE = const("STRIDE")
-MAX_ELEMENTS = STRIDE * const("SLOTS")
+MAX_ELEMENTS = ebpfheaders.max_elements("mcast")   # STRIDE * SLOTS
 PORT = const("PORT")
 PARAMS, REPAIR = const("OP_PARAMS"), const("OP_REPAIR")
 

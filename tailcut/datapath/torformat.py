@@ -12,6 +12,7 @@ from functools import cache
 
 import numpy as np
 
+from tailcut import ebpfheaders
 from tailcut.datapath import bcc, cheader
 
 HEADER_FILE = bcc.EBPF_DIR / "tor.h"
@@ -32,7 +33,7 @@ def header() -> struct.Struct:
 FRAC_BITS = const("FRAC_BITS")
 SCALE = float(1 << FRAC_BITS)
 STRIDE = const("STRIDE")
-MAX_ELEMENTS = STRIDE * const("SLOTS")
+MAX_ELEMENTS = ebpfheaders.max_elements("tor")   # STRIDE * SLOTS
 PORT = const("PORT")
 PS_WORKER = const("PS_WORKER")
 PULL, PUSH, COUNTS = const("OP_PULL"), const("OP_PUSH"), const("OP_COUNTS")
