@@ -8,8 +8,10 @@ not its values goes over one TCP connection per peer, so it is never lost:
            then the connection id the listener gives it, for its message ids (message)
     MSG    a whole message that carries no vector (HELLO, STOP): kind, iteration, sender
     BEGIN  sender -> receiver before the packets: message id, kind, iteration, sender,
-           total elements (count), sent_at_ns; for a CadentFlow-tagged message the
-           extra bytes are its cut table (cutlayout.py)
+           total elements (count), sent_at_ns, and the rate the sender starts at (its
+           last grant, whole Mbit/s; 0: none, its link's), so that a receiver whose
+           share for it is the same sends no GRANT; for a CadentFlow-tagged message
+           the extra bytes are its cut table (cutlayout.py)
     END    sender -> receiver after a pass over the message: packets in the pass (count).
            A CadentFlow-tagged pass sends one END per priority class it used, each in
            that class, behind that class's packets; ``iteration`` then says how many
@@ -26,7 +28,7 @@ A frame is the 36-byte header below (big-endian) and ``extra`` bytes::
     0      4    magic b"TCBC"
     4      1    type (FrameType)
     5      1    kind (tailcut.transports.base.Kind) or 0
-    6      2    reserved, 0
+    6      2    BEGIN: the sender's start rate, Mbit/s; else 0
     8      4    message id
     12     4    iteration (signed)
     16     4    sender (signed; the PS is -1)
@@ -84,9 +86,11 @@ class Frame:
     count: int = 0
     sent_at_ns: int = 0
     extra: bytes = b""
+    rate_mbit: int = 0   # BEGIN only
 
     def encode(self) -> bytes:
-        return HEADER.pack(MAGIC, int(self.type), self.kind, 0, self.message, self.iteration,
+        return HEADER.pack(MAGIC, int(self.type), self.kind, self.rate_mbit, self.message,
+                           self.iteration,
                            self.sender, self.count, self.sent_at_ns, len(self.extra)) + self.extra
 
 
@@ -136,7 +140,7 @@ class Channel:
     def read(self) -> Frame:
         """The next frame; PeerClosed at a clean end, ProtocolError on bad bytes."""
         raw = self._exactly(HEADER.size, first=True)
-        magic, ftype, kind, reserved, message, iteration, sender, count, sent_at, extra = \
+        magic, ftype, kind, rate_mbit, message, iteration, sender, count, sent_at, extra = \
             HEADER.unpack(raw)
         if magic != MAGIC:
             raise base.ProtocolError(f"{self.peer}: control frame magic {magic!r}, "
@@ -145,13 +149,13 @@ class Channel:
             ftype = FrameType(ftype)
         except ValueError:
             raise base.ProtocolError(f"{self.peer}: unknown control frame type {ftype}") from None
-        if reserved:
-            raise base.ProtocolError(f"{self.peer}: control frame reserved field {reserved}")
+        if rate_mbit and ftype != FrameType.BEGIN:
+            raise base.ProtocolError(f"{self.peer}: control frame reserved field {rate_mbit}")
         if extra > MAX_EXTRA:
             raise base.ProtocolError(f"{self.peer}: control frame extra {extra} bytes > "
                                      f"{MAX_EXTRA}")
         body = self._exactly(extra, first=False) if extra else b""
-        return Frame(ftype, kind, message, iteration, sender, count, sent_at, body)
+        return Frame(ftype, kind, message, iteration, sender, count, sent_at, body, rate_mbit)
 
     def _exactly(self, n: int, first: bool) -> bytes:
         buf = bytearray()

@@ -653,7 +653,8 @@ class DatagramTransport(base.Transport):
             # the caller sends next (a worker's PULL follows its PUSH).
             conn.channel.send(Frame(FrameType.BEGIN, int(msg.kind), mid, msg.iteration,
                                     msg.sender, total, sent_at,
-                                    layout.encode() if layout is not None else b""))
+                                    layout.encode() if layout is not None else b"",
+                                    _start_mbit(tx.grant_bit)))
         except BaseException:
             del conn.tx[mid]
             raise
@@ -841,6 +842,13 @@ class DatagramTransport(base.Transport):
                 raise base.ProtocolError(f"{conn.peer}: BEGIN of message {f.message:#x} twice")
             done = self._recv.begin(conn, batch.ipv4(conn.udp_addr[0]), f.message, f.kind,
                                     f.iteration, f.sender, f.count, f.sent_at_ns, layout)
+            rx = self._recv.rx.get(f.message)
+            if rx is not None:
+                # What the sender starts at counts as granted: a share within
+                # congestion.REGRANT_RATIO of it is not sent (one frame and a wake-up of
+                # the sender's control thread a message, where each message's share
+                # is the last one's).
+                rx.granted_kbit = f.rate_mbit * 1000
         self._finish(done)
         self._regrant()
         self._wake_loop()  # with XDP on, the receive thread reads only once told
@@ -1099,6 +1107,16 @@ class UdpTransport(DatagramTransport):
 
 
 # ---- helpers --------------------------------------------------------------------------
+
+
+def _start_mbit(rate_bit: float | None) -> int:
+    """BEGIN's start rate: ``rate_bit`` in whole Mbit/s, rounded to the nearest (the
+    receiver's idea of it is off by at most 0.5 Mbit/s); 0 for none or one that does
+    not fit the field."""
+    if rate_bit is None:
+        return 0
+    mbit = round(rate_bit / 1e6)
+    return mbit if mbit <= 0xFFFF else 0
 
 
 def _in_order(values: np.ndarray) -> list[int]:

@@ -26,6 +26,20 @@ def test_a_frame_round_trips_with_its_extra_bytes() -> None:
         ch.close()
 
 
+def test_a_begin_carries_its_senders_start_rate_and_no_other_frame_does() -> None:
+    raw, ch = channels()
+    try:
+        f = Frame(FrameType.BEGIN, 1, 0x10003, 4, 0, 5000, 1, rate_mbit=65535)
+        raw.sendall(f.encode())
+        assert ch.read() == f
+        raw.sendall(Frame(FrameType.DONE, message=1, rate_mbit=1000).encode())
+        with pytest.raises(base.ProtocolError, match="reserved field 1000"):
+            ch.read()
+    finally:
+        raw.close()
+        ch.close()
+
+
 def test_the_rto_floor_is_set_where_the_kernel_has_it() -> None:
     raw, ch = channels()
     try:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tailcut import transports
-from tailcut.transports import base, control, datagram, wire
+from tailcut.transports import base, congestion, control, datagram, wire
 from tailcut.transports.base import Kind, Message
 from tests import waiting
 
@@ -874,3 +874,20 @@ def _connect(host: str, port: int, into: list[socket.socket]) -> bool:
         return True
     except OSError:
         return False
+
+
+def test_a_message_starting_at_the_share_its_receiver_would_grant_gets_no_grant(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first message starts at its sender's link rate and is granted the receiver's
+    share; the next ones start at that grant (said in BEGIN), and no GRANT follows.
+    (Other traffic on loopback is not sampled: the share stays the whole link.)"""
+    monkeypatch.setattr(congestion.LinkMonitor, "sample", lambda self, now: None)
+    with pair("bounded-loss", 27216, p=1.0, xdp=False, job="bl-nogrant", link_mbit=300) as \
+            (server, s, _client, c):
+        for i in range(3):
+            c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
+            assert np.array_equal(s.recv(10).values, VECTOR)
+            # (its sender takes the grant as the next one's start once DONE is read)
+            waiting.until(lambda: not c.tx, within_s=5)
+            assert server.stats["grants"] == 1
+        assert c.start_grant_bit == 300e6
