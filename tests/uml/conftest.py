@@ -20,12 +20,24 @@ REPO = Path(__file__).resolve().parents[2]
 # and burst tests need more than the UML's one CPU gives on a loaded host (100 Mbit/s
 # links carried 67 and 38 Mbit/s at load 12; a Python burst of 1,300 datagrams was
 # slow enough for a 10 Mbit/s link to drain all but 135 of them, not the 150 expected).
+# The BPF programs that 6.1's verifier loads run with their own tests: the loss
+# dropper, CadentFlow's classifier, the ToR's store, the raw bpf(2) calls, BCC's
+# errors. The bounded-loss receive path's do not load (check_xdp.py says where), so
+# tests/datapath/test_partial.py, test_rxring.py and the XDP tests of
+# tests/transports/test_datagram.py are left out.
 SUITE = ("tests/test_features.py", "tests/test_doctor.py",
          "tests/test_plan.py::test_validate_refuses_a_delay_exactly_where_this_kernel_lacks_netem",
-         "tests/net/test_rtt.py")
-CHECKS = ("tests/uml/inside/check_netem.py",)
-# Boot to halt took 70-120 s on the 2-core development VM (load 10-12); past this the
-# UML is killed.
+         "tests/net/test_rtt.py",
+         "tests/datapath/test_dropper.py", "tests/datapath/test_classifier.py",
+         "tests/datapath/test_tor.py", "tests/datapath/test_bpfsys.py",
+         "tests/datapath/test_bcc.py")
+# Tests of SUITE's files that do not hold there. test_bcc's: 6.1 refuses its unchecked
+# 4-byte read at skb->data first for alignment ("misaligned packet access off
+# 2+(0x0; 0x0)+0+0 size 4"), not with the "invalid access to packet" it matches.
+DESELECTED = ("tests/datapath/test_bcc.py::test_a_verifier_rejection_carries_the_verifier_log",)
+CHECKS = ("tests/uml/inside/check_netem.py", "tests/uml/inside/check_xdp.py")
+# Boot to halt took 70-120 s on the 2-core development VM (load 10-12), 179 s (load 13)
+# since the datapath tests are in; past this the UML is killed.
 TIMEOUT_S = 300.0
 
 
@@ -78,6 +90,7 @@ def uml(tmp_path_factory: pytest.TempPathFactory) -> Inside:
     out = tmp_path_factory.mktemp("uml")
     python = machine.which_venv_python(REPO)
     selection = " ".join(shlex.quote(s) for s in SUITE + CHECKS)
+    selection += "".join(f" --deselect {shlex.quote(nodeid)}" for nodeid in DESELECTED)
     body = (f"uname -r > {out}/uname\n"
             f"TAILCUT_UML_OUT={out} {python} -m pytest -p no:cacheprovider -q -rfEs --durations=8 "
             f"--basetemp=/run/tmp/pytest --junitxml={out}/junit.xml "

@@ -44,6 +44,7 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t tmpfs none /run
 mkdir -p /run/netns /run/tmp
+mkdir -p /dev/shm   # the UML's devtmpfs has none
 mount -t tmpfs none /dev/shm
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 release=$(uname -r)
