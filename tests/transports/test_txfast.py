@@ -282,3 +282,52 @@ def test_a_compiled_pass_alone_on_its_link_stops_mid_pass_at_done(lib, sockets) 
         result = sender.pace(tx, rx.getsockname(), packets, order, None, stop, None, "peer",
                              turn=turn)
     assert calls == [0] and 0 < result.sent < 200 and turn.on_change is None
+
+
+def test_compiled_pacing_on_a_kernel_refusing_gso_sends_the_pass_one_datagram_a_message(
+        lib, sockets) -> None:
+    rx, tx = sockets
+    tx.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)   # UDP_SEGMENT: EINVAL
+    packets = sender.Packets(np.arange(1000, dtype=np.float32), job=1, message=1, kind=1,
+                             stride=100)
+    order = np.arange(len(packets))[::-1].copy()
+    b = packets.batch(tx, order, rx.getsockname(), gso=True)
+    wire_before = sender.wire_bytes_before(packets, order)
+    assert b.pace(0, 4, 3, None, 0.0, 100, None, wire_before, 0.004)[:2] == (7, 10)
+    assert not b.gso
+    assert [rx.recv(2000) for _ in order] == [packets.datagram(int(s)) for s in order]
+
+
+class _DownOnce(batch.CompiledBatch):
+    """A compiled batch whose second burst the path refuses (ENETUNREACH)."""
+
+    def __init__(self) -> None:   # (nothing of a real batch is needed)
+        self.calls = 0
+
+    def pace(self, first, first_burst, burst, rate_bit, due, bursts, until, wire_before,
+             catch_up_s):
+        self.calls += 1
+        if self.calls == 1:   # two bursts of 8 went out, the third was refused
+            self.failed = (16, 24, due)
+            raise OSError(errno.ENETUNREACH, "Network is unreachable")
+        return 32, 40, due    # the rest in three bursts
+
+    def clear(self) -> None:
+        pass
+
+    def interrupt(self) -> None:
+        pass
+
+
+def test_a_burst_the_path_refuses_while_paced_in_compiled_code_is_lost_and_the_pass_goes_on(
+        monkeypatch) -> None:
+    packets = sender.Packets(np.arange(4000, dtype=np.float32), 5, 6, 1, 100)
+    down = _DownOnce()
+    monkeypatch.setattr(sender.Packets, "batch", lambda *a, **k: down)
+    link = srpt.LinkSchedule(None)
+    turn = link.enter(10**6, lambda: None)
+    outage = sender.Outage()
+    outcome = sender.pace(None, ("127.0.0.1", 9), packets, np.arange(40), None,  # type: ignore
+                          threading.Event(), None, "peer", outage=outage, turn=turn)
+    assert down.calls == 2 and outcome == sender.Pass(sent=32, unsent=8)
+    assert outage.since is None and outage.unsent == 8
