@@ -178,6 +178,10 @@ int tailcut_partial(struct xdp_md *ctx)
 	 * cannot come unfragmented through links of the job's MTU, which the stride is
 	 * made from, so a longer payload is always such a message. */
 	udp_len = bpf_ntohs(udp->len);
+	/* A bound clang cannot fold away: 6.1's verifier knows nothing of a be16 result. */
+	asm volatile("" : "+r"(udp_len));
+	if (udp_len > 0xffff)
+		return verdict(TAILCUT_BL_SHORT);
 	if (udp_len < sizeof(*udp) + sizeof(*h) || (void *)udp + udp_len > data_end)
 		return verdict(TAILCUT_BL_SHORT);
 	payload = udp_len - sizeof(*udp);
