@@ -10,15 +10,15 @@ eBPF dropper from it), read back through tc; TCP's RTT over delayed links; datag
 lost by netem and by the dropper; a tcp job training there; feature detection,
 `tailcut doctor` and `tailcut validate` on a kernel with netem. BCC compiles there
 against Debian's 6.1 headers (linked by machine.py as scripts/setup.sh links them for
-the host), so the feature tests marked `bpf` run too, and the datapath tests of the
-programs 6.1's verifier loads: the loss dropper, CadentFlow's classifier, the ToR's
-store.
+the host), so the feature tests marked `bpf` run too, with the tests of the XDP
+counter, CadentFlow's classifier and the ToR's store, and a bounded-loss job trains
+over netem's delay and loss with its XDP counter.
 
 What it cannot: the UML has one CPU (no contention between pods' processes as on the
 host, rates and bursts need that CPU, and timings are not the host's: so the rate and
 burst tests of tests/net stay on the host), BPF runs in its interpreter (no JIT), and
-it has no AF_XDP. 6.1's verifier refuses the bounded-loss XDP counter, so no
-bounded-loss job runs there (inside/check_xdp.py checks where and why).
+it has no AF_XDP. 6.1's verifier refuses the kernel receive ring (inside/check_xdp.py
+checks where and why).
 """
 
 import ast
