@@ -46,18 +46,37 @@ def wait_phase(cluster: Any, namespace: str, job: str, phase: str,
     """The job's status once its phase is `phase` (and the figures of a finished job
     are in); fails at once on the other terminal phase."""
     deadline = time.monotonic() + within_s
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        body = get(cluster, namespace, "trainingjob", job) or {}
-        status = body.get("status") or {}
-        if status.get("phase") == phase and (phase != "Succeeded" or "jctSeconds" in status):
+    while True:
+        status = job_status(cluster, namespace, job)
+        ended = phase_reached(status, phase)
+        if ended:
             return status
-        if status.get("phase") in ("Succeeded", "Failed") and status.get("phase") != phase:
-            break
+        if ended is False or time.monotonic() >= deadline:
+            raise phase_missed(cluster, namespace, job, phase, status)
         time.sleep(1.0)
+
+
+def job_status(cluster: Any, namespace: str, job: str) -> dict[str, Any]:
+    body = get(cluster, namespace, "trainingjob", job) or {}
+    return dict(body.get("status") or {})
+
+
+def phase_reached(status: dict[str, Any], phase: str) -> bool | None:
+    """True once the status is `phase` (a Succeeded job with its figures in), False
+    once it ended in the other terminal phase, None while it may still get there."""
+    if status.get("phase") == phase and (phase != "Succeeded" or "jctSeconds" in status):
+        return True
+    if status.get("phase") in ("Succeeded", "Failed") and status.get("phase") != phase:
+        return False
+    return None
+
+
+def phase_missed(cluster: Any, namespace: str, job: str, phase: str,
+                 status: dict[str, Any]) -> AssertionError:
+    """The failure of a wait for `phase`: the last status seen, and the job's pods."""
     pods = cluster.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout
-    raise AssertionError(f"trainingjob {namespace}/{job}: wanted {phase}, status is "
-                         f"{json.dumps(status, indent=1)[:3000]}\npods:\n{pods}")
+    return AssertionError(f"trainingjob {namespace}/{job}: wanted {phase}, status is "
+                          f"{json.dumps(status, indent=1)[:3000]}\npods:\n{pods}")
 
 
 def owned_objects(cluster: Any, namespace: str, job: str) -> list[str]:

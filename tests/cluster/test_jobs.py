@@ -11,7 +11,11 @@ the node.
 
 import json
 import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 import yaml
@@ -285,27 +289,106 @@ OTHER_EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.yaml")
                                           "allreduce-bounded-loss.yaml"))
 
 
-@pytest.mark.parametrize("name", OTHER_EXAMPLES)
-def test_every_other_example_ends_on_the_cluster_as_under_tailcut_run(cluster, release,
-                                                                      namespace, name):
-    """What the plan lets Kubernetes run succeeds and meets the example's accuracy
-    target, as `tailcut run` of the same file does; what it refuses fails at once with
-    the plan's words, creating nothing."""
+# How many of the examples' pods may run at once. Side by side they share the two
+# cores, but each spends much of its time waiting (pods starting and being wired,
+# shaped links): run one after the other they took ~10 minutes of CI. The cap keeps
+# the pods within what the two nodes offer (each pod requests 100m of their 2 CPUs
+# each) and every job well inside its own timeout (300 s for most).
+MOST_PODS_AT_ONCE = 18
+
+
+@dataclass
+class Ran:
+    """One example of OTHER_EXAMPLES as the cluster ran it, in a namespace of its own."""
+
+    name: str
+    loaded: Any                 # its TrainingJob, as tailcut.spec loads it
+    job: str
+    namespace: str
+    refused: list[Any]          # what the plan refuses to run on Kubernetes
+    within_s: float             # how long after it is applied it must have ended
+    applied_at: float = 0.0
+    status: dict[str, Any] = field(default_factory=dict)
+    missed: Optional[AssertionError] = None   # it did not end as it should have
+
+    @property
+    def pods(self) -> int:
+        return 0 if self.refused else len(self.loaded.spec.pod_names())
+
+    @property
+    def phase(self) -> str:
+        return "Failed" if self.refused else "Succeeded"
+
+
+@pytest.fixture(scope="module")
+def other_examples(cluster, release):
+    """Every example of OTHER_EXAMPLES applied, each in a namespace of its own, and
+    waited for until it ends: side by side, as many at once as MOST_PODS_AT_ONCE
+    allows, the next applied as soon as one ends. By example name."""
     from tailcut import plan, spec
 
-    loaded = spec.load_file(REPO / "examples" / name)
-    job_name = f"ex-{name.removesuffix('.yaml')}"[:40]
-    if plan.needs_xdp(loaded):   # what a cluster admin does to allow bounded-loss pods
-        cluster.kubectl("label", "namespace", namespace, "tailcut.dev/bounded-loss=allowed")
-    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=example(name, job_name))
-    refused = plan.refusals(loaded, "kubernetes")
-    if refused:
-        status = chart.wait_phase(cluster, namespace, job_name, "Failed", within_s=60)
+    todo = []
+    for name in OTHER_EXAMPLES:
+        loaded = spec.load_file(REPO / "examples" / name)
+        refused = plan.refusals(loaded, "kubernetes")
+        todo.append(Ran(name, loaded, f"ex-{name.removesuffix('.yaml')}"[:40],
+                        f"ex-{uuid.uuid4().hex[:8]}", refused,
+                        within_s=60 if refused else 420))
+    # Refusals first (they end at once, with no pod), then the biggest jobs, so the
+    # small ones fill what the big ones leave.
+    todo.sort(key=lambda r: r.pods, reverse=True)
+    todo.sort(key=lambda r: not r.refused)
+    ran = {r.name: r for r in todo}
+    running: list[Ran] = []
+    try:
+        while todo or running:
+            while todo and (not running or sum(r.pods for r in running) + todo[0].pods
+                            <= MOST_PODS_AT_ONCE):
+                running.append(apply(cluster, todo.pop(0)))
+            time.sleep(2.0)
+            for r in list(running):
+                r.status = chart.job_status(cluster, r.namespace, r.job)
+                ended = chart.phase_reached(r.status, r.phase)
+                if ended is None and time.monotonic() < r.applied_at + r.within_s:
+                    continue
+                if not ended:
+                    r.missed = chart.phase_missed(cluster, r.namespace, r.job, r.phase,
+                                                  r.status)
+                running.remove(r)
+        yield ran
+    finally:
+        for r in ran.values():
+            cluster.kubectl("delete", "namespace", r.namespace, "--wait=false", check=False)
+
+
+def apply(cluster: Any, r: Ran) -> Ran:
+    """Apply the example in a namespace of its own."""
+    from tailcut import plan
+
+    cluster.kubectl("create", "namespace", r.namespace)
+    if plan.needs_xdp(r.loaded):   # what a cluster admin does to allow bounded-loss pods
+        cluster.kubectl("label", "namespace", r.namespace, "tailcut.dev/bounded-loss=allowed")
+    cluster.kubectl("-n", r.namespace, "apply", "-f", "-", input=example(r.name, r.job))
+    r.applied_at = time.monotonic()
+    return r
+
+
+@pytest.mark.parametrize("name", OTHER_EXAMPLES)
+def test_every_other_example_ends_on_the_cluster_as_under_tailcut_run(cluster,
+                                                                      other_examples, name):
+    """What the plan lets Kubernetes run succeeds and meets the example's accuracy
+    target, as `tailcut run` of the same file does; what it refuses fails at once with
+    the plan's words, creating nothing. (The examples ran side by side in the
+    `other_examples` fixture; each test checks how its own ended.)"""
+    ran = other_examples[name]
+    if ran.missed is not None:
+        raise ran.missed
+    status, loaded = ran.status, ran.loaded
+    if ran.refused:
         failed = {c["type"]: c for c in status["conditions"]}["Failed"]
-        assert failed["reason"] == "InvalidSpec" and refused[0].message in failed["message"]
-        assert not chart.owned_objects(cluster, namespace, job_name)
+        assert failed["reason"] == "InvalidSpec" and ran.refused[0].message in failed["message"]
+        assert not chart.owned_objects(cluster, ran.namespace, ran.job)
         return
-    status = chart.wait_phase(cluster, namespace, job_name, "Succeeded", within_s=420)
     target = loaded.spec.training.target_accuracy
     if target is not None:
         assert status["converged"] and status["accuracy"] >= target, status
