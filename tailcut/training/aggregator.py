@@ -66,7 +66,7 @@ class _Aggregator:
                 # Listen for the group first, then connect to the shards: a datagram
                 # transport's connections share the socket listen opens.
                 host, port = split_endpoint(cfg.aggregators[cfg.index]["endpoint"])
-                accepted = transport.listen(host, port, len(self.group), peers.left(self.deadline))
+                accepted = peers.listen(transport, host, port, len(self.group), self.deadline)
                 ups = [(f"ps-{s}", h, p) for s, (h, p) in enumerate(cfg.shards)]
                 if cfg.replica is not None:
                     ups.append(("replica-0", *cfg.replica))

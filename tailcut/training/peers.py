@@ -12,6 +12,7 @@ sends iteration 0) still reads as a worker::
 
 from __future__ import annotations
 
+import errno
 import time
 
 from tailcut import errors
@@ -25,6 +26,51 @@ _NAMES = {WORKER: "worker", AGGREGATOR: "aggregator", REPLICA: "replica", SHARD:
 def name(code: int, index: int) -> str:
     """The pod-style name of a peer: ``worker-3``, ``aggregator-0``, ``ps-1``."""
     return f"{_NAMES[code]}-{index}"
+
+
+# How long a role waits for its own address to come back before it gives up
+# listening. On Kubernetes a node agent that stops removes its pods' tc0 (and with it
+# their address) and its successor adds it again: the outage docs/kubernetes.md
+# measures is tens of seconds on a busy node, under the 120 s the pod entrypoint
+# waits for the address the first time.
+ADDRESS_WAIT_S = 120.0
+ADDRESS_POLL_S = 0.2
+
+
+def listen(
+    transport: base.Transport, host: str, port: int, count: int, deadline: float,
+    address_wait_s: float = ADDRESS_WAIT_S,
+) -> list[base.Connection]:
+    """``transport.listen`` on our own endpoint, retried while ``host`` is not an
+    address of ours (EADDRNOTAVAIL), for at most ``address_wait_s``: the address can
+    go between the pod entrypoint seeing it and the role binding (an agent restart).
+    Any other failure, or the address still missing, raises."""
+    started = time.monotonic()
+    gives_up = started + min(address_wait_s, left(deadline))
+    while True:
+        try:
+            return transport.listen(host, port, count, left(deadline))
+        except base.TransportError as err:
+            if not _address_missing(err):
+                raise
+            if time.monotonic() >= gives_up:
+                raise errors.RunError(
+                    f"cannot listen on {host}:{port}: {host} is not an address of this "
+                    f"host or pod, and did not come back in "
+                    f"{time.monotonic() - started:.1f} s of waiting (on "
+                    "Kubernetes the tailcut node agent adds it as tc0: is the agent "
+                    "running on this pod's node, and what does its log say?)"
+                ) from err
+        time.sleep(ADDRESS_POLL_S)
+
+
+def _address_missing(err: BaseException | None) -> bool:
+    """Whether `err`, or what caused it, is a bind to an address we do not have."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.EADDRNOTAVAIL:
+            return True
+        err = err.__cause__
+    return False
 
 
 def hello(

@@ -161,7 +161,7 @@ class _Server:
             # Listen first, then connect to shard 0 / the primary: a datagram transport's
             # connections share the socket listen opens on our own endpoint. Shard 0
             # waits for us meanwhile; our workers reach us as they come.
-            accepted = transport.listen(host, port, len(expected), peers.left(self.deadline))
+            accepted = peers.listen(transport, host, port, len(expected), self.deadline)
             conns.extend(accepted)
             upstream: base.Connection | None = None
             if self.is_replica:

@@ -126,7 +126,7 @@ def connect(transport: base.Transport, cfg: RoleConfig, deadline: float,
     socket on this rank's own endpoint, which the connections then share."""
     rank, world = cfg.index, cfg.num_workers
     host, port = cfg.shards[rank]
-    accepted = transport.listen(host, port, world - 1 - rank, peers.left(deadline))
+    accepted = peers.listen(transport, host, port, world - 1 - rank, deadline)
     conns.update({-1 - i: conn for i, conn in enumerate(accepted)})   # not named yet
     named = peers.accept(transport, accepted,
                          {f"worker-{k}" for k in range(rank + 1, world)}, deadline)
