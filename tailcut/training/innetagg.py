@@ -19,8 +19,6 @@ from tailcut.training import records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import agg, base, wire
 
-MAX_ELEMENTS = agg.MAX_ELEMENTS
-
 
 def _racks(cfg: RoleConfig) -> list[agg.Rack]:
     assert cfg.aggregate is not None

@@ -17,8 +17,6 @@ from tailcut.training import records
 from tailcut.training.config import RoleConfig
 from tailcut.transports import mcast, wire
 
-MAX_ELEMENTS = mcast.MAX_ELEMENTS
-
 
 class WorkerSide:
     """A worker's receiver of the copies, with what each iteration took."""
