@@ -294,7 +294,7 @@ OTHER_EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.yaml")
 # shaped links): run one after the other they took ~10 minutes of CI. The cap keeps
 # the pods within what the two nodes offer (each pod requests 100m of their 2 CPUs
 # each) and every job well inside its own timeout (300 s for most).
-MOST_PODS_AT_ONCE = 18
+MOST_PODS_AT_ONCE = 23
 
 
 @dataclass
@@ -324,7 +324,7 @@ class Ran:
 def other_examples(cluster, release):
     """Every example of OTHER_EXAMPLES applied, each in a namespace of its own, and
     waited for until it ends: side by side, as many at once as MOST_PODS_AT_ONCE
-    allows, the next applied as soon as one ends. By example name."""
+    allows, the next that fits applied as soon as one ends. By example name."""
     from tailcut import plan, spec
 
     todo = []
@@ -334,17 +334,18 @@ def other_examples(cluster, release):
         todo.append(Ran(name, loaded, f"ex-{name.removesuffix('.yaml')}"[:40],
                         f"ex-{uuid.uuid4().hex[:8]}", refused,
                         within_s=60 if refused else 420))
-    # Refusals first (they end at once, with no pod), then the biggest jobs, so the
-    # small ones fill what the big ones leave.
+    # Refusals first (they end at once, with no pod), then the biggest jobs; a
+    # smaller one starts whenever it fits in what the big ones leave.
     todo.sort(key=lambda r: r.pods, reverse=True)
     todo.sort(key=lambda r: not r.refused)
     ran = {r.name: r for r in todo}
     running: list[Ran] = []
     try:
         while todo or running:
-            while todo and (not running or sum(r.pods for r in running) + todo[0].pods
-                            <= MOST_PODS_AT_ONCE):
-                running.append(apply(cluster, todo.pop(0)))
+            for r in list(todo):   # the first that fit, big before small
+                if not running or sum(o.pods for o in running) + r.pods <= MOST_PODS_AT_ONCE:
+                    todo.remove(r)
+                    running.append(apply(cluster, r))
             time.sleep(2.0)
             for r in list(running):
                 r.status = chart.job_status(cluster, r.namespace, r.job)
