@@ -128,7 +128,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: boo
     try:
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
                               "metadata": {"name": name}, "spec": dict(body["spec"])},
-                             source=f"{namespace}/{name}")
+                             source=f"{namespace}/{name}", import_modules=False)
         # What this backend cannot build (the local one: what `tailcut run` refuses).
         plan.check(job, "kubernetes" if BACKEND == "kubernetes" else "local")
         if BACKEND == "kubernetes" and plan.needs_torch(job) and not TORCH_IMAGE:
@@ -239,7 +239,8 @@ def _refresh_from_pods(namespace: str, name: str, logger: Logger) -> None:
     old = dict(tj.get("status") or {})
     try:
         job = spec.from_dict({"apiVersion": tj["apiVersion"], "kind": tj["kind"],
-                              "metadata": {"name": name}, "spec": tj["spec"]})
+                              "metadata": {"name": name}, "spec": tj["spec"]},
+                             import_modules=False)
     except SpecError:
         return  # reconcile() already failed the job with the reason
     api_pods = _owned_pods(kubernetes.client.CoreV1Api(), namespace, name,
@@ -293,7 +294,8 @@ def follow_progress(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any
         return
     try:
         job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
-                              "metadata": {"name": name}, "spec": dict(body["spec"])})
+                              "metadata": {"name": name}, "spec": dict(body["spec"])},
+                             import_modules=False)
     except SpecError:
         return
     core = kubernetes.client.CoreV1Api()

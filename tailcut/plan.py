@@ -218,11 +218,24 @@ def cautions(job: TrainingJob, executor: Executor = "local",
 
 
 def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
-    """Nothing of a job's own: everything runs in pods, and the node agent loads the
-    ToR programs. What depends on the cluster is the operator's to say, naming the
-    chart's value: whether it has a worker image with PyTorch (`needs_torch`,
-    workers.torchImage) and whether the namespace lets bounded-loss pods attach XDP
-    (`needs_xdp`, a namespace label)."""
+    """Everything runs in pods, and the node agent loads the ToR programs. What
+    depends on the cluster is the operator's to say, naming the chart's value: whether
+    it has a worker image with PyTorch (`needs_torch`, workers.torchImage) and whether
+    the namespace lets bounded-loss pods attach XDP (`needs_xdp`, a namespace label).
+    Of the job's own: planning a CadentFlow or coflow schedule, or a ToR program,
+    builds the model, and the operator imports no tenant's module (a tenant's code
+    runs in its own pods only)."""
+    module = job.spec.training.module
+    if module is None:
+        return []
+    for field, builds_model in (
+            ("spec.scheduling.policy", job.spec.scheduling.policy in ("cadentflow", "coflow")),
+            ("spec.network.inNetwork", job.spec.network.in_network is not None)):
+        if builds_model:
+            return [Refusal(field, f"{field}: planning it on Kubernetes builds the model, and "
+                                   f"the operator imports no tenant's module "
+                                   f"(spec.training.module={module!r}): use a built-in "
+                                   "model here, or run the job with `tailcut run`")]
     return []
 
 

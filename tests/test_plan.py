@@ -344,3 +344,32 @@ def test_links_faster_than_the_hosts_cores_drive_are_a_caution_pointing_at_calib
     assert plan.cautions(fast, netem=never_probed, cores=32) == []
     assert plan.cautions(fast, "kubernetes", netem=never_probed, cores=2) == []
     assert plan.cautions(job(), netem=never_probed, cores=2) == []   # 1 Gbit/s on 2 cores
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"scheduling": {"policy": "cadentflow", "priorityLevels": 2,
+                     "flows": [{"layer": "fc1", "priority": 0}]}}, "spec.scheduling.policy"),
+    ({"scheduling": {"policy": "coflow"}}, "spec.scheduling.policy"),
+    ({"network": {"inNetwork": {"aggregate": True}}}, "spec.network.inNetwork"),
+])
+def test_on_kubernetes_what_would_build_a_tenants_module_in_the_operator_is_refused(
+        tmp_path, extra, field):
+    """The operator imports no tenant's module: a schedule or ToR program that needs the
+    model planned is refused there, naming the field and the module, and nothing is
+    imported on the way (the module would leave a marker)."""
+    marker = tmp_path / "imported"
+    tenant = tmp_path / "tenant.py"
+    tenant.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    raw = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": "tenant"},
+           "spec": {"training": {"model": "torch", "module": f"{tenant}:build"}, **extra}}
+    job = spec.from_dict(raw, import_modules=False)
+    refused = plan.refusals(job, "kubernetes")
+    assert [r.field for r in refused] == [field]
+    assert "imports no tenant's module" in refused[0].message
+    assert f"{tenant}:build" in refused[0].message
+    assert not marker.exists()
+    # a plain job of the same module plans without the model
+    plain = spec.from_dict({**raw, "spec": {"training": raw["spec"]["training"]}},
+                           import_modules=False)
+    assert plan.refusals(plain, "kubernetes") == [] and not marker.exists()

@@ -154,3 +154,25 @@ def test_tailcut_validate_and_the_operator_accept_and_refuse_the_same_specs(
     failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
     assert failed["reason"] == ("KernelLimitExceeded" if name == "deep-buffer" else "InvalidSpec")
     assert refusal and refusal in failed["message"], (refusal, failed["message"])
+
+
+def test_the_operator_imports_no_tenants_module(control_plane, namespace, operator, tmp_path):
+    """A job naming a module the operator could import (a file on its own host here):
+    a plain job's pods are made without importing it, and a CadentFlow job, whose
+    schedule would need the model built, is refused naming the module. The module
+    leaves a marker if anything imports it."""
+    marker = tmp_path / "imported"
+    tenant = tmp_path / "tenant.py"
+    tenant.write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                      "def build(seed):\n    raise SystemExit(1)\n")
+    training = {"model": "torch", "module": f"{tenant}:build"}
+    apply(control_plane, namespace, "ks-mod", {"replicas": {"workers": 1},
+                                               "training": training})
+    wait_phase(control_plane, namespace, "ks-mod", "Pending", operator)
+    apply(control_plane, namespace, "ks-mod-cf", {
+        "replicas": {"workers": 1}, "training": training,
+        "scheduling": {"policy": "cadentflow", "priorityLevels": 2}})
+    tj = wait_phase(control_plane, namespace, "ks-mod-cf", "Failed", operator)
+    failed = {c["type"]: c for c in tj["status"]["conditions"]}["Failed"]
+    assert "imports no tenant's module" in failed["message"], failed
+    assert not marker.exists(), "the operator imported the tenant's module"

@@ -134,7 +134,8 @@ def admit(pod: Any, training_job: Optional[Mapping[str, Any]]) -> Admitted:
                               "kind": training_job.get("kind"),
                               "metadata": {"name": ref.name},
                               "spec": training_job.get("spec") or {}},
-                             source=f"TrainingJob {namespace}/{ref.name}")
+                             source=f"TrainingJob {namespace}/{ref.name}",
+                             import_modules=False)   # a tenant's code runs in its pods
         policy.check_enforceable(job)   # the operator refused these already
     except SpecError as err:
         raise Denied(f"{where(pod)}: not wired: {err}") from err
