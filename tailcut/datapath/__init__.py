@@ -11,7 +11,6 @@ The modules in HELPERS are shared plumbing, not loaders:
              bpf(2) (the dropper's and the XDP counter's: no compile per run or role)
     ringbuf  read a BPF ring buffer map through mmap, as libbpf does (bpfcache's)
     clsact   tc filters on clsact hooks; who added the clsact qdisc, shared by all
-    cheader  a wire header's struct layout and #defines, read from a program's .h
     torformat  the ToR store's wire format and fixed point (loader and clients share it)
     ports    RackProgram: a ToR program's filters on rack ports, counters, detach (tor,
              agg, mcast)
@@ -19,6 +18,6 @@ The modules in HELPERS are shared plumbing, not loaders:
     mcastformat  the parameters' multicast wire format (loader, PS and workers share it)
 """
 
-HELPERS = frozenset({"bcc", "bpfsys", "bpfcache", "ringbuf", "clsact", "cheader",
+HELPERS = frozenset({"bcc", "bpfsys", "bpfcache", "ringbuf", "clsact",
                      "torformat", "aggformat",
                      "mcastformat", "ports"})

@@ -9,26 +9,26 @@ import struct
 from functools import cache
 
 from tailcut import ebpfheaders
-from tailcut.datapath import bcc, cheader, torformat
+from tailcut.datapath import torformat
 
-HEADER_FILE = bcc.EBPF_DIR / "agg.h"
+HEADER_FILE = ebpfheaders.EBPF_DIR / "agg.h"
 STRUCT = "tailcut_agg_hdr"
 
 
 @cache
 def const(name: str) -> int:
     """A TAILCUT_AGG_* constant of ebpf/agg.h, e.g. const("PORT")."""
-    return cheader.defines(HEADER_FILE, "TAILCUT_AGG_")[f"TAILCUT_AGG_{name}"]
+    return ebpfheaders.defines(HEADER_FILE, "TAILCUT_AGG_")[f"TAILCUT_AGG_{name}"]
 
 
 @cache
 def header() -> struct.Struct:
-    return cheader.packer(HEADER_FILE, STRUCT, const("HEADER"))
+    return ebpfheaders.packer(HEADER_FILE, STRUCT, const("HEADER"))
 
 
 def reasons() -> list[str]:
     """agg_stats' counter names in index order ("added", "forwarded", ...)."""
-    return cheader.enum_names(HEADER_FILE, "tailcut_agg_reason", "TAILCUT_AGG_")
+    return ebpfheaders.enum_names(HEADER_FILE, "tailcut_agg_reason", "TAILCUT_AGG_")
 
 
 if const("FRAC_BITS") != torformat.FRAC_BITS:

@@ -8,26 +8,25 @@ import struct
 from functools import cache
 
 from tailcut import ebpfheaders
-from tailcut.datapath import bcc, cheader
 
-HEADER_FILE = bcc.EBPF_DIR / "mcast.h"
+HEADER_FILE = ebpfheaders.EBPF_DIR / "mcast.h"
 STRUCT = "tailcut_mcast_hdr"
 
 
 @cache
 def const(name: str) -> int:
     """A TAILCUT_MCAST_* constant of ebpf/mcast.h, e.g. const("PORT")."""
-    return cheader.defines(HEADER_FILE, "TAILCUT_MCAST_")[f"TAILCUT_MCAST_{name}"]
+    return ebpfheaders.defines(HEADER_FILE, "TAILCUT_MCAST_")[f"TAILCUT_MCAST_{name}"]
 
 
 @cache
 def header() -> struct.Struct:
-    return cheader.packer(HEADER_FILE, STRUCT, const("HEADER"))
+    return ebpfheaders.packer(HEADER_FILE, STRUCT, const("HEADER"))
 
 
 def reasons() -> list[str]:
     """mcast_stats' counter names in index order ("replicated", "short", ...)."""
-    return cheader.enum_names(HEADER_FILE, "tailcut_mcast_reason", "TAILCUT_MCAST_")
+    return ebpfheaders.enum_names(HEADER_FILE, "tailcut_mcast_reason", "TAILCUT_MCAST_")
 
 
 STRIDE = const("STRIDE")

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from tailcut.datapath import bcc, bpfcache, cheader, clsact
+from tailcut import ebpfheaders
+from tailcut.datapath import bcc, bpfcache, clsact
 from tailcut.errors import DatapathError
 from tailcut.net import netns
 
@@ -54,7 +55,7 @@ STATS_MAP = "rx_stats"
 FILTER_PRIO = 8
 FILTER_HANDLE = 1
 HEADER = bcc.EBPF_DIR / f"{STEM}.h"
-_CONSTS = cheader.defines(HEADER, "TAILCUT_RX_")
+_CONSTS = ebpfheaders.defines(HEADER, "TAILCUT_RX_")
 EV_P = _CONSTS["TAILCUT_RX_EV_P"]
 EV_COMPLETE = _CONSTS["TAILCUT_RX_EV_COMPLETE"]
 MAX_RANGES = _CONSTS["TAILCUT_RX_MAX_RANGES"]
@@ -67,7 +68,7 @@ _PASSING = ("unknown_job", "unbound")
 
 def reasons() -> list[str]:
     """The verdict counter names of enum tailcut_rx_reason, in index order."""
-    return cheader.enum_names(HEADER, "tailcut_rx_reason", "TAILCUT_RX_")
+    return ebpfheaders.enum_names(HEADER, "tailcut_rx_reason", "TAILCUT_RX_")
 
 
 def malformed() -> list[str]:

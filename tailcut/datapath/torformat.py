@@ -13,21 +13,20 @@ from functools import cache
 import numpy as np
 
 from tailcut import ebpfheaders
-from tailcut.datapath import bcc, cheader
 
-HEADER_FILE = bcc.EBPF_DIR / "tor.h"
+HEADER_FILE = ebpfheaders.EBPF_DIR / "tor.h"
 STRUCT = "tailcut_tor_hdr"
 
 
 @cache
 def const(name: str) -> int:
     """A TAILCUT_TOR_* constant of ebpf/tor.h, e.g. const("PORT")."""
-    return cheader.defines(HEADER_FILE, "TAILCUT_TOR_")[f"TAILCUT_TOR_{name}"]
+    return ebpfheaders.defines(HEADER_FILE, "TAILCUT_TOR_")[f"TAILCUT_TOR_{name}"]
 
 
 @cache
 def header() -> struct.Struct:
-    return cheader.packer(HEADER_FILE, STRUCT, const("HEADER"))
+    return ebpfheaders.packer(HEADER_FILE, STRUCT, const("HEADER"))
 
 
 FRAC_BITS = const("FRAC_BITS")
@@ -44,7 +43,7 @@ S32 = np.iinfo(np.int32)
 
 def reasons() -> list[str]:
     """tor_stats' counter names in index order ("pulled", "pushed", ...)."""
-    return cheader.enum_names(HEADER_FILE, "tailcut_tor_reason", "TAILCUT_TOR_")
+    return ebpfheaders.enum_names(HEADER_FILE, "tailcut_tor_reason", "TAILCUT_TOR_")
 
 
 def to_fixed(values: np.ndarray) -> tuple[np.ndarray, int]:

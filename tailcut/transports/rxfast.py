@@ -28,10 +28,10 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from tailcut.datapath import bcc
+from tailcut import ebpfheaders
 
 SOURCES = (Path(__file__).with_name("rxfast.c"), Path(__file__).with_name("txfast.c"))
-HEADER = bcc.EBPF_DIR / "partial.h"
+HEADER = ebpfheaders.EBPF_DIR / "partial.h"
 ABI = 2  # RXFAST_ABI in rxfast.c
 CFLAGS = ("-O2", "-shared", "-fPIC", "-Wall")
 

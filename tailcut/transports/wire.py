@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tailcut.datapath import bcc, cheader
+from tailcut import ebpfheaders
 from tailcut.transports import base
 
-HEADER_FILE = bcc.EBPF_DIR / "partial.h"
+HEADER_FILE = ebpfheaders.EBPF_DIR / "partial.h"
 STRUCT = "tailcut_bl_hdr"
 VALUE_DTYPE = np.dtype("<f4")
 # IP (20) and UDP (8) headers: a 1500-byte MTU leaves 1472 bytes for our datagram.
@@ -42,8 +42,8 @@ class BadPacket(base.ProtocolError):
 @cache
 def _layout() -> tuple[type[ctypes.BigEndianStructure], dict[str, int]]:
     """The ctypes view of struct tailcut_bl_hdr and the TAILCUT_BL_* constants."""
-    header = cheader.struct_type(HEADER_FILE, STRUCT)
-    consts = cheader.defines(HEADER_FILE, "TAILCUT_BL_")
+    header = ebpfheaders.struct_type(HEADER_FILE, STRUCT)
+    consts = ebpfheaders.defines(HEADER_FILE, "TAILCUT_BL_")
     if ctypes.sizeof(header) != consts["TAILCUT_BL_HDR_BYTES"]:
         raise RuntimeError(f"{HEADER_FILE}: struct {STRUCT} is {ctypes.sizeof(header)} bytes, "
                            f"TAILCUT_BL_HDR_BYTES says {consts['TAILCUT_BL_HDR_BYTES']}")
