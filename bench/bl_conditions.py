@@ -98,9 +98,10 @@ def job(condition: str, transport: str, bandwidth: str | None = None
     raw = CONDITIONS[condition]()
     raw["metadata"]["name"] = f"blc-{'tcp' if transport == 'tcp' else 'bl'}"
     raw["spec"]["transport"] = dict(TRANSPORTS[transport])
-    if bandwidth or BANDWIDTH:
+    rate = bandwidth or BANDWIDTH
+    if rate:
         for link in ("accessLink", "uplink"):
-            raw["spec"]["network"][link]["bandwidth"] = bandwidth or BANDWIDTH
+            raw["spec"]["network"][link]["bandwidth"] = rate
     if transport == "tcp" and TCP_CONGESTION_CONTROL:
         raw["spec"]["transport"]["tcpCongestionControl"] = TCP_CONGESTION_CONTROL
     return spec.from_dict(raw)
@@ -204,15 +205,12 @@ def rate_response(conditions: list[str], runs: dict[str, dict[str, list[dict[str
                 continue
             print(f"at {lower} {c:>18} {t:>12}: {described(r, started)}", flush=True)
             verdicts = [x["verdict"] for x in runs[c][t]]
-            check = calibrate.elasticity(
-                statistics.median(x["s_per_iteration"] for x in runs[c][t]),
-                r["s_per_iteration"], upper, units.parse_bandwidth(lower))
+            above = statistics.median(x["s_per_iteration"] for x in runs[c][t])
+            check = calibrate.elasticity(above, r["s_per_iteration"], upper, upper // 2)
             checks.append({"condition": c, "transport": t, "from": bandwidth, "to": lower,
                            **check, "verdicts": verdicts, "verdict_lower": r["verdict"],
                            "agrees": judged(check["response"], verdicts),
-                           "ms_per_iteration": [
-                               1e3 * statistics.median(x["s_per_iteration"] for x in runs[c][t]),
-                               1e3 * r["s_per_iteration"]]})
+                           "ms_per_iteration": [1e3 * above, 1e3 * r["s_per_iteration"]]})
     return checks
 
 
