@@ -3,10 +3,10 @@ speedup, Table 1's tail slowdown.
 
 - a loss-tolerance sweep in the paper's own emulation (single floats of the gradients
   lost, `--granularity coordinate --direction push`, p in steps of 0.05);
-- the quickstart MLP on the testbed over tcp and over bounded-loss p = 0.9, in two
-  conditions: coin-flip (1% random loss on every access link), and congestion (the
+- the quickstart MLP on the testbed over tcp and over bounded-loss p = 0.9, in three
+  conditions: coin-flip (1% random loss on every access link), congestion (the
   paper's setting, Sec. 3.1: background load 0.5 and shallow switch buffers, no random
-  loss); JCT side by side, TCP's counters, the switches' queue drops, and the
+  loss) and incast (8 workers into the PS's port); JCT side by side, TCP's counters, the switches' queue drops, and the
   congestion tcp runs' tail message completions for Table 1.
 """
 
@@ -93,9 +93,9 @@ def _job(condition: str, short: str, repeat: int, quick: bool) -> jobs.Raw:
 
 
 def _estimate_s(condition: str, short: str, quick: bool) -> float:
-    if condition == "loss":   # at 200 Mbit/s on a quiet host: tcp 46 s, bounded loss 26 s
+    if condition == "loss":   # at 200 Mbit/s on a quiet host: tcp 44 s, bounded loss 25 s
         return (25 if quick else 60) if short == "tcp" else (15 if quick else 35)
-    if condition == "incast":   # at 200 Mbit/s on a quiet host: tcp 120 s, bounded loss 72 s
+    if condition == "incast":   # at 200 Mbit/s on a quiet host: tcp 118 s, bounded loss 70 s
         return (45 if quick else 135) if short == "tcp" else (35 if quick else 85)
     # with Locust's start, warm-up and stop; measured under a load average of 16-24
     return (45 if quick else 60) if short == "tcp" else (90 if quick else 120)

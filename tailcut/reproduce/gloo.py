@@ -1,8 +1,8 @@
 """The apnet19 report's section "against Gloo": what a PyTorch user runs today, DDP with
 Gloo's ring all-reduce, against bounded loss, on the same torch model.
 
-The quickstart network (its links at jobs.COMPARISON_BANDWIDTH, where a 2-core host is
-network-bound) and the torch MLP (torch-mlp: the MLP as an nn.Module, from the
+The quickstart network (its links at jobs.COMPARISON_BANDWIDTH, where a 2-core host ran
+the numpy quickstart's pairs network-bound) and the torch MLP (torch-mlp: the MLP as an nn.Module, from the
 same initial parameters), to 93% test accuracy, by ``syncMode: allreduce`` over tcp
 (Gloo), by a bsp PS over bounded-loss p = 0.9 and by ``syncMode: allreduce`` over
 bounded-loss p = 0.9 (tailcut's transpose all-reduce, tailcut.training.transpose),

@@ -15,11 +15,12 @@ from tailcut import spec
 
 Raw = dict[str, Any]
 
-# The links of the runs that compare transports: a rate at which a 2-core host runs
-# each of them network-bound (`tailcut calibrate`; docs/fidelity.md), so that the
-# comparison is of the transports on the network and not of their CPU cost. At
-# 1 Gbit/s the host bound or nearly bound bounded loss's runs, and the congested and
-# incast ones of tcp too.
+# The links of the runs that compare transports: the rate at which a 2-core host ran
+# the quickstart's tcp and bounded-loss pairs network-bound in every condition
+# (bench/bl_conditions.py; docs/fidelity.md), so that the comparison is of the
+# transports on the network and not of their CPU cost. At 1 Gbit/s the host bound or
+# nearly bound bounded loss's runs, and the congested and incast ones of tcp too.
+# (The torch jobs of the Gloo section were not calibrated: their verdicts say.)
 COMPARISON_BANDWIDTH = "200Mbit"
 
 
