@@ -313,6 +313,14 @@ class CompiledBatch:
         # pace()'s failed burst: its first datagram, one past it, and due before it
         self.failed = (0, 0, 0.0)
 
+    def _gso_refused(self, err: int) -> bool:
+        """Whether ``err`` is this kernel refusing UDP GSO before anything of the pass
+        went out; then GSO is off for the rest of it and the caller sends again."""
+        if -err in GSO_REFUSED and self._pass.gso_size and not self._pass.sent_any:
+            self._pass.gso_size, self._pass.max_segments = 0, 1
+            return True
+        return False
+
     def send(self, first: int, count: int) -> None:
         """Send datagrams ``first .. first + count - 1``; all of them."""
         self._pass.fd = self._sock.fileno()   # -1 once closed: EBADF, not another socket
@@ -320,9 +328,7 @@ class CompiledBatch:
         if err == -errno.ERANGE:
             raise ValueError(f"datagrams {first}..{first + count - 1}: a slot or range "
                              "outside the batch")
-        if -err in GSO_REFUSED and self._pass.gso_size and not self._pass.sent_any:
-            # no UDP GSO here
-            self._pass.gso_size, self._pass.max_segments = 0, 1
+        if self._gso_refused(err):
             err = self._lib.txfast_send(self._pointer, first, count)
         if err:
             raise OSError(-err, os.strerror(-err))
@@ -348,8 +354,7 @@ class CompiledBatch:
         args = (self._pointer, wire.ctypes.data, first_burst, burst, rate_bit or 0.0, bursts,
                 int(until * 1e9) if until is not None else 0, int(catch_up_s * 1e9))
         err = self._lib.txfast_pace(*args)
-        if -err in GSO_REFUSED and p.gso_size and not p.sent_any:
-            p.gso_size, p.max_segments = 0, 1   # no UDP GSO here: the same burst again
+        if self._gso_refused(err):   # the same burst again
             p.next = p.last
             err = self._lib.txfast_pace(*args)
         if err == -errno.ERANGE:

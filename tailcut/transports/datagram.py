@@ -841,14 +841,8 @@ class DatagramTransport(base.Transport):
             if f.message in self._recv.rx:
                 raise base.ProtocolError(f"{conn.peer}: BEGIN of message {f.message:#x} twice")
             done = self._recv.begin(conn, batch.ipv4(conn.udp_addr[0]), f.message, f.kind,
-                                    f.iteration, f.sender, f.count, f.sent_at_ns, layout)
-            rx = self._recv.rx.get(f.message)
-            if rx is not None:
-                # What the sender starts at counts as granted: a share within
-                # congestion.REGRANT_RATIO of it is not sent (one frame and a wake-up of
-                # the sender's control thread a message, where each message's share
-                # is the last one's).
-                rx.granted_kbit = f.rate_mbit * 1000
+                                    f.iteration, f.sender, f.count, f.sent_at_ns, layout,
+                                    start_kbit=f.rate_mbit * 1000)
         self._finish(done)
         self._regrant()
         self._wake_loop()  # with XDP on, the receive thread reads only once told

@@ -69,7 +69,9 @@ class Rx:
     end_at: float | None = None  # monotonic time the last END was read (None: no pass)
     end_ns: int = 0  # the same moment, CLOCK_REALTIME, to compare with packet timestamps
     ends: int = 0  # END frames of the current pass read so far (a tagged pass sends several)
-    granted_kbit: int = 0  # the last GRANT sent for it (congestion.py); 0: none yet
+    # the rate its sender runs at as far as grants go (congestion.py): the last GRANT
+    # sent, or the rate its BEGIN said it starts at; 0: neither
+    granted_kbit: int = 0
     repairs: int = 0  # NACKs sent for it: each asks for one pass of retransmissions
     # Early close: the threshold below p it may be handed over at, the kernel arrival
     # time (CLOCK_REALTIME) of its newest packet, the moving average of the gaps
@@ -159,16 +161,19 @@ class Receiver:
 
     def begin(self, conn: Peer, source: int, message: int, kind: int, iteration: int,
               sender: int, total: int, sent_at_ns: int,
-              layout: cutlayout.Layout | None = None) -> list[Done]:
+              layout: cutlayout.Layout | None = None, start_kbit: int = 0) -> list[Done]:
         """A BEGIN (checked by the caller, ``layout`` decoded from its cut table):
         allocate the message, replay its stash. p applies to the message's elements,
-        not to the padding of a layout."""
+        not to the padding of a layout. ``start_kbit``: the rate the sender starts at,
+        which counts as granted (a share within congestion.REGRANT_RATIO of it is not
+        sent: one frame and a wake-up of the sender a message fewer)."""
         n_slots = wire.slots(total, self.stride)
         elements = total if layout is None else layout.elements
         rx = Rx(conn, source, message, kind, iteration, sender, total, sent_at_ns,
                 threshold_elements(self.p, elements), np.zeros(total, wire.VALUE_DTYPE),
                 np.zeros(total, bool), np.zeros(n_slots, bool),
-                wire.template(self.job_id, message, kind, total), layout=layout)
+                wire.template(self.job_id, message, kind, total), layout=layout,
+                granted_kbit=start_kbit)
         rx.min_threshold = rx.threshold if not self.early_close else \
             threshold_elements(self.min_p or self.p, elements)
         # (A kind or a total check_batch refuses keeps its packets on that path.)

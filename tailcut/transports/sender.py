@@ -244,7 +244,11 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
     A compiled batch paces the bursts of a pass alone on its link in txfast.c (one
     call, one wake-up of this thread, while nothing changes), else one a call."""
     outcome = Pass()
-    sent_bytes = wire_bytes_before(packets, order)
+    sent_bytes = wire_bytes_before(packets, order)   # an array: txfast.c reads it
+    # what the per-burst arithmetic reads of it, as Python ints once per pass
+    # (sent_bytes[0] is 0; an empty pass never enters the loop)
+    first_datagram_bytes = int(sent_bytes[1]) if len(order) else 0
+    total_bytes = int(sent_bytes[-1])
     compiled = batch if turn is not None and isinstance(batch, batch_mod.CompiledBatch) \
         else None
 
@@ -274,14 +278,14 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
         count = burst = burst_packets
         if rate_bit:
             count = burst = max(burst, min(MAX_BURST_PACKETS, int(
-                rate_bit * BURST_S / 8 / (sent_bytes[1] - sent_bytes[0]))))
+                rate_bit * BURST_S / 8 / first_datagram_bytes)))
         if due is None:
             credit_s = START_CREDIT_S if idle_link else 0.0  # (False once it waited)
             if rate_bit and credit_bytes is not None:
                 credit_s = min(credit_s, 8 * credit_bytes / rate_bit)
             due = time.monotonic() - credit_s
             if rate_bit:  # the credit goes out at once
-                count = max(count, int(rate_bit * credit_s / 8 / sent_bytes[1]))
+                count = max(count, int(rate_bit * credit_s / 8 / first_datagram_bytes))
         count = min(count, len(order) - first)
         start = first  # of the last burst sent, of ``count`` datagrams
         try:
@@ -312,7 +316,7 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             outage.refused(count, err.errno, time.monotonic(), peer)
         first = start + count
         if turn is not None:
-            turn.sent(int(sent_bytes[-1] - sent_bytes[first]), first)
+            turn.sent(total_bytes - int(sent_bytes[first]), first)
         if stop.is_set():
             return outcome
         if deadline is not None and time.monotonic() > deadline:
