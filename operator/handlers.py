@@ -126,9 +126,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: boo
     # change (not applied) does not move what the status says it describes.
     generation = old.get("specGeneration") or body["metadata"].get("generation")
     try:
-        job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
-                              "metadata": {"name": name}, "spec": dict(body["spec"])},
-                             source=f"{namespace}/{name}", import_modules=False)
+        job = _job_of(body, name, source=f"{namespace}/{name}")
         # What this backend cannot build (the local one: what `tailcut run` refuses).
         plan.check(job, "kubernetes" if BACKEND == "kubernetes" else "local")
         if BACKEND == "kubernetes" and plan.needs_torch(job) and not TORCH_IMAGE:
@@ -238,9 +236,7 @@ def _refresh_from_pods(namespace: str, name: str, logger: Logger) -> None:
         raise
     old = dict(tj.get("status") or {})
     try:
-        job = spec.from_dict({"apiVersion": tj["apiVersion"], "kind": tj["kind"],
-                              "metadata": {"name": name}, "spec": tj["spec"]},
-                             import_modules=False)
+        job = _job_of(tj, name)
     except SpecError:
         return  # reconcile() already failed the job with the reason
     api_pods = _owned_pods(kubernetes.client.CoreV1Api(), namespace, name,
@@ -293,9 +289,7 @@ def follow_progress(body: kopf.Body, patch: kopf.Patch, logger: Logger, **_: Any
         _refresh_from_pods(namespace, name, logger)
         return
     try:
-        job = spec.from_dict({"apiVersion": body["apiVersion"], "kind": body["kind"],
-                              "metadata": {"name": name}, "spec": dict(body["spec"])},
-                             import_modules=False)
+        job = _job_of(body, name)
     except SpecError:
         return
     core = kubernetes.client.CoreV1Api()
@@ -390,6 +384,14 @@ class _Refused(Exception):
 class _Retry(Exception):
     """The API server refused to create an object; trying again may pass (a quota
     frees up, a webhook comes back). The message is the server's words."""
+
+
+def _job_of(obj: Any, name: str, source: str = "<dict>") -> spec.TrainingJob:
+    """The TrainingJob of a custom resource's body. A tenant's `training.module` is
+    checked for its form and never imported here: it runs in the job's own pods."""
+    return spec.from_dict({"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                           "metadata": {"name": name}, "spec": dict(obj["spec"])},
+                          source=source, import_modules=False)
 
 
 def _api_words(err: Any) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tailcut import ebpfheaders
-from tailcut.ml import models
+from tailcut.ml import data, models
 from tailcut.net import naming
 from tailcut.net.topology import Topology
 from tailcut.spec.model import TrainingJob
@@ -56,12 +56,17 @@ def worker_racks(topo: Topology, address_of: Callable[[int], str]) -> Section:
     return {"racks": racks}
 
 
+def _built(job: TrainingJob) -> tuple[models.Model, data.Dataset]:
+    """The job's model (a torch module's too: by its model_ref) and its data set."""
+    ref, seed = job.spec.training.model_ref, job.spec.training.seed
+    dataset = models.dataset(ref, seed)
+    return models.create(ref, dataset), dataset
+
+
 def with_model_length(job: TrainingJob, spec_section: Section) -> Section:
     """`spec_section` with the model's length, "elements" (building the model tells
     it), resolved once as data for the node."""
-    ref = job.spec.training.model_ref
-    elements = models.create(ref, models.dataset(ref, job.spec.training.seed)).num_params
-    return {**spec_section, "elements": elements}
+    return {**spec_section, "elements": _built(job)[0].num_params}
 
 
 # ---- the hot-parameter store: one program, in ps-0's rack ------------------------------
@@ -82,8 +87,7 @@ def resolve_hot_store(job: TrainingJob, spec_section: Section) -> Section:
     """The hot set chosen (top_k: profiling the model's gradients) and the store's
     initial values, once, as data: the roles and the node agent take them as they are."""
     t = job.spec.training
-    dataset = models.dataset(t.model, t.seed)
-    model = models.create(t.model, dataset)
+    model, dataset = _built(job)
     index = hotchoice.select(spec_section, model, dataset, t.batch_size, t.seed)
     initial = model.init_params(np.random.default_rng(t.seed))[index].astype("<f4")
     return {"address": spec_section["address"], "rack": spec_section["rack"],

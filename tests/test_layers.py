@@ -3,6 +3,7 @@ package's layers, the planners apart from the appliers, and tailcut.k8s's rooms)
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,10 +17,11 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
     assert "3 kept, 0 broken" in done.stdout
 
 
-# What applies a plan: netlink, the BPF loaders, the transports, the kernel probes.
-APPLIERS = ("tailcut.net.build", "tailcut.net.netns", "tailcut.net.rtnl", "tailcut.net.tc",
-            "tailcut.datapath", "tailcut.transports", "tailcut.innetwork", "tailcut.features",
-            "pyroute2", "bcc")
+# What applies a plan (netlink, the BPF loaders, the transports, the kernel probes):
+# the forbidden contract's own list, so that the test and the contract cannot drift.
+APPLIERS = tuple(next(c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())
+                      ["tool"]["importlinter"]["contracts"]
+                      if c["type"] == "forbidden")["forbidden_modules"])
 
 
 def test_the_operator_loads_planners_only() -> None:

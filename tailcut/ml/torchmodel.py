@@ -134,13 +134,20 @@ class ModuleError(ValueError):
     """``training.module`` cannot be loaded or breaks the factory contract."""
 
 
-def load_factory(ref: str) -> Any:
-    """The factory ``ref`` ("pkg.mod:name" or "path/file.py:name") names; ModuleError
-    says what is wrong (the caller names the field)."""
+def split_ref(ref: str) -> tuple[str, str]:
+    """(module or file, factory name) of ``ref``; ModuleError if it has not that form.
+    Imports nothing."""
     where, sep, name = ref.rpartition(":")
     if not sep or not where or not name.isidentifier():
         raise ModuleError("must be \"package.module:factory\" or "
                           "\"path/to/file.py:factory\"")
+    return where, name
+
+
+def load_factory(ref: str) -> Any:
+    """The factory ``ref`` ("pkg.mod:name" or "path/file.py:name") names; ModuleError
+    says what is wrong (the caller names the field)."""
+    where, name = split_ref(ref)
     require()
     try:
         if where.endswith(".py"):

@@ -201,16 +201,17 @@ class Training(_Model):
         import_modules=False), only its form is checked."""
         if value is None:
             return value
-        where, sep, name = value.rpartition(":")
+        from tailcut.ml import torchmodel
         if not (info.context or {}).get("import_modules", True):
-            if not (sep and where and name.isidentifier()):
-                raise ValueError(f"{value!r} must be \"package.module:factory\" or "
-                                 "\"path/to/file.py:factory\"")
+            try:
+                torchmodel.split_ref(value)
+            except torchmodel.ModuleError as err:
+                raise ValueError(f"{value!r} {err}") from None
             return value
+        where, sep, name = value.rpartition(":")
         if sep and where.endswith(".py"):
             import os
             value = f"{os.path.abspath(where)}:{name}"
-        from tailcut.ml import torchmodel
         try:
             torchmodel.load_factory(value)
         except (torchmodel.TorchMissing, torchmodel.ModuleError) as err:
