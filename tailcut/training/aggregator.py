@@ -21,6 +21,7 @@ import numpy as np
 from tailcut import errors, transports
 from tailcut.ml import models
 from tailcut.training import inbox, peers, ps, records, syncmodes
+from tailcut.training import shards
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -45,7 +46,7 @@ class _Aggregator:
         model = models.create(cfg.model, models.dataset(cfg.model, cfg.seed))
         self.num_params = model.num_params
         self.ranges = [
-            ps.shard_range(model.num_params, cfg.num_shards, s) for s in range(cfg.num_shards)
+            shards.shard_range(model.num_params, cfg.num_shards, s) for s in range(cfg.num_shards)
         ]
         self.sent: dict[tuple[str, int], tuple[int, int]] = {}
 

@@ -48,7 +48,7 @@ from tailcut.ml import models
 from tailcut.training import (aggregation, cpustats, flows, hotset, inbox, innetagg, innetmcast, peers,
                               records, rpc, syncmodes)
 from tailcut.training.config import RoleConfig
-from tailcut.training.shards import shard_range as shard_range   # re-exported
+from tailcut.training.shards import shard_range
 from tailcut.transports import base, hot
 from tailcut.transports.base import Kind, Message
 

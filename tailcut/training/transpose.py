@@ -1,7 +1,7 @@
 """All-reduce over tailcut's own datagram transports: ``syncMode: allreduce`` with
 ``transport.type`` bounded-loss or udp. No PS and no Gloo: a transpose all-reduce.
 
-Rank r of N owns a contiguous 1/N of the flat parameters (``ps.shard_range``, as a PS
+Rank r of N owns a contiguous 1/N of the flat parameters (``shards.shard_range``, as a PS
 shard would) and keeps a copy of the rest. Every iteration, on every rank at once:
 
     the gradient of its next minibatch, on its copy
@@ -49,6 +49,7 @@ import numpy as np
 from tailcut import errors, transports
 from tailcut.training import (aggregation, allreduce, cpustats, peers, ps, records, relay,
                               syncmodes, worker)
+from tailcut.training import shards
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -285,7 +286,7 @@ class _Exchange:
 
 
 def _ranges(num_params: int, world: int) -> list[tuple[int, int]]:
-    return [ps.shard_range(num_params, world, k) for k in range(world)]
+    return [shards.shard_range(num_params, world, k) for k in range(world)]
 
 
 def _check_fits(racks: relay.Racks, num_params: int, message_limit: int | None) -> None:

@@ -35,6 +35,7 @@ from tailcut import errors, transports
 from tailcut.ml import data, layerwise, models
 from tailcut.training import (cpustats, flows, hotset, inbox, innetagg, innetmcast, peers, ps,
                               records)
+from tailcut.training import shards
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
@@ -110,7 +111,7 @@ class _Worker:
             len(self.x), cfg.batch_size, np.random.default_rng([cfg.seed, 1 + cfg.index])
         )
         self.ranges = [
-            ps.shard_range(self.model.num_params, cfg.num_shards, s) for s in range(cfg.num_shards)
+            shards.shard_range(self.model.num_params, cfg.num_shards, s) for s in range(cfg.num_shards)
         ]
         self.aggregator = cfg.aggregator_of(cfg.index)
         self.failed_over: dict[str, Any] | None = None

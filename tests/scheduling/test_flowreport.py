@@ -6,6 +6,7 @@ import pytest
 
 from tailcut.scheduling import flowreport
 from tailcut.training import flows, flowsection
+from tailcut.training import shards
 
 MS = 1_000_000
 
@@ -92,7 +93,7 @@ def test_a_coflow_jobs_roles_get_each_flows_madd_rate_from_sizes_and_links():
     # Push: the same sizes the other way round, and the same Gamma.
     assert pace["worker-1"]["ps-1"] == pytest.approx(small / gamma, rel=1e-6)
     assert set(pace) == {"ps-0", "ps-1", "worker-0", "worker-1"}
-    assert ps.shard_range(1001, 2, 0) == (0, 501)
+    assert shards.shard_range(1001, 2, 0) == (0, 501)
     role = flowreport.role_flows(job)
     assert role["policy"] == "coflow"
     flowsection.check(role)  # what the roles will accept

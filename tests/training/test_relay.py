@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tailcut.training import relay, transpose
+from tailcut.training.shards import shard_range
 from tailcut.transports.base import Kind, Message
 
 LAYOUTS = {"one rack": [0, 0, 0, 0], "a rank per rack": [0, 1, 2, 3],
@@ -108,7 +109,7 @@ def test_every_rank_ends_with_the_mean_gradient_step_and_sends_what_a_ring_sends
 
 
 def _shard_size(size: int, world: int, k: int) -> int:
-    lo, hi = transpose.ps.shard_range(size, world, k)
+    lo, hi = shard_range(size, world, k)
     return hi - lo
 
 

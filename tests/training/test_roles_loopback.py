@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from tailcut.training import ps, rpc
+from tailcut.training import shards
+from tailcut.training.shards import shard_range
 from tests.training import loopback
 
 
@@ -35,7 +37,7 @@ def test_two_shards_each_get_their_half_of_every_push_and_the_job_converges(
     assert events["ps-1"][-1]["stop_reason"] == "stopped_by_ps_0"
     iterations = done["iterations"]
     for shard in (0, 1):
-        lo, hi = ps.shard_range(64714, 2, shard)
+        lo, hi = shards.shard_range(64714, 2, shard)
         pushes = [r for r in _server_rows(job.results, f"ps-{shard}") if r["op"] == "push"]
         assert len(pushes) == 3 * iterations
         assert {int(r["request_bytes"]) for r in pushes} == {28 + 4 * (hi - lo)}
@@ -51,7 +53,7 @@ def test_two_shards_each_get_their_half_of_every_push_and_the_job_converges(
 
 def test_shard_ranges_cover_the_vector_once_with_sizes_within_one() -> None:
     for n, shards in [(64714, 1), (64714, 3), (10, 4), (5, 5)]:
-        ranges = [ps.shard_range(n, shards, s) for s in range(shards)]
+        ranges = [shard_range(n, shards, s) for s in range(shards)]
         assert ranges[0][0] == 0 and ranges[-1][1] == n
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
         sizes = [hi - lo for lo, hi in ranges]

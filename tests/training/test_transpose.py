@@ -18,6 +18,7 @@ from tailcut import errors
 from tailcut.ml import data, models, torchmodel
 from tailcut.training import (allreduce, exits, ps, records, relay, syncmodes, transpose,
                               worker)
+from tailcut.training.shards import shard_range
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, datagram
 from tailcut.transports.base import Kind, Message
@@ -114,7 +115,7 @@ def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_pa
         assert len(received) == ipe * _messages_to(layout, rank)   # relay.py's plan
         for r in received:
             shards = _shards_in(layout, r["kind"], int(r["sender"]), rank)
-            size = sum(np.diff(ps.shard_range(num_params, RANKS, k))[0] for k in shards)
+            size = sum(np.diff(shard_range(num_params, RANKS, k))[0] for k in shards)
             assert int(r["missing"]) <= size - datagram.threshold_elements(0.8, size)
         assert any(int(r["missing"]) > 0 for r in received)   # p left some out
 

@@ -13,6 +13,7 @@ import pytest
 
 from tailcut.ml import models
 from tailcut.training import exits, ps, worker
+from tailcut.training import shards
 from tailcut.training.config import RoleConfig
 from tailcut.transports import base, tcp
 from tailcut.transports.base import Kind, Message
@@ -110,7 +111,7 @@ def _worker_against_two_shards(tmp_path: Path, job: str, stop_after_s: float | N
         try:
             seen_here = seen if index == 0 else []
             seen_here.append(conn.recv(timeout_s=30))
-            lo, hi = ps.shard_range(num_params, 2, index)
+            lo, hi = shards.shard_range(num_params, 2, index)
             conn.send(Message(Kind.PARAMS, 0, base.PS_SENDER, np.zeros(hi - lo, np.float32)))
             if index == 1:
                 pushed.wait(30)
