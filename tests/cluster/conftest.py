@@ -1,8 +1,8 @@
 """The tests marked `cluster` run on a real Kubernetes cluster of two nodes and a kind-like
 third (tailcut.k8s.node.cluster: etcd, the control plane, containerd + runc, the
 kubelet, kube-proxy and CoreDNS; the second node its own network namespace with its own
-containerd, kubelet and kube-proxy), brought up once per session and taken down at its
-end, with tailcut's images built from their Dockerfiles and the chart installed with
+containerd, kubelet and kube-proxy), brought up once for this package and taken down after its
+last test, with tailcut's images built from their Dockerfiles and the chart installed with
 helm. A job's racks are spread over both nodes (tailcut.k8s.manifests.placement), so every
 multi-rack example runs across nodes, its spines joined by VXLAN. A third node,
 tcnode-2, looks like a kind node as kind's defaults make it (LAN MTU 1500, no kernel
@@ -35,7 +35,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="session")
+# Package scope: the cluster's daemons (apiserver, etcd, kubelets) stop when the last
+# cluster test ends, so the tests after them do not share the cores with them.
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory, k8s_tools):
     if os.geteuid() != 0:
         pytest.skip("the cluster tests need root (namespaces, containerd, the kubelet)")
@@ -48,7 +50,7 @@ def cluster(tmp_path_factory, k8s_tools):
         Cluster.down(workdir, progress=lambda line: None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def release(cluster):
     """tailcut's images, the worker with PyTorch too (cached until their sources
     change), loaded into the nodes, as `kind load docker-image` would, and the chart
