@@ -25,6 +25,7 @@ from tailcut.transports import cutlayout, rxfast, wire
 # lag the data); beyond this they are dropped and recovered as losses.
 STASH_PACKETS = 16384
 FINISHED_REMEMBERED = 4096
+RETIRED_CHECKED = 64   # finished messages whose late packets rxfast.c checks
 MAX_ENDS = 256  # END frames a pass may announce (one per TOS it used)
 # Early close (min_p < p): once a pass's LAST packet is read, a message below p is
 # handed over with what arrived (if at least min_p) after QUIET_GAPS of its recent
@@ -153,6 +154,12 @@ class Receiver:
         self.native = rxfast.library()  # None: numpy does every step
         self._native_out = np.zeros(4, np.int64)
         self._native_out_at = self._native_out.ctypes.data
+        # The last RETIRED_CHECKED finished messages as rxfast.c sees them, every slot
+        # marked seen and no array to write to: the packets still in flight after DONE
+        # (the tail beyond p) are checked and counted late by one call, not by numpy.
+        self._retired: collections.OrderedDict[int, rxfast.Message] = \
+            collections.OrderedDict()
+        self._all_seen = np.ones(wire.slots(max_elements, stride), bool)
 
     @property
     def early_close(self) -> bool:
@@ -182,6 +189,7 @@ class Receiver:
             rx.make_native(self.stride)
         done: list[Done] = []
         self.finished.pop(message, None)
+        self._retired.pop(message, None)
         self.rx[message] = rx
         ktime = self._early_fired.pop(message, None)
         if ktime is not None:
@@ -310,13 +318,20 @@ class Receiver:
         out, out_at = self._native_out, self._native_out_at
         taken = 0
         while taken < n:
-            rx = self.rx.get(int.from_bytes(data[taken, _MESSAGE_BYTES].tobytes(), "big"))
+            message = int.from_bytes(data[taken, _MESSAGE_BYTES].tobytes(), "big")
+            rx = self.rx.get(message)
+            late = self._retired.get(message) if rx is None else None
+            native_at = (rx.native_at if rx is not None and rx.native is not None
+                         else ctypes.addressof(late) if late is not None else 0)
             run = 0
-            if rx is not None and rx.native is not None:
+            if native_at:
                 run = self.native.rxfast_accept_run(
                     at + taken * row_bytes, n - taken, row_bytes, lengths_at + 8 * taken,
-                    sources_at + 8 * taken, rx.native_at, out_at)
-            if run and rx is not None:
+                    sources_at + 8 * taken, native_at, out_at)
+            if run and rx is None:
+                # well-formed packets of a finished message: late, as _unbegun counts them
+                self.stats["late"] += run
+            elif run and rx is not None:
                 added, duplicates, elements, wire_bytes = out.tolist()
                 rx.count += elements
                 rx.wire_bytes += wire_bytes
@@ -476,6 +491,13 @@ class Receiver:
         self.finished[rx.message] = None
         while len(self.finished) > FINISHED_REMEMBERED:
             self.finished.popitem(last=False)
+        if rx.native is not None:
+            late = rxfast.Message.from_buffer_copy(rx.native)
+            late.values = late.mask = None   # never written: every slot is seen
+            late.seen = self._all_seen.ctypes.data
+            self._retired[rx.message] = late
+            while len(self._retired) > RETIRED_CHECKED:
+                self._retired.popitem(last=False)
 
     def next_sweep(self, grace_s: float) -> float | None:
         """When ``sweep`` next has a pass to judge (monotonic), or None: no END is in."""

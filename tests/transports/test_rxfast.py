@@ -102,6 +102,13 @@ def _run(r: receiver.Receiver, batches: list[list[tuple[bytes, int]]],
     peer = Peer()
     r.peers[1] = (peer, PEER_IP)
     done = r.begin(peer, PEER_IP, MESSAGE, int(Kind.PUSH), 0, 0, total, 0)
+    _run_more(r, batches, done)
+    return done
+
+
+def _run_more(r: receiver.Receiver, batches: list[list[tuple[bytes, int]]],
+              done: list[receiver.Done] | None = None) -> None:
+    done = [] if done is None else done
     for batch in batches:
         data = np.zeros((len(batch), ROW), np.uint8)
         for i, (d, _) in enumerate(batch):
@@ -109,7 +116,6 @@ def _run(r: receiver.Receiver, batches: list[list[tuple[bytes, int]]],
         lengths = np.array([len(d) for d, _ in batch], np.int64)
         sources = np.array([s for _, s in batch], np.int64)
         r.accept(data, lengths, sources, done)
-    return done
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -152,6 +158,34 @@ def test_a_hostile_datagram_among_good_ones_writes_nothing_either_way(how: int) 
         results.append((rx.values.tobytes(), rx.count, dict(r.stats)))
     assert results[0] == results[1]
     assert results[0][1] == 2 * STRIDE
+
+
+@pytest.mark.parametrize("how", range(HOSTILE))
+def test_packets_after_p_are_counted_late_either_way_and_write_nothing(how: int) -> None:
+    """At p = 0.9 the message is delivered with 10% of its packets still to come: good
+    ones are counted late, a hostile one under its reason, and the delivered vector,
+    mask and seen slots do not change (rxfast.c takes them through a finished
+    message's view, every slot seen and no array behind it)."""
+    total = STRIDE * 40
+    values = np.arange(total, dtype=np.float32) + 1
+    packets = sender.Packets(values, JOB, MESSAGE, int(Kind.PUSH), STRIDE)
+    first = [(packets.datagram(slot), PEER_IP) for slot in range(36)]
+    tail = [(packets.datagram(slot), PEER_IP) for slot in range(36, 40)]
+    tail.insert(2, _hostile(bytearray(packets.datagram(38)), how))
+    results = []
+    for compiled in (True, False):
+        r = receiver.Receiver(JOB, STRIDE, 0.9, True, False, 1 << 20, collections.Counter())
+        if not compiled:
+            r.native = None
+        done = _run(r, [first], total)
+        assert [d.reason for d in done] == ["p"]
+        rx = done[0].rx
+        before = (rx.values.tobytes(), rx.mask.tobytes(), rx.seen.tobytes(), rx.count)
+        _run_more(r, [tail[:3], tail[3:]])
+        assert (rx.values.tobytes(), rx.mask.tobytes(), rx.seen.tobytes(), rx.count) == before
+        results.append(dict(r.stats))
+    assert results[0] == results[1]
+    assert results[0]["late"] >= 4 and results[0]["accepted"] == 36   # (some hostile ones look late)
 
 
 @pytest.mark.parametrize("seed", range(20))
