@@ -4,40 +4,15 @@ publisher and the workers' receivers (tailcut.transports.mcast)."""
 
 from __future__ import annotations
 
-import struct
-from functools import cache
+from tailcut.datapath.torwire import WireFormat
 
-from tailcut import ebpfheaders
-
-HEADER_FILE = ebpfheaders.EBPF_DIR / "mcast.h"
-STRUCT = "tailcut_mcast_hdr"
-
-
-@cache
-def const(name: str) -> int:
-    """A TAILCUT_MCAST_* constant of ebpf/mcast.h, e.g. const("PORT")."""
-    return ebpfheaders.defines(HEADER_FILE, "TAILCUT_MCAST_")[f"TAILCUT_MCAST_{name}"]
-
-
-@cache
-def header() -> struct.Struct:
-    return ebpfheaders.packer(HEADER_FILE, STRUCT, const("HEADER"))
-
-
-def reasons() -> list[str]:
-    """mcast_stats' counter names in index order ("replicated", "short", ...)."""
-    return ebpfheaders.enum_names(HEADER_FILE, "tailcut_mcast_reason", "TAILCUT_MCAST_")
-
+FORMAT = WireFormat("mcast")
+HEADER_FILE = FORMAT.header_file
+const, header, reasons = FORMAT.const, FORMAT.header, FORMAT.reasons
+slots, slot_length = FORMAT.slots, FORMAT.slot_length
 
 STRIDE = const("STRIDE")
-MAX_ELEMENTS = ebpfheaders.max_elements("mcast")   # STRIDE * SLOTS
+MAX_ELEMENTS = FORMAT.max_elements   # STRIDE * SLOTS
 PORT = const("PORT")
 PARAMS, REPAIR = const("OP_PARAMS"), const("OP_REPAIR")
 
-
-def slots(elements: int) -> int:
-    return -(-elements // STRIDE)
-
-
-def slot_length(elements: int, slot: int) -> int:
-    return min(STRIDE, elements - slot * STRIDE)

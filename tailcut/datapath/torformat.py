@@ -7,43 +7,25 @@ Values are Q8.24: an s32 v stands for v / 2^24 (a step of 6.0e-8, a range of +-1
 
 from __future__ import annotations
 
-import struct
-from functools import cache
-
 import numpy as np
 
-from tailcut import ebpfheaders
+from tailcut.datapath.torwire import WireFormat
 
-HEADER_FILE = ebpfheaders.EBPF_DIR / "tor.h"
-STRUCT = "tailcut_tor_hdr"
-
-
-@cache
-def const(name: str) -> int:
-    """A TAILCUT_TOR_* constant of ebpf/tor.h, e.g. const("PORT")."""
-    return ebpfheaders.defines(HEADER_FILE, "TAILCUT_TOR_")[f"TAILCUT_TOR_{name}"]
-
-
-@cache
-def header() -> struct.Struct:
-    return ebpfheaders.packer(HEADER_FILE, STRUCT, const("HEADER"))
-
+FORMAT = WireFormat("tor")
+HEADER_FILE = FORMAT.header_file
+const, header, reasons = FORMAT.const, FORMAT.header, FORMAT.reasons
+slots, slot_length = FORMAT.slots, FORMAT.slot_length
 
 FRAC_BITS = const("FRAC_BITS")
 SCALE = float(1 << FRAC_BITS)
 STRIDE = const("STRIDE")
-MAX_ELEMENTS = ebpfheaders.max_elements("tor")   # STRIDE * SLOTS
+MAX_ELEMENTS = FORMAT.max_elements   # STRIDE * SLOTS
 PORT = const("PORT")
 PS_WORKER = const("PS_WORKER")
 PULL, PUSH, COUNTS = const("OP_PULL"), const("OP_PUSH"), const("OP_COUNTS")
 OK, NOT_READY, STALE, DUPLICATE = (const("OK"), const("NOT_READY"), const("STALE"),
                                    const("DUPLICATE"))
 S32 = np.iinfo(np.int32)
-
-
-def reasons() -> list[str]:
-    """tor_stats' counter names in index order ("pulled", "pushed", ...)."""
-    return ebpfheaders.enum_names(HEADER_FILE, "tailcut_tor_reason", "TAILCUT_TOR_")
 
 
 def to_fixed(values: np.ndarray) -> tuple[np.ndarray, int]:
@@ -56,10 +38,3 @@ def to_fixed(values: np.ndarray) -> tuple[np.ndarray, int]:
 def from_fixed(values: np.ndarray) -> np.ndarray:
     return (np.asarray(values, dtype=np.float64) / SCALE).astype(np.float32)
 
-
-def slots(elements: int) -> int:
-    return -(-elements // STRIDE)
-
-
-def slot_length(elements: int, slot: int) -> int:
-    return min(STRIDE, elements - slot * STRIDE)

@@ -48,22 +48,15 @@ class Header:
 def packet(op: int, *, worker: int, job: int, iteration: int, slot: int,
            payload: bytes) -> bytes:
     """A request (ADD or FLUSH): header then payload (s32 values, little-endian)."""
-    return fmt.header().pack(fmt.const("MAGIC"), fmt.const("VERSION"), op, 0, worker, job,
-                             iteration, slot, len(payload) // 4, 0, 0) + payload
+    return slots.packet(fmt.const("MAGIC"), fmt.const("VERSION"), op, worker=worker,
+                        job=job, iteration=iteration, slot=slot, payload=payload)
 
 
 def parse(data: bytes) -> tuple[Header, np.ndarray]:
     """An AGGREGATE's or a FLUSH answer's header and values; ProtocolError if malformed."""
-    size = fmt.header().size
-    if len(data) < size:
-        raise base.ProtocolError(f"aggregation packet: {len(data)} bytes, header is {size}")
-    magic, version, *fields = fmt.header().unpack_from(data)
-    if magic != fmt.const("MAGIC") or version != fmt.const("VERSION"):
-        raise base.ProtocolError(f"aggregation packet: magic {magic:#x} version {version}")
-    h = Header(*fields)
-    if len(data) != size + 4 * h.count:
-        raise base.ProtocolError(f"aggregation packet: {len(data)} bytes for count {h.count}")
-    return h, np.frombuffer(data, dtype="<i4", offset=size)
+    header, payload = slots.parse(data, fmt.const("MAGIC"), fmt.const("VERSION"),
+                                  "aggregation packet", Header)
+    return header, np.frombuffer(payload, dtype="<i4")
 
 
 def _socket() -> socket.socket:

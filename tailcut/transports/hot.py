@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import select
 import socket
-import struct
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from tailcut.transports import base, sender
+from tailcut.transports import slots as slot_wire   # (hot.slots is the format's)
 
 from tailcut.datapath.torformat import (  # noqa: F401 - the format, re-exported
     COUNTS as COUNTS, DUPLICATE as DUPLICATE, MAX_ELEMENTS as MAX_ELEMENTS,
@@ -29,6 +29,9 @@ from tailcut.datapath.torformat import (  # noqa: F401 - the format, re-exported
     PUSH as PUSH, SCALE as SCALE, STALE as STALE, STRIDE as STRIDE, const as const,
     from_fixed as from_fixed, header as header, reasons as reasons, slot_length as slot_length,
     slots as slots, to_fixed as to_fixed)
+
+
+slot_wire.check_layout(header())   # the header every ToR protocol shares
 
 
 @dataclass(frozen=True)
@@ -40,27 +43,20 @@ class Header:
     iteration: int
     slot: int
     count: int
+    word9: int    # unused by the store
+    word10: int
 
 
 def packet(op: int, *, worker: int, job: int, iteration: int, slot: int,
            payload: bytes) -> bytes:
     """A request: header then payload (``count`` s32 values, little-endian)."""
-    count = len(payload) // 4
-    return header().pack(const("MAGIC"), const("VERSION"), op, 0, worker, job, iteration,
-                          slot, count, 0, 0) + payload
+    return slot_wire.packet(const("MAGIC"), const("VERSION"), op, worker=worker, job=job,
+                            iteration=iteration, slot=slot, payload=payload)
 
 
 def parse(data: bytes) -> tuple[Header, bytes]:
     """A reply's header and payload; a ProtocolError naming what is wrong."""
-    size = header().size
-    if len(data) < size:
-        raise base.ProtocolError(f"hot store reply: {len(data)} bytes, header is {size}")
-    magic, version, op, status, worker, job, it, slot, count, _, _ = header().unpack_from(data)
-    if magic != const("MAGIC") or version != const("VERSION"):
-        raise base.ProtocolError(f"hot store reply: magic {magic:#x} version {version}")
-    if len(data) != size + 4 * count:
-        raise base.ProtocolError(f"hot store reply: {len(data)} bytes for count {count}")
-    return Header(op, status, worker, job, it, slot, count), data[size:]
+    return slot_wire.parse(data, const("MAGIC"), const("VERSION"), "hot store reply", Header)
 
 
 @dataclass

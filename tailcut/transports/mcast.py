@@ -54,22 +54,15 @@ class Header:
 
 def packet(op: int, *, job: int, iteration: int, slot: int, payload: bytes,
            count: int, worker: int = 0) -> bytes:
-    return fmt.header().pack(fmt.const("MAGIC"), fmt.const("VERSION"), op, 0, worker, job,
-                             iteration, slot, count, 0, 0) + payload
+    return slots.packet(fmt.const("MAGIC"), fmt.const("VERSION"), op, job=job,
+                        iteration=iteration, slot=slot, payload=payload, count=count,
+                        worker=worker)
 
 
 def parse(data: bytes) -> Header:
     """The header; ProtocolError if the datagram is not one of ours."""
-    size = fmt.header().size
-    if len(data) < size:
-        raise base.ProtocolError(f"multicast packet: {len(data)} bytes, header is {size}")
-    magic, version, *fields = fmt.header().unpack_from(data)
-    if magic != fmt.const("MAGIC") or version != fmt.const("VERSION"):
-        raise base.ProtocolError(f"multicast packet: magic {magic:#x} version {version}")
-    h = Header(*fields)
-    if len(data) != size + 4 * h.count:
-        raise base.ProtocolError(f"multicast packet: {len(data)} bytes for count {h.count}")
-    return h
+    return slots.parse(data, fmt.const("MAGIC"), fmt.const("VERSION"), "multicast packet",
+                       Header)[0]
 
 
 def _socket(bind: str) -> socket.socket:

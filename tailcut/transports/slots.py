@@ -16,21 +16,51 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Literal, TypeVar
 
 import numpy as np
 
-from tailcut.transports import batch
+from tailcut.transports import base, batch
 
 HEADER = np.dtype([("magic", ">u4"), ("version", "u1"), ("op", "u1"), ("status", "u1"),
                    ("worker", "u1"), ("job", ">u4"), ("iteration", ">u4"), ("slot", ">u4"),
                    ("count", ">u4"), ("word9", ">u4"), ("word10", ">u4")])
 
 
+_PACKER = struct.Struct(">IBBBBIIIIII")   # HEADER, one datagram at a time
+H = TypeVar("H")
+
+
+def packet(magic: int, version: int, op: int, *, job: int, iteration: int, slot: int,
+           payload: bytes, count: int | None = None, worker: int = 0) -> bytes:
+    """A datagram: header, then ``payload`` (``count`` values; by default its 4-byte
+    words)."""
+    count = len(payload) // 4 if count is None else count
+    return _PACKER.pack(magic, version, op, 0, worker, job, iteration, slot, count,
+                        0, 0) + payload
+
+
+def parse(data: bytes, magic: int, version: int, what: str,
+          header: Callable[..., H]) -> tuple[H, bytes]:
+    """A datagram's header, as ``header(op, status, worker, job, iteration, slot,
+    count, word9, word10)`` (each protocol names its last two words), and its payload;
+    a ProtocolError naming ``what`` and its fault."""
+    size = _PACKER.size
+    if len(data) < size:
+        raise base.ProtocolError(f"{what}: {len(data)} bytes, header is {size}")
+    got_magic, got_version, *fields = _PACKER.unpack_from(data)
+    if got_magic != magic or got_version != version:
+        raise base.ProtocolError(f"{what}: magic {got_magic:#x} version {got_version}")
+    count = fields[6]
+    if len(data) != size + 4 * count:
+        raise base.ProtocolError(f"{what}: {len(data)} bytes for count {count}")
+    return header(*fields), data[size:]
+
+
 def check_layout(packer: struct.Struct) -> None:
     """Refuse a protocol whose header (from its C header) is not HEADER's layout."""
-    if packer.size != HEADER.itemsize or packer.format.lstrip("!>") != "IBBBBIIIIII":
+    if packer.size != HEADER.itemsize or packer.format != _PACKER.format:
         raise RuntimeError(f"ToR header {packer.format!r} ({packer.size} bytes) is not the "
                            f"layout tailcut.transports.slots sends")
 
