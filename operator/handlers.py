@@ -40,6 +40,13 @@ from tailcut.k8s import metrics
 from tailcut.k8s.manifests import (background, crd, limits, overlay_ids, placement, policy,
                                    resources, status)
 
+# The chart's operator.watchNamespaces, given to kopf as --namespace for each (empty:
+# --all-namespaces). The operator then has a Role in each of them and, cluster-wide,
+# only `list nodes`: kopf must not scan namespaces or CRDs (configure()), and overlay
+# ids are chosen among the jobs of these namespaces (_record_with_overlay_id()).
+WATCH_NAMESPACES = tuple(n for n in os.environ.get("TAILCUT_WATCH_NAMESPACES", "").split(",")
+                         if n)
+
 BACKEND = os.environ.get("TAILCUT_OPERATOR_BACKEND", "kubernetes")
 WORKER_IMAGE = os.environ.get("TAILCUT_WORKER_IMAGE", "ghcr.io/tailcut/worker:0.1.0")
 # The worker image with PyTorch (the chart's workers.torchImage), for the pods of jobs
@@ -90,6 +97,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # alone is applied by kopf after every pod of the cluster has come down the watch.
     settings.watching.label_selectors["v1", "pods"] = resources.LABEL_JOB
     settings.execution.max_workers = 8
+    if WATCH_NAMESPACES:
+        # kopf --namespace: the watched namespaces are taken as named (they need not
+        # exist yet), not found by listing every namespace, and the CRDs are scanned
+        # once through discovery, not watched: no cluster-wide reads (kopf's
+        # "restricted mode", which it would otherwise fall back to with warnings).
+        settings.scanning.disabled = True
     try:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
@@ -525,11 +538,16 @@ def _record_placement(core: Any, job: spec.TrainingJob, namespace: str,
 def _record_with_overlay_id(api: Any, namespace: str, name: str,
                             fields: dict[str, Any]) -> None:
     """Write `fields` into the job's status with an overlay id (its VXLAN's VNI) that no
-    other TrainingJob of the cluster holds (tailcut.k8s.manifests.overlay_ids). The
+    other TrainingJob of the cluster holds (tailcut.k8s.manifests.overlay_ids; with
+    WATCH_NAMESPACES, of those namespaces: no operator gives ids elsewhere). The
     jobs are listed from the API server, not kopf's cache, under a lock: an id is
     chosen only once the last one chosen is recorded."""
     with _overlay_lock:
-        jobs = api.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.PLURAL)["items"]
+        if WATCH_NAMESPACES:   # only these: the operator may read no other
+            jobs = [j for ns in WATCH_NAMESPACES for j in api.list_namespaced_custom_object(
+                crd.GROUP, crd.VERSION, ns, crd.PLURAL)["items"]]
+        else:
+            jobs = api.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.PLURAL)["items"]
         held = overlay_ids.taken(
             j for j in jobs if (j["metadata"]["namespace"], j["metadata"]["name"])
             != (namespace, name))

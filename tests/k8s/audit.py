@@ -28,7 +28,13 @@ def used(events: list[dict]) -> set[tuple[str, str, str]]:
     return out
 
 
-def granted(cp, cluster_role: str) -> set[tuple[str, str, str]]:
-    role = json.loads(cp.kubectl("get", "clusterrole", cluster_role, "-o", "json").stdout)
+def granted(cp, name: str, namespace=None) -> set[tuple[str, str, str]]:
+    """The rules of ClusterRole `name` (of Role `name` in `namespace`), empty if there
+    is none."""
+    kind = ["-n", namespace, "role"] if namespace else ["clusterrole"]
+    out = cp.kubectl("get", *kind, name, "--ignore-not-found", "-o", "json").stdout
+    if not out.strip():
+        return set()
+    role = json.loads(out)
     return {(group, res, verb) for rule in role["rules"] for group in rule["apiGroups"]
             for res in rule["resources"] for verb in rule["verbs"]}

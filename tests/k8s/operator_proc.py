@@ -26,6 +26,20 @@ def start(kubeconfig: Path, log: Path, backend: str = "kubernetes",
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
+def start_as_deployed(kubeconfig: Path, log: Path, deployment: dict) -> subprocess.Popen[bytes]:
+    """The operator as the chart's Deployment `deployment` (as installed) runs it: its
+    kopf arguments (the handlers at their path here; no liveness endpoint, whose port
+    a test must not hold) and its container's environment (no metrics port)."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = [str(HANDLERS) if a == "/app/operator/handlers.py" else a
+            for a in container["args"] if not a.startswith("--liveness")]
+    env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]},
+           "KUBECONFIG": str(kubeconfig), "TAILCUT_METRICS_PORT": "0"}
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "kopf", *args],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()

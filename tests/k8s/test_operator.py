@@ -72,12 +72,18 @@ def test_helm_install_creates_the_operator_and_agent(control_plane, release):
 
 def test_helm_test_hook_runs_its_pod(control_plane, release):
     """No kubelet runs here, so this test plays it: it marks the hook pod Succeeded
-    once helm has created it. What this shows is the hook's wiring, not its check."""
+    once helm has created it. What this shows is the hook's wiring, not its check
+    (test_privileges.py runs the check as the pod's account); and that the pod has an
+    account of its own, not the operator's powerful one."""
+    accounts = []
+
     def kubelet():
         name = f"tailcut-test-crd"
         for _ in range(200):
-            got = control_plane.kubectl("-n", release, "get", "pod", name, check=False)
+            got = control_plane.kubectl("-n", release, "get", "pod", name, "-o", "json",
+                                        check=False)
             if got.returncode == 0:
+                accounts.append(json.loads(got.stdout)["spec"]["serviceAccountName"])
                 control_plane.kubectl("-n", release, "patch", "pod", name,
                                       "--subresource=status", "--type=merge", "-p",
                                       json.dumps({"status": {"phase": "Succeeded"}}))
@@ -86,6 +92,7 @@ def test_helm_test_hook_runs_its_pod(control_plane, release):
     threading.Thread(target=kubelet, daemon=True).start()
     result = helm(control_plane, "test", "tailcut", "--namespace", release, "--timeout", "60s")
     assert "Phase:          Succeeded" in result.stdout
+    assert accounts == ["tailcut-test"]
 
 
 def test_crd_is_served(control_plane):

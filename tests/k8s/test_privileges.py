@@ -1,7 +1,10 @@
-"""The table of the chart's privileges in docs/kubernetes.md is what a real API server
-says: `kubectl auth can-i` as each service account for every verb of every row, and
-the "yes" rows are exactly what each ClusterRole grants. And the agent's one write,
-through a pod's status subresource, cannot change what the pod runs."""
+"""The tables of the chart's privileges in docs/kubernetes.md are what a real API server
+says: `kubectl auth can-i` as each service account for every verb of every row, where
+the row says (every namespace, or the release's), and the "yes" rows are exactly what
+each account's ClusterRole and its Role in the release namespace grant. The table of
+the namespaced install (operator.watchNamespaces) is checked the same way by
+tests/k8s/test_watch_namespaces.py. And the agent's one write, through a pod's status
+subresource, cannot change what the pod runs."""
 
 import json
 from pathlib import Path
@@ -14,24 +17,32 @@ from tests.k8s.conftest import agent_clients
 
 pytestmark = pytest.mark.k8s
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md"
-ACCOUNTS = ("tailcut-operator", "tailcut-agent")
+ACCOUNTS = ("tailcut-operator", "tailcut-agent", "tailcut-test")
+WATCH_HEADING = "### With `operator.watchNamespaces`"
 
 
-def table() -> list[tuple[str, bool, str, str, str]]:
-    """(account, may, verb, resource[.group][/subresource], why) per verb of each row
-    of the table in "The chart's privileges"."""
+def table(watch: bool = False) -> list[tuple[str, bool, str, str, str, str]]:
+    """(account, may, verb, resource[.group][/subresource], where, why) per verb of each
+    row of the table in "The chart's privileges" (watch: of its subsection on the
+    namespaced install)."""
     section = DOC.read_text().split("## The chart's privileges", 1)[1].split("\n## ", 1)[0]
+    assert WATCH_HEADING in section, f"no {WATCH_HEADING!r} in the section"
+    before, after = section.split(WATCH_HEADING, 1)
+    text = after.split("\n### ", 1)[0] if watch else before
+    wheres = ("watched", "other", "all") if watch else ("all", "release")
     rows = []
-    for line in section.splitlines():
+    for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 5 or cells[0] not in ACCOUNTS:
+        if len(cells) != 6 or cells[0] not in ACCOUNTS:
             continue
-        account, may, verbs, resources, why = cells
+        account, may, verbs, resources, where, why = cells
         assert may in ("yes", "no"), line
+        assert where in wheres, f"{line}: 'in' must be one of {wheres}"
         assert why, f"{line}: no reason given"
         for verb in verbs.split(", "):
             for resource in resources.split(", "):
-                rows.append((account, may == "yes", verb, resource, why))
+                rows.append((account, may == "yes", verb, resource, where, why))
+    assert rows, "the table has no rows"
     return rows
 
 
@@ -43,31 +54,73 @@ def as_grant(resource: str, verb: str) -> tuple[str, str, str]:
     return group, plural + (f"/{sub}" if sub else ""), verb
 
 
-def test_the_table_covers_both_accounts_and_says_no_somewhere():
+def can_i(cp, namespace_of: str, account: str, verb: str, resource: str,
+          namespace=None) -> str:
+    """`kubectl auth can-i` as `account` (of namespace `namespace_of`): cluster-wide
+    without `namespace`, else in it (for `namespaces`: Namespace `namespace` itself,
+    which the API server files under that namespace)."""
+    name, _, sub = resource.partition("/")
+    what = f"{name}/{namespace}" if namespace and name == "namespaces" else name
+    args = ["auth", "can-i", verb, what,
+            *(["-n", namespace] if namespace else ["--all-namespaces"]),
+            f"--as=system:serviceaccount:{namespace_of}:{account}"]
+    if sub:
+        args.append(f"--subresource={sub}")
+    return cp.kubectl(*args, check=False).stdout.strip()
+
+
+def check_rows(cp, namespace_of, rows, namespaces: dict[str, list]) -> list[str]:
+    """Every row asked where it says (`namespaces`: where -> namespaces, None for
+    cluster-wide); what disagrees with the table."""
+    wrong = []
+    for account, may, verb, resource, where, _ in rows:
+        for ns in namespaces[where]:
+            answer = can_i(cp, namespace_of, account, verb, resource, ns)
+            if answer != ("yes" if may else "no"):
+                wrong.append(f"{account} {verb} {resource} in {ns or 'every namespace'}: the "
+                             f"table says {'yes' if may else 'no'}, the API server {answer!r}")
+    return wrong
+
+
+def test_the_table_covers_every_account_and_says_no_somewhere():
     rows = table()
     for account in ACCOUNTS:
         assert {may for a, may, *_ in rows if a == account} == {True, False}, account
 
 
 def test_each_service_account_may_do_exactly_what_the_docs_table_says(control_plane, release):
-    wrong = []
-    for account, may, verb, resource, _ in table():
-        name, _, sub = resource.partition("/")
-        args = ["auth", "can-i", verb, name, "--all-namespaces",
-                f"--as=system:serviceaccount:{release}:{account}"]
-        if sub:
-            args.append(f"--subresource={sub}")
-        answer = control_plane.kubectl(*args, check=False).stdout.strip()
-        if answer != ("yes" if may else "no"):
-            wrong.append(f"{account} {verb} {resource}: the table says "
-                         f"{'yes' if may else 'no'}, the API server {answer!r}")
+    rows = table()
+    wrong = check_rows(control_plane, release, rows, {"all": [None], "release": [release]})
     assert not wrong, "\n".join(wrong)
     for account in ACCOUNTS:
-        listed = {as_grant(r, v) for a, may, v, r, _ in table() if a == account and may}
-        granted = audit.granted(control_plane, account)
-        assert listed == granted, (f"{account}: granted but not in the table: "
-                                   f"{granted - listed}; in the table, not granted: "
-                                   f"{listed - granted}")
+        for where, granted in (("all", audit.granted(control_plane, account)),
+                               ("release", audit.granted(control_plane, account,
+                                                         namespace=release))):
+            listed = {as_grant(r, v) for a, may, v, r, w, _ in rows
+                      if a == account and may and w == where}
+            assert listed == granted, (f"{account} in {where}: granted but not in the table: "
+                                       f"{granted - listed}; in the table, not granted: "
+                                       f"{listed - granted}")
+
+
+def test_the_helm_test_account_can_do_its_dry_runs_and_nothing_else(control_plane, release):
+    """tailcut.k8s.selftest as the chart's tailcut-test account, against the real API
+    server: both dry runs answer as they should, and none of its requests is refused
+    (the table above says what it may not do)."""
+    import kubernetes
+
+    from tailcut.k8s import selftest
+
+    token = control_plane.kubectl("-n", release, "create", "token", "tailcut-test").stdout.strip()
+    client = kubernetes.config.new_client_from_config(
+        config_file=str(control_plane.user_kubeconfig("helm-test", token)))
+    assert selftest.check(kubernetes.client.CustomObjectsApi(client), release) == []
+    events = audit.requests_by(control_plane,
+                               f"system:serviceaccount:{release}:tailcut-test")
+    assert events and not audit.denied(events)
+    assert {e["objectRef"]["namespace"] for e in events} == {release}
+    stored = control_plane.kubectl("-n", release, "get", "trainingjobs", "-o", "name").stdout
+    assert selftest.PREFIX not in stored   # dry runs: nothing stored
 
 
 def test_the_agent_can_annotate_a_pod_through_its_status_but_not_change_what_it_runs(
