@@ -453,7 +453,7 @@ def _limit_refusal(core: Any, namespace: str, job: spec.TrainingJob,
         allowed = LIMITS.overridden(annotations, f"namespace {namespace}'s annotation")
     except ValueError as err:
         return str(err)
-    per_node = limits.racks_per_node(len(job.spec.network.racks),
+    per_node = limits.racks_per_node(len(placement.occupied_racks(job)),
                                      {rack: node.name for rack, node in where.items()})
     return limits.refusal(job, per_node, allowed) or limits.ask(job, per_node).job_queue_bytes
 

@@ -321,6 +321,25 @@ def test_a_node_whose_link_is_short_of_the_jobs_mtu_plus_vxlan_refuses_before_bu
         assert "set spec.network.mtu to 1450" in recorded[resources.ANNOTATION_NODE_UNFIT]
 
 
+@pytest.mark.netns
+def test_a_rack_with_no_pod_is_built_on_no_node():
+    """Rack c holds no pod: with a placement it has no node, without one (every rack on
+    every node) it is left out all the same; its uplink's queues would hold kernel
+    memory for nothing."""
+    sparse = job("k8-sparse", replicas={"workers": 1},
+                 network={"racks": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
+                          "placement": {"ps-0": "a", "worker-0": "b"}})
+    node_a = placement.NodeAddress("k8-node", "k8-node", "192.168.78.1")
+    for where in ({}, {"a": node_a, "b": node_a}):
+        fabric = wiring.build_fabric(K8S_NS, sparse, False, "k8-node", where)
+        try:
+            built = fabric_namespaces("k8-sparse")
+            assert sorted(n.rsplit(".", 1)[1] for n in built) == ["rack-0", "rack-1", "spine"]
+        finally:
+            wiring.remove_fabric(fabric)
+        assert fabric_namespaces("k8-sparse") == []
+
+
 def test_two_jobs_whose_vnis_collide_do_not_share_a_node():
     """The second would replace the first's guard; refused before anything is built."""
     two_racks = job("k8-vni", network={"racks": [{"name": "a"}, {"name": "b"}]})

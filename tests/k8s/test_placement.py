@@ -1,7 +1,7 @@
 """Racks to nodes: which nodes count, the round robin, and the record in the job's status."""
 
 from tailcut import spec
-from tailcut.k8s.manifests import placement, resources, status
+from tailcut.k8s.manifests import limits, placement, resources, status
 
 
 def node(name, ready="True", ip="10.240.0.2", **spec_fields):
@@ -14,7 +14,8 @@ def node(name, ready="True", ip="10.240.0.2", **spec_fields):
 def job(racks):
     return spec.from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
                            "metadata": {"name": "pl-job"},
-                           "spec": {"replicas": {"workers": racks},
+                           # two pods a rack: the PS and 2 * racks - 1 workers
+                           "spec": {"replicas": {"workers": 2 * racks - 1},
                                     "network": {"racks": [{"name": f"r{i}"}
                                                           for i in range(racks)]}}})
 
@@ -38,6 +39,22 @@ def test_racks_go_round_robin_from_a_start_that_depends_on_the_job():
     starts = {placement.place(job(1), f"ns-{i}", nodes)["r0"].name for i in range(30)}
     assert starts == {"a", "b", "c"}, "jobs do not all start on one node"
     assert placement.place(job(2), "lab", []) == {}
+
+
+def test_a_rack_with_no_pod_is_placed_nowhere_and_counts_for_no_queue_memory():
+    nodes = placement.schedulable([node(n, ip=f"10.0.0.{i}") for i, n in enumerate("ab")])
+    raw = {"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": "pl-empty"},
+           "spec": {"replicas": {"workers": 2},
+                    "network": {"racks": [{"name": f"r{i}"} for i in range(3)],
+                                "placement": {"ps-0": "r0", "worker-0": "r0",
+                                              "worker-1": "r2"}}}}
+    sparse = spec.from_dict(raw)
+    where = placement.place(sparse, "lab", nodes)
+    assert sorted(where) == ["r0", "r2"] and where["r0"] != where["r2"], \
+        "the occupied racks alone go round robin"
+    raw["spec"]["network"]["racks"] = [{"name": "r0"}, {"name": "r2"}]
+    assert limits.ask(sparse, 1) == limits.ask(spec.from_dict(raw), 1)
 
 
 def test_the_placement_pins_pods_and_survives_the_jobs_status():

@@ -85,15 +85,17 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
                  where: placement.Placement, overlay_id: Optional[int] = None,
                  vnis_taken: Optional[dict[int, str]] = None,
                  tor: Optional[innetwork.Sections] = None) -> Fabric:
-    """The job's spine and the racks placed on `node` (all of them without a
-    placement), with cadentflow's classes on both ends of every uplink, the VXLAN of
+    """The job's spine and the racks placed on `node` (every rack that holds a pod,
+    without a placement; a rack with no pod is built nowhere), with cadentflow's classes on both ends of every uplink, the VXLAN of
     `overlay_id` (the job's status.overlayId) to the job's spines on other nodes
     (refused if that VNI is one of `vnis_taken`, another job's on this node), and the
     ToR programs of `tor` (the sections the operator resolved, tailcut.plan.in_network)
     serving the racks' uplinks. Call it from the node's network namespace. All or
     nothing."""
     topo = node_topology(job, namespace, node)
-    here = [r for r in topo.racks if not where or where[r.name].name == node]
+    occupied = placement.occupied_racks(job)
+    here = [r for r in topo.racks if r.name in occupied
+            and (not where or r.name in where and where[r.name].name == node)]
     if not here:
         raise AgentError(f"{namespace}/{job.name}: no rack of the job is placed on node "
                          f"{node} ({', '.join(f'{r}: {n.name}' for r, n in where.items())})")
@@ -152,7 +154,8 @@ def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, ov
     """Per node of the placement (sorted by name): its spine as the others see it."""
     nodes = sorted({n.name: n for n in where.values()}.values(), key=lambda n: n.name)
     return {n.name: overlay.Spine(k, n.ip, tuple(r.subnet for r in topo.racks
-                                                 if where[r.name].name == n.name))
+                                                 if r.name in where
+                                                 and where[r.name].name == n.name))
             for k, n in enumerate(nodes)}
 
 

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Mapping, Optional
 
+from tailcut.k8s.manifests import placement
 from tailcut.net import topology
 from tailcut.spec.model import TrainingJob
 
@@ -110,7 +111,7 @@ def ask(job: TrainingJob, racks_per_node: int) -> Ask:
     kernel_end = end_queue_bytes(None, None, mtu) * per_class   # a pod's own end
     access_end = end_queue_bytes(access.buffer_bytes, access.buffer_packets, mtu) * per_class
     uplink_end = end_queue_bytes(uplink.buffer_bytes, uplink.buffer_packets, mtu) * per_class
-    pods, racks = len(topo.pods), len(topo.racks)
+    pods, racks = len(topo.pods), len(placement.occupied_racks(job))   # (no empty one is built)
     return Ask(access_end_bytes=access_end, uplink_end_bytes=uplink_end,
                job_queue_bytes=pods * (kernel_end + access_end) + racks * 2 * uplink_end,
                links=pods + racks, racks_per_node=racks_per_node)

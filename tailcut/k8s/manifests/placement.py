@@ -56,13 +56,20 @@ def schedulable(nodes: list[Mapping[str, Any]]) -> list[NodeAddress]:
 
 
 def place(job: TrainingJob, namespace: str, nodes: list[NodeAddress]) -> Placement:
-    """Rack i of the job on node (start + i) mod len(nodes), start from a hash of the
-    job's namespace and name; empty without nodes."""
+    """The i-th rack that holds pods on node (start + i) mod len(nodes), start from a
+    hash of the job's namespace and name; empty without nodes. A rack with no pod is
+    placed nowhere: no node builds it (its queues would hold kernel memory for nothing)."""
     if not nodes:
         return {}
     start = int(hashlib.sha256(f"{namespace}/{job.name}".encode()).hexdigest(), 16)
-    return {rack.name: nodes[(start + i) % len(nodes)]
-            for i, rack in enumerate(job.spec.network.racks)}
+    return {rack: nodes[(start + i) % len(nodes)]
+            for i, rack in enumerate(occupied_racks(job))}
+
+
+def occupied_racks(job: TrainingJob) -> list[str]:
+    """The job's racks that hold at least one pod, in the spec's order."""
+    held = set(job.spec.rack_of().values())
+    return [rack.name for rack in job.spec.network.racks if rack.name in held]
 
 
 def to_status(placement: Placement) -> dict[str, dict[str, str]]:
