@@ -136,7 +136,23 @@ def _cell(text: str) -> str:
 def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
              ran: Sequence[tuple[Step, Record]], environment: dict[str, Any],
              paper_dir: Path, invocation: str, quick: bool) -> str:
-    whys = {r.id: r.why for r in paper.results}
+    """report.md: its sections in the order a reader wants them."""
+    out = _intro_markdown(paper, rows, ran, environment, invocation, quick)
+    out += _comparison_markdown(paper, rows)
+    out += _notes_markdown(measured)
+    out += _figures_markdown(measured, paper_dir)
+    for title, table in measured.tables:
+        out += ["", f"## {title}", "", table]
+    out += _steps_markdown(ran)
+    out += _raw_data_markdown(ran, paper_dir)
+    out += _versions_markdown(environment)
+    return "\n".join(out)
+
+
+def _intro_markdown(paper: Paper, rows: list[dict[str, Any]],
+                    ran: Sequence[tuple[Step, Record]], environment: dict[str, Any],
+                    invocation: str, quick: bool) -> list[str]:
+    """The title, how the report was made and how much of the paper it covers."""
     found = sum(1 for r in rows if r["ours"] is not None)
     out = [f"# Reproducing {paper.paper}: {paper.title} ({paper.venue})", ""]
     reused = sum(1 for _, record in ran if record.reused)
@@ -149,9 +165,15 @@ def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
     if quick:
         out += ["", "**`--quick`: a smoke run** (fewer models, seeds and epochs). Its "
                 "numbers show the pipeline works; do not cite them."]
-    out += ["", "## The paper's numbers next to ours", "",
-            "| result | where in the paper | paper | ours | ours / paper | why they may differ |",
-            "|---|---|---:|---:|---:|---|"]
+    return out
+
+
+def _comparison_markdown(paper: Paper, rows: list[dict[str, Any]]) -> list[str]:
+    """The paper's numbers next to ours, then the file each of ours was read from."""
+    whys = {r.id: r.why for r in paper.results}
+    out = ["", "## The paper's numbers next to ours", "",
+           "| result | where in the paper | paper | ours | ours / paper | why they may differ |",
+           "|---|---|---:|---:|---:|---|"]
     for row in rows:
         ours = fmt(row["ours"])
         if row["note"]:
@@ -165,32 +187,51 @@ def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
     for row in rows:
         if row["source"]:
             out.append(f"- `{row['id']}`: {row['source']}")
-    if measured.notes:
-        out += ["", "## What to know when reading these numbers", ""]
-        out += [f"- {note}" for note in measured.notes]
-    if measured.figures:
-        out += ["", "## Figures", ""]
-        for figure in measured.figures:
-            label = f" (next to the paper's {figure.paper_label})" if figure.paper_label else ""
-            present = (paper_dir / figure.path).exists()
-            out += [f"### {figure.caption}{label}", ""]
-            out.append(f"![{figure.caption}]({figure.path})" if present
-                       else f"*not drawn: `{figure.path}` is missing (its step failed)*")
-            out.append("")
-    for title, table in measured.tables:
-        out += ["", f"## {title}", "", table]
-    out += ["", "## Steps and commands", "",
-            "Run from this directory; each step wrote into its own `steps/<name>/` "
-            "(`log.txt` is its output, `step.json` how it ended). A second `tailcut "
-            "reproduce` reuses the steps that finished.", "",
-            "| step | what | command | exit | took | | finished | commit |",
-            "|---|---|---|---:|---:|---|---|---|"]
+    return out
+
+
+def _notes_markdown(measured: Measured) -> list[str]:
+    """What to know when reading the numbers; nothing when there is nothing to know."""
+    if not measured.notes:
+        return []
+    return ["", "## What to know when reading these numbers", "",
+            *[f"- {note}" for note in measured.notes]]
+
+
+def _figures_markdown(measured: Measured, paper_dir: Path) -> list[str]:
+    """Every figure, or why it is missing (its step failed); nothing without figures."""
+    if not measured.figures:
+        return []
+    out = ["", "## Figures", ""]
+    for figure in measured.figures:
+        label = f" (next to the paper's {figure.paper_label})" if figure.paper_label else ""
+        present = (paper_dir / figure.path).exists()
+        out += [f"### {figure.caption}{label}", ""]
+        out.append(f"![{figure.caption}]({figure.path})" if present
+                   else f"*not drawn: `{figure.path}` is missing (its step failed)*")
+        out.append("")
+    return out
+
+
+def _steps_markdown(ran: Sequence[tuple[Step, Record]]) -> list[str]:
+    """The steps' commands and how each ended, so a reader can run them again."""
+    out = ["", "## Steps and commands", "",
+           "Run from this directory; each step wrote into its own `steps/<name>/` "
+           "(`log.txt` is its output, `step.json` how it ended). A second `tailcut "
+           "reproduce` reuses the steps that finished.", "",
+           "| step | what | command | exit | took | | finished | commit |",
+           "|---|---|---|---:|---:|---|---|---|"]
     for step, record in ran:
         state = "reused" if record.reused else ("ran" if record.ok else "**failed**")
         out.append(f"| {step.name} | {_cell(step.title)} | `{_cell(record.command)}` | "
                    f"{record.exit_code} | {record.seconds:.0f} s | {state} | "
                    f"{record.finished} | {record.commit or '?'} |")
-    out += ["", "## Raw data", ""]
+    return out
+
+
+def _raw_data_markdown(ran: Sequence[tuple[Step, Record]], paper_dir: Path) -> list[str]:
+    """Links to each step's CSV and JSON files (the first 40: a step may write many)."""
+    out = ["", "## Raw data", ""]
     for step, _ in ran:
         files = sorted(p for p in (paper_dir / "steps" / step.name).rglob("*")
                        if p.suffix in (".csv", ".json") and p.is_file())
@@ -198,8 +239,13 @@ def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
                            for p in files[:40])
         more = f" and {len(files) - 40} more" if len(files) > 40 else ""
         out.append(f"- {step.name}: {listed or 'none'}{more}")
+    return out
+
+
+def _versions_markdown(environment: dict[str, Any]) -> list[str]:
+    """The software and the machine the numbers came from."""
     versions = environment["versions"]
-    out += ["", "## Versions and machine", "",
+    return ["", "## Versions and machine", "",
             f"- tailcut {versions.get('tailcut')} (commit {environment['git_commit']}), "
             f"Python {versions['python']}, "
             + ", ".join(f"{k} {v}" for k, v in versions.items()
@@ -209,4 +255,3 @@ def markdown(paper: Paper, measured: Measured, rows: list[dict[str, Any]],
             f"{' / '.join(str(x) for x in environment['load_average'])} when it started",
             "- `tailcut doctor` (what this kernel supports; `../environment/doctor.txt`):",
             "", "```", environment.get("doctor", "").rstrip(), "```", ""]
-    return "\n".join(out)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -88,67 +89,37 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
+def _stats(values: list[float]) -> dict[str, Any]:
+    """Median and p95 (s, to the µs) and how many: what the summary gives per series."""
+    return {"median": round(statistics.median(values), 6),
+            "p95": round(_p95(values), 6), "n": len(values)}
+
+
+@dataclass
+class _Flows:
+    """What summarize gathers from the rows of a run's flows-*.csv."""
+    # per direction ("pull", "push") and tensor: every row's completion time (s)
+    fct: dict[str, dict[str, list[float]]] = field(
+        default_factory=lambda: {"pull": defaultdict(list), "push": defaultdict(list)})
+    # per (direction, tensor): its level as the CSV gives it ("" when untagged)
+    level: dict[tuple[str, str], str] = field(default_factory=dict)
+    # per iteration: its first PARAMS sent (ns)
+    pull_start: dict[int, int] = field(default_factory=dict)
+    # per iteration: last PARAMS received, first PUSH sent, last PUSH received (ns)
+    marks: dict[int, list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 2**63, 0]))
+    # per (direction, iteration, sender -> receiver): first part sent, last received (ns)
+    messages: dict[tuple[str, int, str], list[int]] = field(default_factory=dict)
+
+
 def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
     """Median iteration time and per-tensor FCTs of a finished run's flows-*.csv."""
-    fct: dict[str, dict[str, list[float]]] = {"pull": defaultdict(list),
-                                               "push": defaultdict(list)}
-    level: dict[tuple[str, str], str] = {}
-    pull_start: dict[int, int] = {}
-    # per iteration: last PARAMS received, first PUSH sent, last PUSH received (ns)
-    marks: dict[int, list[int]] = defaultdict(lambda: [0, 2**63, 0])
-    # per (direction, iteration, sender -> receiver): first part sent, last received (ns)
-    messages: dict[tuple[str, int, str], list[int]] = {}
+    flows = _Flows()
     for path in sorted(results_dir.glob("flows-*.csv")):
-        with path.open(newline="") as f:
-            # csv.reader and the columns by index: a DictReader's dict per row was
-            # half of this loop's time (~14,000 rows for the quickstart)
-            rows = csv.reader(f)
-            col = {name: i for i, name in enumerate(next(rows, ()))}
-            k_kind, k_layer, k_level = col["kind"], col["layer"], col["level"]
-            k_it, k_sent, k_done = col["iteration"], col["sent_at_ns"], col["received_at_ns"]
-            k_fct, k_from, k_to = col["completion_s"], col["sender"], col["receiver"]
-            for row in rows:
-                direction = "pull" if row[k_kind] == "PARAMS" else "push"
-                layer = row[k_layer]
-                fct[direction][layer].append(float(row[k_fct]))
-                level[(direction, layer)] = row[k_level]
-                it, sent, done = int(row[k_it]), int(row[k_sent]), int(row[k_done])
-                flow = (direction, it, f"{row[k_from]}->{row[k_to]}")
-                span = messages.get(flow)
-                if span is None:
-                    messages[flow] = [sent, done]
-                else:
-                    if sent < span[0]:
-                        span[0] = sent
-                    if done > span[1]:
-                        span[1] = done
-                mark = marks[it]
-                if direction == "pull":
-                    if sent < pull_start.get(it, sent + 1):
-                        pull_start[it] = sent
-                    if done > mark[0]:
-                        mark[0] = done
-                else:
-                    if sent < mark[1]:
-                        mark[1] = sent
-                    if done > mark[2]:
-                        mark[2] = done
-    steps = sorted(pull_start)
-    gaps = [(pull_start[b] - pull_start[a]) / 1e9 for a, b in zip(steps, steps[1:])
-            if b == a + 1]
-    phases = [[(m - pull_start[a]) / 1e9 for m in marks[a]] for a, b in zip(steps, steps[1:])
-              if b == a + 1 and marks[a][2]]
-    # Per flow (one PS -> worker PARAMS, or one worker -> PS PUSH): its completion
-    # time; per coflow (an iteration's pulls, or pushes): how far apart its flows
-    # ended, last minus first (MADD makes this ~0). Sender -1 is the PS.
-    flow_fct: dict[str, dict[str, list[float]]] = {"pull": defaultdict(list),
-                                                    "push": defaultdict(list)}
-    ends: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for (direction, it, pair), (sent, done) in messages.items():
-        flow_fct[direction][pair].append((done - sent) / 1e9)
-        ends[(direction, it)].append(done)
-    spread = {d: [(max(v) - min(v)) / 1e9 for (dd, _), v in ends.items()
-                  if dd == d and len(v) > 1] for d in ("pull", "push")}
+        _read_flows(path, flows)
+    gaps, phases = _iterations(flows)
+    flow_fct, spread = _per_flow(flows.messages)
+    level = flows.level
     return {
         "policy": policy,
         # medians over iterations, seconds from the iteration's first pull
@@ -158,18 +129,82 @@ def summarize(results_dir: Path, policy: str) -> dict[str, Any]:
         "iteration_s": round(statistics.median(gaps), 6) if gaps else None,
         "iterations_measured": len(gaps),
         "fct_s": {d: {name: {"level": int(level[(d, name)]) if level[(d, name)] else None,
-                             "median": round(statistics.median(v), 6),
-                             "p95": round(_p95(v), 6), "n": len(v)}
+                             **_stats(v)}
                       for name, v in by_layer.items()}
-                  for d, by_layer in fct.items()},
-        "flow_fct_s": {d: {pair: {"median": round(statistics.median(v), 6),
-                                  "p95": round(_p95(v), 6), "n": len(v)}
-                           for pair, v in sorted(by_pair.items())}
+                  for d, by_layer in flows.fct.items()},
+        "flow_fct_s": {d: {pair: _stats(v) for pair, v in sorted(by_pair.items())}
                        for d, by_pair in flow_fct.items()},
-        "coflow_spread_s": {d: ({"median": round(statistics.median(v), 6),
-                                 "p95": round(_p95(v), 6), "n": len(v)} if v else None)
-                            for d, v in spread.items()},
+        "coflow_spread_s": {d: (_stats(v) if v else None) for d, v in spread.items()},
     }
+
+
+def _read_flows(path: Path, flows: _Flows) -> None:
+    """Add one role's flows-*.csv to `flows`."""
+    with path.open(newline="") as f:
+        # csv.reader and the columns by index: a DictReader's dict per row was
+        # half of this loop's time (~14,000 rows for the quickstart)
+        rows = csv.reader(f)
+        col = {name: i for i, name in enumerate(next(rows, ()))}
+        k_kind, k_layer, k_level = col["kind"], col["layer"], col["level"]
+        k_it, k_sent, k_done = col["iteration"], col["sent_at_ns"], col["received_at_ns"]
+        k_fct, k_from, k_to = col["completion_s"], col["sender"], col["receiver"]
+        fct, level, messages = flows.fct, flows.level, flows.messages
+        pull_start, marks = flows.pull_start, flows.marks
+        # the row's updates stay inline, not in functions: this loop is the hot one
+        for row in rows:
+            direction = "pull" if row[k_kind] == "PARAMS" else "push"
+            layer = row[k_layer]
+            fct[direction][layer].append(float(row[k_fct]))
+            level[(direction, layer)] = row[k_level]
+            it, sent, done = int(row[k_it]), int(row[k_sent]), int(row[k_done])
+            flow = (direction, it, f"{row[k_from]}->{row[k_to]}")
+            span = messages.get(flow)
+            if span is None:
+                messages[flow] = [sent, done]
+            else:
+                if sent < span[0]:
+                    span[0] = sent
+                if done > span[1]:
+                    span[1] = done
+            mark = marks[it]
+            if direction == "pull":
+                if sent < pull_start.get(it, sent + 1):
+                    pull_start[it] = sent
+                if done > mark[0]:
+                    mark[0] = done
+            else:
+                if sent < mark[1]:
+                    mark[1] = sent
+                if done > mark[2]:
+                    mark[2] = done
+
+
+def _iterations(flows: _Flows) -> tuple[list[float], list[list[float]]]:
+    """Per measured iteration (one whose successor started too): its time, and its
+    phase marks in seconds from its first pull (only those whose pushes ended)."""
+    pull_start, marks = flows.pull_start, flows.marks
+    steps = sorted(pull_start)
+    gaps = [(pull_start[b] - pull_start[a]) / 1e9 for a, b in zip(steps, steps[1:])
+            if b == a + 1]
+    phases = [[(m - pull_start[a]) / 1e9 for m in marks[a]] for a, b in zip(steps, steps[1:])
+              if b == a + 1 and marks[a][2]]
+    return gaps, phases
+
+
+def _per_flow(messages: dict[tuple[str, int, str], list[int]]
+              ) -> tuple[dict[str, dict[str, list[float]]], dict[str, list[float]]]:
+    """Per flow (one PS -> worker PARAMS, or one worker -> PS PUSH): its completion
+    times; per coflow (an iteration's pulls, or pushes): how far apart its flows
+    ended, last minus first (MADD makes this ~0). Sender -1 is the PS."""
+    flow_fct: dict[str, dict[str, list[float]]] = {"pull": defaultdict(list),
+                                                    "push": defaultdict(list)}
+    ends: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for (direction, it, pair), (sent, done) in messages.items():
+        flow_fct[direction][pair].append((done - sent) / 1e9)
+        ends[(direction, it)].append(done)
+    spread = {d: [(max(v) - min(v)) / 1e9 for (dd, _), v in ends.items()
+                  if dd == d and len(v) > 1] for d in ("pull", "push")}
+    return flow_fct, spread
 
 
 def describe(summary: dict[str, Any]) -> str:

@@ -107,49 +107,73 @@ class _Aggregator:
             who = self.names[ev.source]
             dequeued = time.time_ns()
             if ev.error is not None:
-                if who not in self.conns:
-                    continue  # already dropped after a failed send (its reader reports too)
-                if who == "ps-0" and "replica-0" in self.conns:
-                    self.conns.pop(who).close()  # the replica takes over
-                    continue
-                if who == "replica-0":
-                    self.conns.pop(who, None)
-                    continue
-                if who.startswith("worker-") or who.startswith("ps-") and who != "ps-0":
-                    if peer_gone is None:  # probably the end of the job: wait for STOP
-                        peer_gone = ev.error
-                        stop_by = time.monotonic() + STOP_WAIT_S
-                    continue
-                raise errors.RunError(f"{self.name}: round {k}: {ev.error}") from ev.error
+                if self._lost(k, who, ev.error) and peer_gone is None:
+                    # probably the end of the job: wait for STOP
+                    peer_gone = ev.error
+                    stop_by = time.monotonic() + STOP_WAIT_S
+                continue
             msg = ev.msg
             assert msg is not None
             if msg.kind == Kind.STOP:
                 return False
             if msg.kind == Kind.ACK:
-                sent_ns, size = self.sent.pop((who, msg.iteration), (0, 0))
-                self.client_log.write({
-                    "op": "push", "client": self.name, "server": who, "step": msg.iteration,
-                    "sent_ns": sent_ns, "request_bytes": size,
-                    "reply_arrived_ns": msg.received_at_ns, "dequeued_ns": dequeued,
-                    "done_ns": time.time_ns(), "reply_bytes": msg.wire_bytes,
-                })
+                self._log_ack(who, msg, dequeued)
                 continue
-            if msg.kind != Kind.PUSH or msg.iteration != k or who in got:
-                raise errors.RunError(
-                    f"{self.name}: expected PUSH for round {k} from its workers, got "
-                    f"{msg.kind.name}({msg.iteration}) from {who}"
-                )
+            self._check_push(k, who, msg, got)
             syncmodes.accumulate(total, np.zeros(self.num_params, np.float32), msg, self.num_params, 1)
             delivered |= True if msg.mask is None else msg.mask
             got.add(who)
-            replied = time.time_ns()
-            self.conns[who].send(Message(Kind.ACK, k, self.cfg.index), peers.left(self.deadline))
-            self.server_log.write({
-                "op": "push", "client": who, "server": self.name, "step": k, "version": k,
-                "arrived_ns": ev.arrived_ns, "dequeued_ns": dequeued, "ready_ns": dequeued,
-                "replied_ns": replied, "request_bytes": msg.wire_bytes, "reply_bytes": 28,
-                "nonzero": int(np.count_nonzero(msg.values)),
-            })
+            self._ack_push(k, who, msg, ev.arrived_ns, dequeued)
+        return self._forward(k, total, delivered)
+
+    def _lost(self, k: int, who: str, error: base.TransportError) -> bool:
+        """Drop a connection that failed if the round can do without it; True when its
+        failure may only be the job ending (a member, or a shard other than ps-0)."""
+        if who not in self.conns:
+            return False  # already dropped after a failed send (its reader reports too)
+        if who == "ps-0" and "replica-0" in self.conns:
+            self.conns.pop(who).close()  # the replica takes over
+            return False
+        if who == "replica-0":
+            self.conns.pop(who, None)
+            return False
+        if who.startswith("worker-") or who.startswith("ps-") and who != "ps-0":
+            return True
+        raise errors.RunError(f"{self.name}: round {k}: {error}") from error
+
+    def _log_ack(self, who: str, msg: Message, dequeued: int) -> None:
+        """Log a shard's ACK of a push we forwarded, with when we had sent it."""
+        sent_ns, size = self.sent.pop((who, msg.iteration), (0, 0))
+        self.client_log.write({
+            "op": "push", "client": self.name, "server": who, "step": msg.iteration,
+            "sent_ns": sent_ns, "request_bytes": size,
+            "reply_arrived_ns": msg.received_at_ns, "dequeued_ns": dequeued,
+            "done_ns": time.time_ns(), "reply_bytes": msg.wire_bytes,
+        })
+
+    def _check_push(self, k: int, who: str, msg: Message, got: set[str]) -> None:
+        """Fail on anything but a member's first PUSH of round k."""
+        if msg.kind != Kind.PUSH or msg.iteration != k or who in got:
+            raise errors.RunError(
+                f"{self.name}: expected PUSH for round {k} from its workers, got "
+                f"{msg.kind.name}({msg.iteration}) from {who}"
+            )
+
+    def _ack_push(self, k: int, who: str, msg: Message, arrived_ns: int,
+                  dequeued: int) -> None:
+        """ACK a member's PUSH of round k, and log it as its server."""
+        replied = time.time_ns()
+        self.conns[who].send(Message(Kind.ACK, k, self.cfg.index), peers.left(self.deadline))
+        self.server_log.write({
+            "op": "push", "client": who, "server": self.name, "step": k, "version": k,
+            "arrived_ns": arrived_ns, "dequeued_ns": dequeued, "ready_ns": dequeued,
+            "replied_ns": replied, "request_bytes": msg.wire_bytes, "reply_bytes": 28,
+            "nonzero": int(np.count_nonzero(msg.values)),
+        })
+
+    def _forward(self, k: int, total: np.ndarray, delivered: np.ndarray) -> bool:
+        """Send each shard (and the replica) its range of the round's sum; False when a
+        shard had been told STOP before us."""
         mask = None if delivered.all() else delivered
         for who in [w for w in self.conns if w.startswith(("ps-", "replica-"))]:
             shard = 0 if who == "replica-0" else int(who.split("-")[1])

@@ -93,9 +93,7 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
     serving the racks' uplinks. Call it from the node's network namespace. All or
     nothing."""
     topo = node_topology(job, namespace, node)
-    occupied = placement.occupied_racks(job)
-    here = [r for r in topo.racks if r.name in occupied
-            and (not where or r.name in where and where[r.name].name == node)]
+    here = _racks_here(job, topo, node, where)
     if not here:
         raise AgentError(f"{namespace}/{job.name}: no rack of the job is placed on node "
                          f"{node} ({', '.join(f'{r}: {n.name}' for r, n in where.items())})")
@@ -148,6 +146,15 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
         remove_fabric(fabric)
         raise
     return fabric
+
+
+def _racks_here(job: TrainingJob, topo: topology.Topology, node: str,
+                where: placement.Placement) -> list[topology.Rack]:
+    """The racks `node` builds: those holding a pod that the placement puts here (every
+    one of them without a placement)."""
+    occupied = placement.occupied_racks(job)
+    return [r for r in topo.racks if r.name in occupied
+            and (not where or r.name in where and where[r.name].name == node)]
 
 
 def _spines(topo: topology.Topology, where: placement.Placement) -> dict[str, overlay.Spine]:

@@ -19,6 +19,7 @@ own config map, pods and sidecars (tailcut.k8s.manifests.background).
 """
 
 import json
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Optional
 
@@ -229,74 +230,115 @@ def status_from_pods(job: TrainingJob, pod_list: list[dict[str, Any]],
     replica, ps-0 may be lost (failed or deleted): replica-0 takes over, as under
     `tailcut run`, and the job goes on without it."""
     now = now or datetime.now(timezone.utc)
-    counts = {role_key(role_of(r)): {"active": 0, "succeeded": 0, "failed": 0}
-              for r in job.spec.pod_names()}
-    failed: list[str] = []
-    victims: list[tuple[str, datetime]] = []   # (said, when it ended)
+    tally = _PodTally(counts={role_key(role_of(r)): {"active": 0, "succeeded": 0, "failed": 0}
+                              for r in job.spec.pod_names()})
     expected = set(job.spec.pod_names())
     may_be_lost = {"ps-0"} if job.spec.replicas.ps_replica else set()
-    seen: dict[str, str] = {}
-    unfit_pods: list[str] = []
-    refused_pods: list[str] = []   # refused for good by their node's agent
     for pod in pod_list:
-        meta = pod.get("metadata", {})
-        replica = meta.get("labels", {}).get(LABEL_REPLICA)
-        if replica not in expected:
-            continue
-        phase = (pod.get("status") or {}).get("phase") or "Pending"
-        seen[replica] = phase
-        key = role_key(role_of(replica))
-        if phase == "Succeeded":
-            counts[key]["succeeded"] += 1
-        elif phase == "Failed":
-            counts[key]["failed"] += 1
-            if replica not in may_be_lost:
-                said = f"{meta.get('name')}: {_why_failed(pod)}"
-                ended = _peer_gone_at(pod)
-                if ended is None:
-                    failed.append(said)
-                else:
-                    victims.append((said, ended))
-        else:
-            counts[key]["active"] += 1
-        annotations = meta.get("annotations") or {}
-        ending = phase not in ("Succeeded", "Failed")
-        unfit = annotations.get(ANNOTATION_NODE_UNFIT) if ending else None
-        refused = annotations.get(ANNOTATION_REFUSED) if ending else None
-        if unfit or refused:   # its agent will never wire it: fail now, not at its timeout
-            counts[key]["active"] -= 1
-            counts[key]["failed"] += 1
-            (unfit_pods if unfit else refused_pods).append(
-                f"{meta.get('name')}: {unfit or refused}")
-    if refused_pods:
-        return "Failed", counts, "AgentRefused", "; ".join(sorted(refused_pods))
-    if unfit_pods:
-        return "Failed", counts, "NodeUnfit", "; ".join(sorted(unfit_pods))
-    if victims and not failed and any(p not in ("Succeeded", "Failed") for p in seen.values()):
+        _tally_pod(tally, pod, expected, may_be_lost)
+    phase, reason, message = (_status_of_failures(tally, now)
+                              or _status_of_progress(tally.seen, expected, may_be_lost))
+    return phase, tally.counts, reason, message
+
+
+@dataclass
+class _PodTally:
+    """What status_from_pods reads off the job's pods, before it decides."""
+    counts: dict[str, dict[str, int]]   # the replicaStatuses
+    seen: dict[str, str] = field(default_factory=dict)   # replica: its pod's phase
+    failed: list[str] = field(default_factory=list)   # "pod: why", of the causes
+    # (said, when it ended) of the pods that failed only because a peer went away
+    victims: list[tuple[str, datetime]] = field(default_factory=list)
+    unfit: list[str] = field(default_factory=list)   # on a node its agent found unfit
+    refused: list[str] = field(default_factory=list)   # refused for good by their node's agent
+
+
+def _tally_pod(tally: _PodTally, pod: dict[str, Any], expected: set[str],
+               may_be_lost: set[str]) -> None:
+    """Count one pod in `tally`; a pod of no replica the job expects is skipped."""
+    meta = pod.get("metadata", {})
+    replica = meta.get("labels", {}).get(LABEL_REPLICA)
+    if replica not in expected:
+        return
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    tally.seen[replica] = phase
+    count = tally.counts[role_key(role_of(replica))]
+    if phase == "Succeeded":
+        count["succeeded"] += 1
+    elif phase == "Failed":
+        count["failed"] += 1
+        if replica not in may_be_lost:
+            _tally_failure(tally, pod, meta)
+    else:
+        count["active"] += 1
+    _tally_unwirable(tally, count, phase, meta)
+
+
+def _tally_failure(tally: _PodTally, pod: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Record why a failed pod failed: as a cause, or as a victim of a peer's going."""
+    said = f"{meta.get('name')}: {_why_failed(pod)}"
+    ended = _peer_gone_at(pod)
+    if ended is None:
+        tally.failed.append(said)
+    else:
+        tally.victims.append((said, ended))
+
+
+def _tally_unwirable(tally: _PodTally, count: dict[str, int], phase: str,
+                     meta: dict[str, Any]) -> None:
+    """Count a pod its agent will never wire (node unfit, or refused) as failed: now,
+    not at its timeout."""
+    annotations = meta.get("annotations") or {}
+    ending = phase not in ("Succeeded", "Failed")
+    unfit = annotations.get(ANNOTATION_NODE_UNFIT) if ending else None
+    refused = annotations.get(ANNOTATION_REFUSED) if ending else None
+    if unfit or refused:
+        count["active"] -= 1
+        count["failed"] += 1
+        (tally.unfit if unfit else tally.refused).append(
+            f"{meta.get('name')}: {unfit or refused}")
+
+
+def _status_of_failures(tally: _PodTally, now: datetime) -> Optional[tuple[str, str, str]]:
+    """(phase, reason, message) when pods failed or cannot be wired, None when none did."""
+    if tally.refused:
+        return "Failed", "AgentRefused", "; ".join(sorted(tally.refused))
+    if tally.unfit:
+        return "Failed", "NodeUnfit", "; ".join(sorted(tally.unfit))
+    victims, failed = tally.victims, tally.failed
+    if victims and not failed and any(p not in ("Succeeded", "Failed")
+                                      for p in tally.seen.values()):
         # Each failed pod only saw a peer go away (tailcut.training.exits.PEER_GONE):
         # the pod that failed first is usually a moment behind. Wait for it, so the
         # job's message names the cause, not only its victims.
         newest = max(ended for _, ended in victims)
         if now - newest < timedelta(seconds=PEER_GONE_GRACE_S):
-            return ("Running", counts, REASON_AWAITING_CAUSE,
+            return ("Running", REASON_AWAITING_CAUSE,
                     f"{'; '.join(sorted(s for s, _ in victims))}; waiting up to "
                     f"{PEER_GONE_GRACE_S:.0f} s for the pod whose failure it saw")
     if failed or victims:   # the cause first, then what it took down with it
-        return "Failed", counts, "PodFailed", "; ".join(
+        return "Failed", "PodFailed", "; ".join(
             sorted(failed) + sorted(s for s, _ in victims))
+    return None
+
+
+def _status_of_progress(seen: dict[str, str], expected: set[str],
+                        may_be_lost: set[str]) -> tuple[str, str, str]:
+    """(phase, reason, message) when no pod failed (but maybe ps-0, with a replica):
+    lost both PS copies, done, running or still pending."""
     lost = sorted(r for r in may_be_lost if seen.get(r, "Failed") == "Failed")
     if lost and seen.get("replica-0") == "Failed":
-        return "Failed", counts, "PodFailed", "ps-0 and its replica replica-0 both failed"
+        return "Failed", "PodFailed", "ps-0 and its replica replica-0 both failed"
     workers = [r for r in expected if r.startswith("worker-")]
     if workers and all(seen.get(w) == "Succeeded" for w in workers):
-        return "Succeeded", counts, "AllWorkersSucceeded", f"{len(workers)} workers succeeded"
+        return "Succeeded", "AllWorkersSucceeded", f"{len(workers)} workers succeeded"
     needed = expected - set(lost)
     running = [r for r in needed if seen.get(r) in ("Running", "Succeeded")]
     if len(running) == len(needed):
         note = f" ({', '.join(lost)} lost; replica-0 serves)" if lost else ""
-        return "Running", counts, "AllPodsRunning", f"{len(running)} pods running{note}"
+        return "Running", "AllPodsRunning", f"{len(running)} pods running{note}"
     waiting = len(needed) - len(running)
-    return "Pending", counts, "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
+    return "Pending", "PodsPending", f"{waiting} of {len(expected)} pods not running yet"
 
 
 def network_from_pods(pod_list: list[dict[str, Any]]) -> dict[str, str]:
