@@ -163,13 +163,14 @@ def _run(args: argparse.Namespace) -> int:
     # (Other jobs' roles are forked by local.run, after those imports.)
     ahead = rolefork.ahead_of(job) if rolefork.needs_no_more_imports(job) else None
     from tailcut.runtime import local
+    from tailcut.spec import transport_kinds
     if not gc.isenabled():   # main turned it off for the imports: they are in
         gc.freeze()   # and stay as long as the process: never scanned again
         gc.enable()
     out = args.results_dir or Path("results") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     result = local.run(job, out, progress=lambda line: print(line, flush=True), ahead=ahead)
     target = job.spec.training.target_accuracy
-    which = ("control channel TCP" if job.spec.transport.type in local.DATAGRAM_TRANSPORTS
+    which = ("control channel TCP" if transport_kinds.get(job.spec.transport.type).datagrams
              else "TCP")
     tcp = ("" if result.tcp_retrans_segs is None else
            f"; {which}: {result.tcp_retrans_segs} segments retransmitted, "
@@ -321,13 +322,14 @@ def _add_model_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser
     models.set_defaults(handler=_models)
 
     sweep = sub.add_parser(
-        "sweep", help="loss-tolerance sweep: emulated BSP training at p = 0, 0.05, ... "
+        "sweep", help="loss-tolerance sweep: emulated BSP training at loss rates 0, 0.05, ... "
                       "(no network, no root)")
     sweep.add_argument("--model", required=True,
                        help="a model name, several separated by commas, or 'all'")
-    sweep.add_argument("--p-max", type=float, default=0.95,
+    sweep.add_argument("--max-loss-rate", "--p-max", type=float, default=0.95,
                        help="highest loss rate tried (default 0.95); the sweep stops "
-                            "earlier at the first p that does not converge")
+                            "earlier at the first loss rate that does not converge "
+                            "(--p-max: its older name)")
     sweep.add_argument("--step", type=float, default=0.05, help="loss rate step (default 0.05)")
     sweep.add_argument("--runs", type=int, default=3,
                        help="runs (seeds 0..N-1) per loss rate; medians are reported (default 3)")
@@ -394,7 +396,7 @@ def _sweep(args: argparse.Namespace) -> int:
     try:
         bandwidth = units.parse_bandwidth(args.bandwidth)
         loss = emulate.LossModel(0.0, args.granularity, args.direction, args.range_bytes)
-        sweep.loss_rates(args.step, args.p_max)
+        sweep.loss_rates(args.step, args.max_loss_rate)
     except ValueError as err:
         raise SpecError(f"sweep: {err}") from err
     for flag in ("runs", "workers", "max_epochs", "jobs"):
@@ -411,7 +413,8 @@ def _sweep(args: argparse.Namespace) -> int:
     points: list[dict[str, object]] = []
     table: list[dict[str, object]] = []
     for name in names:
-        result = sweep.sweep(name, loss=loss, step=args.step, p_max=args.p_max, runs=args.runs,
+        result = sweep.sweep(name, loss=loss, step=args.step,
+                             max_loss_rate=args.max_loss_rate, runs=args.runs,
                              num_workers=args.workers, max_epochs=args.max_epochs,
                              bandwidth_bps=bandwidth, jobs=args.jobs,
                              progress=lambda m: print(m, flush=True),

@@ -33,6 +33,7 @@ from tailcut.errors import SpecError
 from tailcut.net import shaping, topology
 from tailcut.net.topology import Pod
 from tailcut.scheduling import flowreport, runnable
+from tailcut.spec import transport_kinds
 from tailcut.spec.model import ALLREDUCE_PORT, Link, TrainingJob
 from tailcut import innetplan
 from tailcut.ml import models, torchmodel
@@ -280,7 +281,7 @@ def needs_torch(job: TrainingJob) -> bool:
 def needs_xdp(job: TrainingJob) -> bool:
     """Whether the job's receivers attach the XDP counter (bounded-loss): their pods
     need the BPF, NET_ADMIN and PERFMON capabilities."""
-    return job.spec.transport.type == "bounded-loss"
+    return transport_kinds.get(job.spec.transport.type).xdp_counter
 
 
 def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
@@ -341,12 +342,17 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
     the sender's own link rate, read from its interface, or at rateMbit if the spec
     sets one (tailcut.transports.congestion)."""
     t = job.spec.transport
+    kind = transport_kinds.get(t.type)
     options: dict[str, Any] = {"type": t.type}
-    if t.type in ("udp", "bounded-loss"):
+    if kind.seeded:  # one stream of random numbers per pod
+        options.update(seed=job.spec.training.seed + pod.index
+                       + (0 if pod.role == "ps" else 1))
+    if kind.takes_p:
+        options.update(p=t.p)
+    if kind.datagrams:
         # Packets as large as the job's links carry: one datagram per frame.
-        options.update(job=job.name, mtu=job.spec.network.mtu, rate_mbit=t.rate_mbit,
-                       seed=job.spec.training.seed
-                       + pod.index + (0 if pod.role == "ps" else 1),
+        options.update(job=job.name, mtu=job.spec.network.mtu,
+                       rate_bit=None if t.rate_mbit is None else t.rate_mbit * 1e6,
                        # UDP GSO: a path that drops anywhere has its pods cut GSO
                        # messages at their own interface, after their shaper and
                        # before any dropper or switch queue (tailcut.net.build,
@@ -361,14 +367,11 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                            job.spec.network.mtu),
                        # Every pod's own end of its link is shaped at this rate
                        # (tailcut.net.shaping): no need to read it back from the kernel.
-                       link_mbit=job.spec.network.access_link.bandwidth / 1e6)
-    if t.type == "bounded-loss":
-        options.update(p=t.p, xdp_mode=t.xdp_mode)
+                       link_bit=job.spec.network.access_link.bandwidth)
+    if kind.xdp_counter:
+        options.update(xdp_mode=t.xdp_mode)
         if t.min_p is not None:  # early close below p (unset: p is the floor)
             options.update(min_p=t.min_p)
-    if t.type == "app-drop":
-        options.update(p=t.p, seed=job.spec.training.seed + pod.index
-                       + (0 if pod.role == "ps" else 1))
     if t.tcp_congestion_control is not None:
         options.update(congestion_control=t.tcp_congestion_control)
     return options

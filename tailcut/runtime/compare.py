@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Se
 
 from tailcut.errors import RunError, SpecError, TailcutError
 from tailcut.fidelity import hostcpu, processes, verdict
+from tailcut.spec import transport_kinds
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from tailcut.spec.model import TrainingJob
 
 DEFAULT_P = 0.9   # bounded-loss/app-drop's p when the job gives none: the benches' value
-SHORT = {"tcp": "tcp", "bounded-loss": "bl", "udp": "udp", "app-drop": "ad"}
 MAX_JOB_NAME = 40   # spec.model.Metadata: a DNS label of at most 40 characters
 BUSY_SAMPLE_S = 2.0
 FILES = ("compare.json", "compare.csv", "compare.png")
@@ -98,12 +98,11 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 # --- the job's variants ----------------------------------------------------------
 
 def parse_transports(text: str, flag: str = "--transports", least: int = 2) -> list[str]:
-    from tailcut.spec import model
     names = [t.strip() for t in text.split(",") if t.strip()]
     for name in names:
-        if name not in model.TRANSPORTS:
+        if name not in transport_kinds.names():
             raise SpecError(f"{flag} {text!r}: unknown transport {name!r}; known: "
-                            f"{', '.join(model.TRANSPORTS)}")
+                            f"{', '.join(transport_kinds.names())}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise SpecError(f"{flag} {text!r}: {', '.join(repeated)} named twice")
@@ -126,16 +125,17 @@ def transport_fields(job: "TrainingJob", kind: str) -> dict[str, Any]:
     to `kind` (p, minP, rateMbit, xdpMode, tcpCongestionControl), p = DEFAULT_P for a
     lossy transport the job gives no p."""
     own = job.spec.transport
+    traits = transport_kinds.get(kind)
     out: dict[str, Any] = {"type": kind}
-    if kind in ("bounded-loss", "app-drop"):
+    if traits.takes_p:
         out["p"] = own.p if own.p is not None else DEFAULT_P
-    if kind == "bounded-loss":
+    if traits.xdp_counter:
         out["xdpMode"] = own.xdp_mode
         if own.min_p is not None and own.min_p <= out["p"]:
             out["minP"] = own.min_p
-    if kind in ("udp", "bounded-loss") and own.rate_mbit is not None:
+    if traits.datagrams and own.rate_mbit is not None:
         out["rateMbit"] = own.rate_mbit
-    if kind in ("tcp", "app-drop") and own.tcp_congestion_control is not None:
+    if traits.kernel_tcp and own.tcp_congestion_control is not None:
         out["tcpCongestionControl"] = own.tcp_congestion_control
     return out
 
@@ -162,7 +162,7 @@ def variant(job: "TrainingJob", kind: str, name: str, bandwidth_bit: Optional[in
 def run_name(base: str, kind: str, index: int, tag: str = "") -> str:
     """A job name unique to one run: <base>-<tag><transport><index>, base shortened to
     fit the 40 characters of a job name (e.g. quickstart-bg-bl2)."""
-    suffix = f"-{tag}{SHORT[kind]}{index}"
+    suffix = f"-{tag}{transport_kinds.get(kind).label}{index}"
     return base[:MAX_JOB_NAME - len(suffix)].rstrip("-") + suffix
 
 

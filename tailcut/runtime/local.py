@@ -29,6 +29,7 @@ from tailcut import innetwork, transports
 from tailcut.transports import rxfast
 from tailcut.datapath import bcc
 from tailcut.runtime import background, forked, overheads, procs, record, rolefork
+from tailcut.spec import transport_kinds
 from tailcut.spec.model import TrainingJob
 from tailcut.training import cpustats, delivery, exits, tcpstats
 
@@ -36,8 +37,6 @@ LOG_TAIL_LINES = 15
 ROLE_EXIT_S = 10    # how long a role may take to exit after the PS reported done
 LEADER_EXIT_S = 2   # how long the runner waits for the PS to exit before its teardown
 DIAGNOSE_WAIT_S = 5  # how long a failure waits for its root cause to exit (see _diagnose)
-# transports whose data goes in datagrams; their TCP counters are the control channel's
-DATAGRAM_TRANSPORTS = ("udp", "bounded-loss")
 RTT_FIRST_SAMPLE_S = 0.5   # with a delay: TCP's RTTs read this far into training,
 RTT_SAMPLE_EVERY_S = 2.0   # then this often until it ends
 
@@ -124,7 +123,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
         first_pod, first_rack = topo.pods[0], topo.racks[0]
         progress(f"access links: {network.access_link_summary(first_pod)}; uplinks: "
                  f"{network.applied[f'{first_rack.netns}/up']}")
-        if job.spec.transport.type in DATAGRAM_TRANSPORTS:
+        if transport_kinds.get(job.spec.transport.type).datagrams:
             progress(f"datagram send and receive paths: {rxfast.status()}")
         running: list[procs.Process] = []
         bg: Optional[background.Background] = None
@@ -236,7 +235,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                "scheduling": _flows_summary(job, results_dir, progress),
                "tcp_counters": tcp,
                "cpu": cpu}
-    datagrams = job.spec.transport.type in DATAGRAM_TRANSPORTS
+    datagrams = transport_kinds.get(job.spec.transport.type).datagrams
     if datagrams:
         metrics["delivery"] = delivery.summarize(results_dir)
     if delay["round_trip_ms"]:   # the delay emulated, beside what TCP measured
@@ -316,51 +315,30 @@ def _watch(job: TrainingJob, roles: dict[str, procs.Process], results_dir: Path,
     read the events are added to `readers`."""
     events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]" = queue.Queue()
     first = plan.leader(job)   # ps-0, or worker-0 (rank 0) with syncMode allreduce
-    for name in (first, "replica-0"):
-        if name in roles:
-            reader = threading.Thread(target=_read_events, args=(name, roles[name], events),
-                                      daemon=True)
-            reader.start()
-            if readers is not None:
-                readers.append(reader)
+    _start_readers(roles, (first, "replica-0"), events, readers)
     has_replica = "replica-0" in roles
     leader = first
     t = job.spec.training
     deadline = time.monotonic() + t.timeout_s + 30  # the PS enforces timeout_s itself
     started = False
     while True:
-        if time.monotonic() > deadline:
-            raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
-                           "(spec.training.timeoutS); logs in " + str(results_dir / "logs"))
-        others = {n: p for n, p in roles.items() if n not in (first, "replica-0")}
-        if any(p.poll() not in (None, 0) for p in others.values()):
-            raise RunError(_diagnose(roles, results_dir, None))
-        if leader == "ps-0" and has_replica and roles["ps-0"].poll() not in (None, 0):
-            progress(f"ps-0 exited with code {roles['ps-0'].poll()}; the replica takes over")
-            leader = "replica-0"
+        _check_alive(job, roles, results_dir, first, deadline)
+        leader = _leader_now(roles, leader, has_replica, progress)
         try:
             source, event = events.get(timeout=0.2)
         except queue.Empty:
             continue
         kind = event.get("event") if event else None
         if source != leader:
-            if source == "replica-0" and kind == "takeover":
-                leader = "replica-0"
-            elif source == "replica-0" and (event is None or kind == "error"):
-                if leader == "replica-0":
-                    raise RunError(_diagnose(roles, results_dir, event))
-                progress("replica-0 failed; ps-0 carries on without it")
+            if not _replica_takes_over(roles, results_dir, progress, source, event, leader):
                 continue
-            else:
-                continue  # the primary's last words after the replica took over
+            leader = "replica-0"
         if event is None or kind == "error":
             if leader == "ps-0" and has_replica:
-                continue  # ps-0 died: the check above hands over once its status is in
+                continue  # ps-0 died: _leader_now hands over once its status is in
             raise RunError(_diagnose(roles, results_dir, event))
         if kind == "epoch":
-            progress(f"epoch {event['epoch']:>3}/{t.epochs}  iteration {event['iteration']:>5}"
-                     f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
-                     f"  test accuracy {event['test_accuracy']:.3f}  {event['elapsed_s']:.1f} s")
+            progress(_epoch_line(event, t.epochs))
         elif kind == "start" and not started:
             started = True
             on_start()
@@ -368,6 +346,65 @@ def _watch(job: TrainingJob, roles: dict[str, procs.Process], results_dir: Path,
             progress(f"replica-0 took over at iteration {event['iteration']}")
         elif kind == "done":
             return event
+
+
+def _start_readers(roles: dict[str, procs.Process], names: tuple[str, ...],
+                   events: "queue.Queue[tuple[str, Optional[dict[str, Any]]]]",
+                   readers: Optional[list[threading.Thread]]) -> None:
+    """Read the events of the named roles that run into `events`, each in a thread
+    (added to `readers`)."""
+    for name in names:
+        if name in roles:
+            reader = threading.Thread(target=_read_events, args=(name, roles[name], events),
+                                      daemon=True)
+            reader.start()
+            if readers is not None:
+                readers.append(reader)
+
+
+def _check_alive(job: TrainingJob, roles: dict[str, procs.Process], results_dir: Path,
+                 first: str, deadline: float) -> None:
+    """Raise a RunError once the run is past `deadline`, or once a role whose events
+    are not followed has failed (the followed ones report their own failure)."""
+    t = job.spec.training
+    if time.monotonic() > deadline:
+        raise RunError(f"{job.name}: no result after {t.timeout_s:g} s "
+                       "(spec.training.timeoutS); logs in " + str(results_dir / "logs"))
+    others = {n: p for n, p in roles.items() if n not in (first, "replica-0")}
+    if any(p.poll() not in (None, 0) for p in others.values()):
+        raise RunError(_diagnose(roles, results_dir, None))
+
+
+def _leader_now(roles: dict[str, procs.Process], leader: str, has_replica: bool,
+                progress: Callable[[str], None]) -> str:
+    """The role whose events to follow: replica-0 once ps-0 has failed, with a replica."""
+    if leader == "ps-0" and has_replica and roles["ps-0"].poll() not in (None, 0):
+        progress(f"ps-0 exited with code {roles['ps-0'].poll()}; the replica takes over")
+        return "replica-0"
+    return leader
+
+
+def _replica_takes_over(roles: dict[str, procs.Process], results_dir: Path,
+                        progress: Callable[[str], None], source: str,
+                        event: Optional[dict[str, Any]], leader: str) -> bool:
+    """Whether an event from a role that does not lead makes replica-0 the leader (its
+    "takeover"). Any other is not followed: the replica's failure is reported (ps-0
+    carries on without it), the primary's last words after a take-over are ignored."""
+    kind = event.get("event") if event else None
+    if source == "replica-0" and kind == "takeover":
+        return True
+    if source == "replica-0" and (event is None or kind == "error"):
+        if leader == "replica-0":
+            raise RunError(_diagnose(roles, results_dir, event))
+        progress("replica-0 failed; ps-0 carries on without it")
+    return False
+
+
+def _epoch_line(event: dict[str, Any], epochs: int) -> str:
+    """The progress line of an "epoch" event."""
+    return (f"epoch {event['epoch']:>3}/{epochs}  iteration {event['iteration']:>5}"
+            f"  train loss {event['train_loss']:.4f}  test loss {event['test_loss']:.4f}"
+            f"  test accuracy {event['test_accuracy']:.3f}  {event['elapsed_s']:.1f} s")
 
 
 def _await_leaders(job: TrainingJob, roles: dict[str, procs.Process],

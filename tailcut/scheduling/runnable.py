@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tailcut.errors import SpecError
+from tailcut.spec import transport_kinds
 from tailcut.spec.model import Scheduling, TrainingJob
 
 
@@ -20,10 +21,11 @@ def check_runnable(scheduling: Scheduling, job: Optional[TrainingJob] = None) ->
         _check_coflow(job)
     if scheduling.policy != "cadentflow" or job is None:
         return
-    if job.spec.transport.type not in ("tcp", "udp", "bounded-loss"):
+    if not transport_kinds.get(job.spec.transport.type).tags_flows:
+        tagging = ", ".join(transport_kinds.with_trait("tags_flows"))
         raise SpecError(
             f"spec.scheduling.policy='cadentflow' with spec.transport.type="
-            f"{job.spec.transport.type!r}: only the tcp, udp and bounded-loss transports "
+            f"{job.spec.transport.type!r}: only the {tagging} transports "
             "tag their messages per tensor so far; use one of them or policy fair")
     if job.spec.replicas.aggregators or job.spec.replicas.ps_replica:
         raise SpecError(
@@ -34,11 +36,12 @@ def check_runnable(scheduling: Scheduling, job: Optional[TrainingJob] = None) ->
 
 def _check_coflow(job: TrainingJob) -> None:
     kind = job.spec.transport.type
-    if kind != "tcp":
+    traits = transport_kinds.get(kind)
+    if not traits.paces_flows:
         why = ("app-drop sends its masked frames on its own path, which does not take "
                "the per-flow rate yet" if kind == "app-drop" else
                f"{kind} paces each role at one rate (spec.transport.rateMbit), not each "
-               "flow")
+               "flow" if traits.datagrams else f"{kind} does not pace each flow")
         raise SpecError(
             f"spec.scheduling.policy='coflow' with spec.transport.type={kind!r}: only "
             f"the tcp transport paces each flow at its MADD rate (SO_MAX_PACING_RATE per "

@@ -11,15 +11,14 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       ValidationInfo, WithJsonSchema, field_validator, model_validator)
 from pydantic.alias_generators import to_camel
 
-from tailcut.spec import background, units
+from tailcut.spec import background, transport_kinds, units
 
 API_VERSION: Final = "tailcut.dev/v1alpha1"
 KIND: Final = "TrainingJob"
-TRANSPORTS = ("tcp", "udp", "bounded-loss", "app-drop")  # docs/bounded-loss.md
-LOSSY_TRANSPORTS = ("bounded-loss", "app-drop")          # the ones that take p
+# tailcut's own transports: the CRD's enum. The spec takes any transport registered on
+# this host (transport_kinds.names(): a researcher's own, under `tailcut run`).
+TRANSPORTS = transport_kinds.BUILTIN_NAMES
 SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
-# tcp: DDP with Gloo; the datagram transports: the transpose all-reduce.
-ALLREDUCE_TRANSPORTS = ("tcp", "bounded-loss", "udp")
 TORCH_MODEL = "torch"        # training.model naming a user's PyTorch factory (module)
 ALLREDUCE_PORT = 29500       # worker-0's torch.distributed rendezvous (its default)
 MAX_RACKS = 250              # rack r gets the subnet 10.<r+1>.0.0/24
@@ -289,32 +288,35 @@ class Transport(_Model):
     @field_validator("type")
     @classmethod
     def _known_transport(cls, value: str) -> str:
-        if value not in TRANSPORTS:
-            raise ValueError(f"unsupported transport {value!r}; supported: "
-                             f"{', '.join(TRANSPORTS)}")
+        transport_kinds.get(value)  # ValueError naming the known ones
         return value
 
     @model_validator(mode="after")
-    def _p_where_it_applies(self) -> "Transport":
-        if self.type in LOSSY_TRANSPORTS and self.p is None:
+    def _options_where_they_apply(self) -> "Transport":
+        kind = transport_kinds.get(self.type)
+        lossy = transport_kinds.with_trait("takes_p")
+        if kind.takes_p and self.p is None:
             raise ValueError(f"p: {self.type} needs p, the fraction of every message to "
                              "deliver, in (0, 1], e.g. p: 0.9")
-        if self.type not in LOSSY_TRANSPORTS and self.p is not None:
-            raise ValueError(f"p: only {' and '.join(LOSSY_TRANSPORTS)} take p; "
+        if not kind.takes_p and self.p is not None:
+            raise ValueError(f"p: only {' and '.join(lossy)} take p; "
                              f"{self.type} delivers what it delivers")
-        if self.min_p is not None and self.type != "bounded-loss":
-            raise ValueError(f"minP: only bounded-loss closes a message early; {self.type} "
-                             "does not take minP")
+        if self.min_p is not None and not kind.xdp_counter:
+            raise ValueError(f"minP: only {' and '.join(transport_kinds.with_trait('xdp_counter'))}"
+                             f" closes a message early; {self.type} does not take minP")
         if self.min_p is not None and self.p is not None and self.min_p > self.p:
             raise ValueError(f"minP: {self.min_p} is above p = {self.p}; minP is the "
                              "floor a message may close at once its packets stop coming, "
                              "p where it completes at once, so minP <= p")
-        if self.tcp_congestion_control is not None and self.type not in ("tcp", "app-drop"):
-            raise ValueError(f"tcpCongestionControl: only tcp and app-drop carry the "
-                             f"vectors over TCP; {self.type} does not take it")
-        if self.type in ("tcp", "app-drop") and self.rate_mbit is not None:
-            raise ValueError(f"rateMbit: {self.type} is paced by TCP; only udp and "
-                             "bounded-loss take a rate")
+        if self.tcp_congestion_control is not None and not kind.kernel_tcp:
+            raise ValueError(f"tcpCongestionControl: only "
+                             f"{' and '.join(transport_kinds.with_trait('kernel_tcp'))} carry "
+                             f"the vectors over TCP; {self.type} does not take it")
+        if self.rate_mbit is not None and not kind.datagrams:
+            paced = " and ".join(transport_kinds.with_trait("datagrams"))
+            raise ValueError(f"rateMbit: {self.type} is paced by "
+                             f"{'TCP' if kind.kernel_tcp else 'itself'}; only {paced} take "
+                             "a rate")
         return self
 
 
@@ -538,9 +540,9 @@ class JobSpec(_Model):
                 (bool(r.aggregators), "replicas.aggregators: the all-reduce sums the "
                  "gradients itself; remove the aggregators"),
                 (r.workers < 2, "replicas.workers: allreduce needs at least 2 workers"),
-                (self.transport.type not in ALLREDUCE_TRANSPORTS, f"transport.type: "
-                 f"allreduce runs Gloo over tcp, or tailcut's transpose all-reduce over "
-                 f"bounded-loss or udp, not {self.transport.type}"),
+                (not transport_kinds.get(self.transport.type).allreduce,
+                 f"transport.type: allreduce runs Gloo over tcp, or tailcut's transpose "
+                 f"all-reduce over bounded-loss or udp, not {self.transport.type}"),
                 (self.training.aggregation != "mean", "training.aggregation: the "
                  "all-reduce averages what arrived; leave it at mean"),
                 (self.network.in_network is not None, "network.inNetwork: the ToR works "

@@ -48,13 +48,12 @@ from typing import Any
 
 from tailcut import errors
 from tailcut.ml import models
-from tailcut.spec.model import TRANSPORTS
+from tailcut.spec import transport_kinds
 from tailcut.training import aggregation, flowsection
 
 ROLES = ("ps", "worker", "aggregator", "replica")
 SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
 ORDERINGS = ("fifo", "stf")
-TAGGING = ("tcp", "udp", "bounded-loss")  # transports that send CadentFlow-tagged parts
 
 
 class ConfigError(errors.TailcutError):
@@ -179,6 +178,14 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 def _check_roles(c: RoleConfig) -> None:
     """Sharding, replica and aggregator fields, and that ``index`` fits the role."""
+    _check_shards(c)
+    _check_aggregators(c)
+    _check_queueing(c)
+    _check_flows(c)
+
+
+def _check_shards(c: RoleConfig) -> None:
+    """The shards, the PS replica and the ranks' racks, and a PS's or replica's index."""
     if c.shard_endpoints is not None and (
         not isinstance(c.shard_endpoints, list) or not c.shard_endpoints
     ):
@@ -206,29 +213,15 @@ def _check_roles(c: RoleConfig) -> None:
     ):
         raise ConfigError(f"rank_racks={c.rank_racks!r}: must list one rack index per "
                           f"worker ({c.num_workers})")
+
+
+def _check_aggregators(c: RoleConfig) -> None:
+    """The aggregators: each one's entry, no worker served twice, bsp, and their index."""
     if not isinstance(c.aggregators, list):
         raise ConfigError(f"aggregators={c.aggregators!r}: must be a list")
-    seen: dict[int, int] = {}
+    seen: dict[int, int] = {}   # worker: the aggregator that serves it
     for a, agg in enumerate(c.aggregators):
-        if not isinstance(agg, dict) or set(agg) != {"endpoint", "workers"}:
-            raise ConfigError(
-                f"aggregators[{a}]={agg!r}: must be an object with endpoint and workers"
-            )
-        split_endpoint(agg["endpoint"])
-        workers = agg["workers"]
-        if not isinstance(workers, list) or not workers:
-            raise ConfigError(f"aggregators[{a}].workers={workers!r}: must be a non-empty list")
-        for w in workers:
-            if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w < c.num_workers:
-                raise ConfigError(
-                    f"aggregators[{a}].workers: {w!r} is not a worker in [0, {c.num_workers})"
-                )
-            if w in seen:
-                raise ConfigError(
-                    f"aggregators[{a}].workers: worker {w} is already served by "
-                    f"aggregators[{seen[w]}]"
-                )
-            seen[w] = a
+        _check_aggregator(c, a, agg, seen)
     if c.aggregators and c.sync_mode != "bsp":
         raise ConfigError(
             f"sync_mode={c.sync_mode!r}: aggregators sum one iteration's updates, so they "
@@ -239,29 +232,71 @@ def _check_roles(c: RoleConfig) -> None:
             f"role='aggregator' index={c.index}: the config lists "
             f"{len(c.aggregators)} aggregator(s)"
         )
+
+
+def _check_aggregator(c: RoleConfig, a: int, agg: Any, seen: dict[int, int]) -> None:
+    """One entry of ``aggregators`` (the a-th); records its workers in `seen`."""
+    if not isinstance(agg, dict) or set(agg) != {"endpoint", "workers"}:
+        raise ConfigError(
+            f"aggregators[{a}]={agg!r}: must be an object with endpoint and workers"
+        )
+    split_endpoint(agg["endpoint"])
+    workers = agg["workers"]
+    if not isinstance(workers, list) or not workers:
+        raise ConfigError(f"aggregators[{a}].workers={workers!r}: must be a non-empty list")
+    for w in workers:
+        if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w < c.num_workers:
+            raise ConfigError(
+                f"aggregators[{a}].workers: {w!r} is not a worker in [0, {c.num_workers})"
+            )
+        if w in seen:
+            raise ConfigError(
+                f"aggregators[{a}].workers: worker {w} is already served by "
+                f"aggregators[{seen[w]}]"
+            )
+        seen[w] = a
+
+
+def _check_queueing(c: RoleConfig) -> None:
+    """How a PS takes its updates: staleness, ordering and window."""
     if not isinstance(c.staleness, int) or isinstance(c.staleness, bool) or c.staleness < 0:
         raise ConfigError(f"staleness={c.staleness!r}: must be an integer >= 0")
     if c.ordering not in ORDERINGS:
         raise ConfigError(f"ordering={c.ordering!r}: supported: {', '.join(ORDERINGS)}")
     if not isinstance(c.window_us, int) or c.window_us < 1:
         raise ConfigError(f"window_us={c.window_us!r}: must be an integer >= 1")
-    if c.flows is not None:
-        try:
-            flowsection.check(c.flows)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        policy = c.flows["policy"]
-        if policy == "cadentflow" and c.transport.get("type") not in TAGGING \
-                or policy == "coflow" and c.transport.get("type") != "tcp":
-            raise ConfigError(f"flows.policy={policy!r}: needs transport "
-                              f"{'tcp' if policy == 'coflow' else ', '.join(TAGGING)}")
-        if policy in ("cadentflow", "coflow") and (c.aggregators or c.replica_endpoint):
-            raise ConfigError(f"flows.policy={policy!r}: needs no aggregators and no "
-                              "replica_endpoint")
+
+
+def _check_flows(c: RoleConfig) -> None:
+    """The ``flows`` section, and that its policy suits the transport and the roles."""
+    if c.flows is None:
+        return
+    try:
+        flowsection.check(c.flows)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    policy = c.flows["policy"]
+    trait = {"cadentflow": "tags_flows", "coflow": "paces_flows"}.get(policy)
+    able = transport_kinds.with_trait(trait) if trait else []
+    if trait and c.transport.get("type") not in able:
+        raise ConfigError(f"flows.policy={policy!r}: needs transport {', '.join(able)}")
+    if policy in ("cadentflow", "coflow") and (c.aggregators or c.replica_endpoint):
+        raise ConfigError(f"flows.policy={policy!r}: needs no aggregators and no "
+                          "replica_endpoint")
 
 
 def _check(c: RoleConfig) -> None:
     """Validate field by field; the runtime validated the spec, this guards the file."""
+    _check_identity(c)
+    _check_model(c)
+    _check_training(c)
+    _check_sync(c)
+    _check_transport(c)
+    _check_roles(c)
+
+
+def _check_identity(c: RoleConfig) -> None:
+    """The fields' types, then who this role is and where the PS listens."""
     _typed(c, "job", str)
     _typed(c, "ps_host", str)
     _typed(c, "results_dir", str)
@@ -277,12 +312,20 @@ def _check(c: RoleConfig) -> None:
         )
     if not 1 <= c.ps_port <= 65535:
         raise ConfigError(f"ps_port={c.ps_port}: must be in 1..65535")
+
+
+def _check_model(c: RoleConfig) -> None:
+    """The model is one tailcut knows or a torch factory; allreduce needs torch workers."""
     if c.model not in models.names() and not models.is_torch(c.model):
         raise ConfigError(f"model={c.model!r}: supported models are {', '.join(models.names())} "
                           f"and {models.TORCH_PREFIX}<package.module:factory>")
     if c.sync_mode == "allreduce" and (c.role != "worker" or not models.is_torch(c.model)):
         raise ConfigError(f"sync_mode='allreduce': runs workers of a torch model, not "
                           f"role={c.role!r} model={c.model!r}")
+
+
+def _check_training(c: RoleConfig) -> None:
+    """Batch size, learning rate and the stopping conditions."""
     if c.batch_size < 1:
         raise ConfigError(f"batch_size={c.batch_size}: must be >= 1")
     if not (
@@ -303,6 +346,10 @@ def _check(c: RoleConfig) -> None:
         raise ConfigError(
             f"target_accuracy={c.target_accuracy}: must be in (0, 1] or null for none"
         )
+
+
+def _check_sync(c: RoleConfig) -> None:
+    """The sync mode, and an aggregation other than mean only under bsp."""
     if c.sync_mode not in SYNC_MODES:
         raise ConfigError(f"sync_mode={c.sync_mode!r}: supported: {', '.join(SYNC_MODES)}")
     try:
@@ -312,17 +359,19 @@ def _check(c: RoleConfig) -> None:
     if c.aggregation != "mean" and c.sync_mode != "bsp":
         raise ConfigError(f"aggregation={c.aggregation!r}: combines a bsp iteration's pushes, "
                           f"so it needs sync_mode bsp, not {c.sync_mode!r}")
+
+
+def _check_transport(c: RoleConfig) -> None:
+    """The transport is an object naming a known type; the timeout is positive."""
     if not isinstance(c.transport, dict) or not isinstance(c.transport.get("type"), str):
         raise ConfigError(
             f'transport={c.transport!r}: must be an object with a "type", e.g. {{"type": "tcp"}}'
         )
-    if c.transport["type"] not in TRANSPORTS:
-        raise ConfigError(
-            f"transport.type={c.transport['type']!r}: supported: {', '.join(sorted(TRANSPORTS))}"
-        )
+    if c.transport["type"] not in transport_kinds.names():
+        raise ConfigError(f"transport.type={c.transport['type']!r}: supported: "
+                          f"{', '.join(transport_kinds.names())}")
     if not (isinstance(c.timeout_s, (int, float)) and c.timeout_s > 0):
         raise ConfigError(f"timeout_s={c.timeout_s}: must be > 0")
-    _check_roles(c)
 
 
 def _typed(c: RoleConfig, name: str, kind: type) -> None:

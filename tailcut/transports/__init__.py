@@ -1,8 +1,11 @@
 """Transports that carry gradients and parameters between PS and workers, chosen by name.
 
 A job's spec names its transport in one line (``transport: {type: tcp}``); the
-roles call ``get(type, **other_options)`` and only use the ``base`` interface, so
-adding a transport means adding a module and one line in ``_FACTORIES``.
+roles call ``get(type, **options)`` and only use the ``base`` interface. What each
+transport is (its traits, where its class lives) is declared in
+``tailcut.spec.transport_kinds``, so adding one means a module with a
+``base.Transport`` subclass and one declaration there, or, for a transport in a
+package of its own, one entry point (docs/transports.md).
 """
 
 from __future__ import annotations
@@ -11,21 +14,13 @@ import importlib
 import inspect
 from typing import Any
 
+from tailcut.spec import transport_kinds
 from tailcut.transports import base
-
-# name -> (module, class): a module is imported when its transport is first asked
-# for, so a TCP job's processes never import the datagram transports (~0.05 s)
-_FACTORIES: dict[str, tuple[str, str]] = {
-    "tcp": ("tcp", "TcpTransport"),
-    "udp": ("datagram", "UdpTransport"),
-    "bounded-loss": ("datagram", "BoundedLossTransport"),
-    "app-drop": ("app_drop", "AppDropTransport"),
-}
 
 
 def names() -> list[str]:
-    """Names of the supported transports, sorted."""
-    return sorted(_FACTORIES)
+    """Names of the supported transports, tailcut's first, then registered ones."""
+    return transport_kinds.names()
 
 
 def get(name: str, **options: Any) -> base.Transport:
@@ -44,12 +39,10 @@ def get(name: str, **options: Any) -> base.Transport:
 def load(name: str) -> type[base.Transport]:
     """The class of transport ``name``, its module imported (the local runtime does so
     before it forks the roles, which then have it)."""
-    try:
-        module, cls = _FACTORIES[name]
-    except KeyError:
-        raise ValueError(
-            f"transport {name!r} is unknown; supported: {', '.join(names())}"
-        ) from None
-    factory: type[base.Transport] = getattr(
-        importlib.import_module(f"tailcut.transports.{module}"), cls)
+    kind = transport_kinds.get(name)
+    module, _, cls = kind.factory.partition(":")
+    factory = getattr(importlib.import_module(module), cls, None)
+    if not (isinstance(factory, type) and issubclass(factory, base.Transport)):
+        raise ValueError(f"transport {name!r}: {kind.factory} is not a "
+                         "tailcut.transports.base.Transport subclass")
     return factory

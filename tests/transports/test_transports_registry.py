@@ -3,8 +3,8 @@
 import pytest
 
 from tailcut import transports
-from tailcut.spec import model
-from tailcut.transports import tcp
+from tailcut.spec import model, transport_kinds
+from tailcut.transports import base, tcp
 
 
 def test_get_builds_the_named_transport_with_its_options() -> None:
@@ -13,7 +13,7 @@ def test_get_builds_the_named_transport_with_its_options() -> None:
 
 
 def test_an_unknown_transport_name_lists_the_supported_ones() -> None:
-    with pytest.raises(ValueError, match="transport 'quic' is unknown; supported: app-drop, bounded-loss, tcp, udp"):
+    with pytest.raises(ValueError, match="unsupported transport .quic.; supported: tcp, udp, bounded-loss, app-drop"):
         transports.get("quic")
 
 
@@ -22,7 +22,11 @@ def test_an_unknown_option_is_named_with_the_options_that_exist() -> None:
         transports.get("tcp", loss_p=0.1)
 
 
-def test_the_registry_serves_every_transport_a_spec_may_name() -> None:
-    # Role configs are checked against the spec's names (tailcut.training.config,
-    # which the operator loads without the transports), so the two lists must agree.
-    assert transports.names() == sorted(model.TRANSPORTS)
+def test_every_declared_transport_loads_as_its_declared_class() -> None:
+    # The spec, the planner and the operator read only the declarations
+    # (tailcut.spec.transport_kinds); the roles build what each names.
+    assert transports.names()[:4] == list(transport_kinds.BUILTIN_NAMES)
+    for name in transport_kinds.BUILTIN_NAMES:
+        factory = transports.load(name)
+        assert issubclass(factory, base.Transport) and factory.name == name
+    assert model.TRANSPORTS == transport_kinds.BUILTIN_NAMES   # the CRD's enum
