@@ -23,8 +23,8 @@ from bench import bl_net, hostcheck  # noqa: E402
 ELEMENTS = 1 << 20  # 4 MiB of float32
 TRANSPORTS = {
     "tcp": {},
-    "udp": {"job": "bl-bench-ct", "rate_mbit": 250.0},
-    "bounded-loss": {"job": "bl-bench-ct", "p": 0.9, "rate_mbit": 250.0},
+    "udp": {"job": "bl-bench-ct", "rate_bit": 250e6},
+    "bounded-loss": {"job": "bl-bench-ct", "p": 0.9, "rate_bit": 250e6},
 }
 
 

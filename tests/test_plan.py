@@ -168,8 +168,8 @@ def test_datagram_transports_are_told_their_links_rate_rather_than_reading_it_ba
     kind = {"type": transport} | ({"p": 0.9} if transport == "bounded-loss" else {})
     j = job(network={"accessLink": {"bandwidth": "250Mbit"}}, transport=kind)
     options = plan.transport_options(j, topology.plan(j).pod("ps-0"))
-    assert options["link_mbit"] == 250
-    assert transports.get(options.pop("type"), **options).link_mbit == 250  # type: ignore[attr-defined]
+    assert options["link_bit"] == 250e6
+    assert transports.get(options.pop("type"), **options).link_bit == 250e6  # type: ignore[attr-defined]
 
 
 torch_installed = pytest.mark.skipif(not torchmodel.available(),

@@ -2,7 +2,7 @@
 
 A message's float32 vector is cut into range-indexed UDP packets (wire.py), sent in a
 random slot order (so what is lost or left out is spread over the vector) and paced
-at ``rate_mbit`` or, if unset, the rate of the HTB class on the sending interface.
+at ``rate_bit`` (bits per second) or, if unset, the rate of the HTB class on the sending interface.
 Everything else goes over a TCP control channel (control.py). Per message:
 
     sender                               receiver
@@ -349,25 +349,26 @@ class DatagramTransport(base.Transport):
     bounded = False
 
     def __init__(self, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
-                 rate_mbit: float | None = None, end_grace_ms: float = 2.0,
+                 rate_bit: float | None = None, end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
-                 gso: bool = False, link_mbit: float | None = None,
+                 gso: bool = False, link_bit: float | None = None,
                  switch_buffer_bytes: int | None = None) -> None:
         super().__init__()
-        if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and rate_mbit > 0):
-            raise ValueError(f"rate_mbit={rate_mbit!r}: must be > 0, or unset for the link's rate")
+        if rate_bit is not None and not (isinstance(rate_bit, (int, float)) and rate_bit > 0):
+            raise ValueError(f"rate_bit={rate_bit!r}: must be > 0 (bits per second), or "
+                             "unset for the link's rate")
         if not 0 <= end_grace_ms <= 10_000:
             raise ValueError(f"end_grace_ms={end_grace_ms}: must be in [0, 10000]")
         self.job = job
         self.job_id = wire.job_id(job)
         self.stride = wire.elements_per_packet(mtu)
-        self.rate_mbit = rate_mbit
-        if link_mbit is not None and not (isinstance(link_mbit, (int, float)) and link_mbit > 0):
-            raise ValueError(f"link_mbit={link_mbit!r}: must be > 0, or unset to read the "
-                             "rate of the interface's HTB class")
+        self.rate_bit = rate_bit
+        if link_bit is not None and not (isinstance(link_bit, (int, float)) and link_bit > 0):
+            raise ValueError(f"link_bit={link_bit!r}: must be > 0 (bits per second), or unset "
+                             "to read the rate of the interface's HTB class")
         # The rate of this pod's own link, as the plan shaped it; unset: read from the
         # interface's HTB class (netlink, pyroute2: ~0.3 s of a role's start).
-        self.link_mbit = link_mbit
+        self.link_bit = link_bit
         self.end_grace_s = end_grace_ms / 1e3
         self.max_elements = max_elements
         # UDP GSO (batch.py): every path acts per packet after the kernel's cut
@@ -551,9 +552,9 @@ class DatagramTransport(base.Transport):
     def _start(self, local_ip: str) -> None:
         """Attach the XDP counter (bounded-loss) and start the receive threads."""
         assert self._udp is not None
-        self._link_bit = (self.link_mbit * 1e6 if self.link_mbit is not None
+        self._link_bit = (self.link_bit if self.link_bit is not None
                           else _link_rate_bit(local_ip))
-        self._pace_bit = self.rate_mbit * 1e6 if self.rate_mbit is not None else self._link_bit
+        self._pace_bit = self.rate_bit if self.rate_bit is not None else self._link_bit
         # The link monitor's samples read the socket too: between them it must hold
         # what arrives, four times over, at ~2x the payload in kernel memory (a faster
         # link than 1 Gbit/s needs more than DEEP_SOCKET_BYTES). An unshaped link has
@@ -1050,17 +1051,17 @@ class BoundedLossTransport(DatagramTransport):
     bounded = True
 
     def __init__(self, p: float = 0.9, job: str = "tailcut", mtu: int = wire.DEFAULT_MTU,
-                 rate_mbit: float | None = None, xdp: bool = True,
+                 rate_bit: float | None = None, xdp: bool = True,
                  xdp_mode: str = "generic", end_grace_ms: float = 2.0,
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
                  min_p: float | None = None, gso: bool = False,
-                 link_mbit: float | None = None,
+                 link_bit: float | None = None,
                  switch_buffer_bytes: int | None = None) -> None:
         """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
         and whose packets have stopped coming is handed over below p with what
         arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
-        super().__init__(job=job, mtu=mtu, rate_mbit=rate_mbit, end_grace_ms=end_grace_ms,
-                         max_elements=max_elements, seed=seed, gso=gso, link_mbit=link_mbit,
+        super().__init__(job=job, mtu=mtu, rate_bit=rate_bit, end_grace_ms=end_grace_ms,
+                         max_elements=max_elements, seed=seed, gso=gso, link_bit=link_bit,
                          switch_buffer_bytes=switch_buffer_bytes)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver at least "

@@ -44,14 +44,14 @@ def test_no_sender_gets_a_static_share_unless_the_spec_sets_a_rate() -> None:
     ps = plan.transport_options(job, topo.pod("ps-0"))
     w = plan.transport_options(job, topo.pod("worker-2"))
     assert ps == {"type": "bounded-loss", "job": "bl-quickstart", "mtu": 1500,
-                  "rate_mbit": None, "seed": 0, "p": 0.9, "xdp_mode": "generic",
+                  "rate_bit": None, "seed": 0, "p": 0.9, "xdp_mode": "generic",
                   "gso": True,    # lossy: the pods' interfaces cut it (net/build.py)
                   "switch_buffer_bytes": None,   # the kernel's deep queues
-                  "link_mbit": 1000.0}   # the link's rate, which grants share: no cap
-    assert w["rate_mbit"] is None and w["seed"] == 3
+                  "link_bit": 1_000_000_000}   # the link's rate, which grants share: no cap
+    assert w["rate_bit"] is None and w["seed"] == 3
     capped = load("spec: {transport: {type: udp, rateMbit: 300}}")
     assert plan.transport_options(capped, topology.plan(capped).pod("worker-0"))[
-        "rate_mbit"] == 300
+        "rate_bit"] == 300e6
     tcp = load("spec: {transport: {type: tcp}}")
     assert plan.transport_options(tcp, topology.plan(tcp).pod("ps-0")) == {"type": "tcp"}
     cubic = load("spec: {transport: {type: tcp, tcpCongestionControl: cubic}}")

@@ -96,7 +96,7 @@ def test_with_p_below_1_every_message_keeps_p_and_rank_0_reports_an_epoch(tmp_pa
     racks = [0, 0, 1]
     # Paced (on loopback nothing else is): DONE at p stops each pass before its end.
     events = _run(tmp_path, {"type": "bounded-loss", "p": 0.8, "xdp": False, "job": "tar",
-                             "rate_mbit": 200}, rank_racks=racks)
+                             "rate_bit": 200e6}, rank_racks=racks)
     assert [e["event"] for e in events] == ["start", "epoch", "done"]
     ipe = ps.iterations_per_epoch(8000, 32, RANKS)
     done = events[-1]

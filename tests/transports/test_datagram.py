@@ -345,7 +345,7 @@ def test_bounded_loss_over_a_lossy_veth_completes_on_the_xdp_event(lossy_link: A
     from tests.datapath.udp_link import RECEIVER_IP
     with pair("bounded-loss", 27210, lambda: netns.entered(lossy_link.receiver),
               lambda: netns.entered(lossy_link.sender), host=RECEIVER_IP, p=0.8,
-              job="bl-xdp", rate_mbit=500) as (server, s, client, c):
+              job="bl-xdp", rate_bit=500e6) as (server, s, client, c):
         assert server.counter.mode == "generic" and client.counter.mode == "generic"
         for i in range(10):
             c.send(Message(Kind.PUSH, i, 1, VECTOR), 20)
@@ -449,7 +449,7 @@ def test_a_path_gone_for_a_moment_loses_datagrams_and_the_messages_still_arrive(
     from tests.datapath.udp_link import IFNAME, RECEIVER_IP, SENDER_IP
     with pair("bounded-loss", 27260 + gso, lambda: netns.entered(clean_link.receiver),
               lambda: netns.entered(clean_link.sender), host=RECEIVER_IP, p=0.9,
-              job="bl-outage", gso=gso, rate_mbit=200) as (server, s, client, c):
+              job="bl-outage", gso=gso, rate_bit=200e6) as (server, s, client, c):
         ip = ["ip", "-n", clean_link.sender, "addr"]
 
         def exchange(i: int) -> None:
@@ -485,7 +485,7 @@ def tag(conn: Any) -> None:
 
 
 def test_a_tagged_message_arrives_exactly_with_one_timed_part_per_cut_in_send_order() -> None:
-    with pair("udp", 27220, job="dg-parts", rate_mbit=300) as (server, s, _client, c):
+    with pair("udp", 27220, job="dg-parts", rate_bit=300e6) as (server, s, _client, c):
         tag(c)
         for i in range(3):
             c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
@@ -509,7 +509,7 @@ def test_bounded_loss_reaches_p_of_the_whole_message_by_cutting_the_least_urgent
     """DONE comes at p of the whole message and the cuts go most urgent first, so the
     urgent tensor arrives whole and what is left out falls on the last one."""
     with pair("bounded-loss", 27221, p=0.5, xdp=False, job="dg-short",
-              rate_mbit=200) as (server, s, client, c):
+              rate_bit=200e6) as (server, s, client, c):
         tag(c)
         last = []
         for i in range(5):
@@ -720,10 +720,10 @@ def test_p_stays_a_floor_whatever_grants_arrive_meanwhile() -> None:
 
 
 def test_replies_to_two_peers_at_once_go_one_after_the_other_over_a_shaped_link() -> None:
-    """A PS's replies to two workers over its 100 Mbit/s link (``rate_mbit``): the first
+    """A PS's replies to two workers over its 100 Mbit/s link (``rate_bit``): the first
     begun goes whole at the link's rate, then the second (srpt.py), rather than both at
     half the rate; every datagram is recorded as it is sent."""
-    server = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-srpt", rate_mbit=100)
+    server = transports.get("bounded-loss", p=1.0, xdp=False, job="bl-srpt", rate_bit=100e6)
     clients = [transports.get("bounded-loss", p=1.0, xdp=False, job="bl-srpt")
                for _ in range(2)]
     got: dict[str, Any] = {}
@@ -882,7 +882,7 @@ def test_a_message_starting_at_the_share_its_receiver_would_grant_gets_no_grant(
     share; the next ones start at that grant (said in BEGIN), and no GRANT follows.
     (Other traffic on loopback is not sampled: the share stays the whole link.)"""
     monkeypatch.setattr(congestion.LinkMonitor, "sample", lambda self, now: None)
-    with pair("bounded-loss", 27216, p=1.0, xdp=False, job="bl-nogrant", link_mbit=300) as \
+    with pair("bounded-loss", 27216, p=1.0, xdp=False, job="bl-nogrant", link_bit=300e6) as \
             (server, s, _client, c):
         for i in range(3):
             c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
