@@ -49,7 +49,7 @@ def main() -> None:
         times.append(took)
         runs = [r.wall_s for pt in result.points for r in pt.runs]
         print(f"repeat {repeat + 1}: {took:.1f} s for {len(result.points)} loss rates "
-              f"(p = 0 .. {result.points[-1].p:.2f}), {len(runs)} runs, median run "
+              f"(0 .. {result.points[-1].loss_rate:.2f}), {len(runs)} runs, median run "
               f"{statistics.median(runs):.2f} s; x1 = {result.x1}, x2 = {result.x2}")
     median = statistics.median(times)
     print(f"{args.model}: full sweep median {median:.1f} s over {len(times)} repeat(s); "

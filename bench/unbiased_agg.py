@@ -68,10 +68,10 @@ def main() -> None:
     started = time.perf_counter()
     runs: dict[tuple[float, str], list[futures.Future[emulate.Run]]] = {}
     with futures.ProcessPoolExecutor(args.jobs) as pool:
-        for p in args.loss:
-            loss = emulate.LossModel(p, args.granularity, args.direction)
+        for loss_rate in args.loss:
+            loss = emulate.LossModel(loss_rate, args.granularity, args.direction)
             for rule in aggregation.RULES:
-                runs[(p, rule)] = [pool.submit(_one, args.model, loss, rule, seed,
+                runs[(loss_rate, rule)] = [pool.submit(_one, args.model, loss, rule, seed,
                                                args.workers, args.epochs)
                                    for seed in range(args.seeds)]
         done = {key: [f.result() for f in fs] for key, fs in runs.items()}
@@ -83,12 +83,12 @@ def main() -> None:
           f"{per_epoch} iterations, seeds 0..{args.seeds - 1}")
     print(f"{'loss':>5} {'rule':<9} {'epochs to target':<18} {'median':>6} "
           f"{'iterations':>10}  {'accuracy after last epoch':<27} {'median':>6} {'delivered':>9}")
-    for (p, rule), rs in done.items():
+    for (loss_rate, rule), rs in done.items():
         reached = [_to_target(r, target) for r in rs]
         epochs = [e if e is not None else float("inf") for e in reached]
         median = statistics.median(epochs)
         accuracy = [r.final_accuracy for r in rs]
-        print(f"{p:>5.2f} {rule:<9} "
+        print(f"{loss_rate:>5.2f} {rule:<9} "
               f"{' '.join(str(e) if e is not None else '-' for e in reached):<18} "
               f"{_show(median):>6} {_show(median * per_epoch):>10}  "
               f"{' '.join(f'{a:.4f}' for a in accuracy):<27} "

@@ -67,11 +67,11 @@ def test_sweep_refuses_an_unknown_model_and_bad_settings_naming_them(capsys):
 
 def test_sweep_writes_the_table_the_points_and_the_plot(tmp_path, capsys):
     out = tmp_path / "sweep"
-    assert cli.main(["sweep", "--model", "mf", "--p-max", "0.1", "--runs", "1", "--jobs", "1",
+    assert cli.main(["sweep", "--model", "mf", "--max-loss-rate", "0.1", "--runs", "1", "--jobs", "1",
                      "--granularity", "coordinate", "--direction", "push",
                      "--results-dir", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "mf p=0.10:" in printed and "paper x1" in printed
+    assert "mf loss_rate=0.10:" in printed and "paper x1" in printed
     assert {p.name for p in out.iterdir()} == {"settings.json", "sweep.csv", "table3.csv",
                                                "fig2.png"}
     import csv

@@ -1,4 +1,5 @@
-"""Plot of a loss-tolerance sweep like the APNet'19 paper's Fig. 2: epochs and JCT against p.
+"""Plot of a loss-tolerance sweep like the APNet'19 paper's Fig. 2: epochs and JCT against
+the loss rate (the paper's p; the fraction lost, not the bounded-loss transport's p).
 
 Reads the sweep.csv that ``tailcut sweep`` writes (one row per model and loss
 rate) and table3.csv (x1 and x2 per model); draws one panel per model with the
@@ -79,34 +80,35 @@ def _condition(summary: dict[str, str]) -> str:
 
 
 def _panel(ax: Axes, rows: list[dict[str, str]], summary: dict[str, str]) -> None:
-    p = [float(r["p"]) for r in rows]
+    rates = [float(r["loss_rate"]) for r in rows]
     epochs = [float(r["median_epochs"]) for r in rows]
     jct = [float(r["modelled_jct_s"]) for r in rows]
     finite = [e for e in epochs if math.isfinite(e)]
     cap = max(finite + [1.0]) * 1.25
-    steps = [b - a for a, b in zip(sorted(p), sorted(p)[1:], strict=False) if b > a]
+    steps = [b - a for a, b in zip(sorted(rates), sorted(rates)[1:], strict=False) if b > a]
     width = 0.7 * min(steps, default=0.05)
-    for x, e in zip(p, epochs, strict=True):
+    for x, e in zip(rates, epochs, strict=True):
         if math.isfinite(e):
             ax.bar(x, e, width=width, color="tab:blue", alpha=0.75)
         else:
             ax.bar(x, cap, width=width, color="none", edgecolor="tab:red", hatch="//")
     # The axis ends at the outer bars' edges and is labelled at the loss rates swept
     # only: matplotlib's own ticks ran on below a loss rate of 0.
-    ax.set_xlim(min(p) - 0.6 * width, max(p) + 0.6 * width)
-    style.ticks(ax, "x", p, [f"{x:g}" for x in p])
-    ax.set_xlabel("loss rate p (fraction lost)")
+    ax.set_xlim(min(rates) - 0.6 * width, max(rates) + 0.6 * width)
+    style.ticks(ax, "x", rates, [f"{x:g}" for x in rates])
+    ax.set_xlabel("loss rate (fraction lost)")
     ax.set_ylabel("epochs to target (epochs)", color="tab:blue")
     ax.set_ylim(0, cap * 1.1)
     ax.grid(alpha=0.3, axis="y")
     ax2 = ax.twinx()
-    ok = [(x, j) for x, j in zip(p, jct, strict=True) if math.isfinite(j)]
+    ok = [(x, j) for x, j in zip(rates, jct, strict=True) if math.isfinite(j)]
     if ok:
         ax2.plot([x for x, _ in ok], [j for _, j in ok], "o-", color="tab:orange")
         ax2.set_ylim(0, max(j for _, j in ok) * 1.3)
     ax2.set_ylabel("modelled JCT (s)", color="tab:orange")
-    # x2 is only a lower bound when no p failed (table3.csv's first_failure_p is empty).
-    bounded = summary.get("first_failure_p", "") != ""
+    # x2 is only a lower bound when no loss rate failed (table3.csv's
+    # first_failure_loss_rate is empty).
+    bounded = summary.get("first_failure_loss_rate", "") != ""
     marks = []
     for key, linestyle in (("x1", "--"), ("x2", ":")):
         value = summary.get(key, "")

@@ -2,7 +2,8 @@
 speedup, Table 1's tail slowdown.
 
 - a loss-tolerance sweep in the paper's own emulation (single floats of the gradients
-  lost, `--granularity coordinate --direction push`, p in steps of 0.05);
+  lost, `--granularity coordinate --direction push`, the loss rate (the paper's p) in
+  steps of 0.05);
 - the quickstart MLP on the testbed over tcp and over bounded-loss p = 0.9, in three
   conditions: coin-flip (1% random loss on every access link), congestion (the
   paper's setting, Sec. 3.1: background load 0.5 and shallow switch buffers, no random
@@ -106,14 +107,14 @@ def steps(quick: bool) -> list[Step]:
     # stops at 0.4, past the paper's x1 of 0.15 (the paper prints no x2 for it).
     emulation = ("--granularity", "coordinate", "--direction", "push")
     grid: tuple[str, ...] = ("--step", "0.1", "--runs", "1") if quick else ("--runs", "3")
-    cnn_grid: tuple[str, ...] = (("--step", "0.1", "--runs", "1", "--p-max", "0.2") if quick
-                                 else ("--runs", "2", "--p-max", "0.4"))
+    cnn_grid: tuple[str, ...] = (("--step", "0.1", "--runs", "1", "--max-loss-rate", "0.2") if quick
+                                 else ("--runs", "2", "--max-loss-rate", "0.4"))
     out = [
         Step("sweep", "loss-tolerance sweep of rnn, mlp, mf, the paper's emulation "
                       "(Table 3, Fig. 2, Table 4)",
              ("sweep", "--model", "rnn,mlp,mf", *grid, *emulation, "--results-dir", "{out}"),
              estimate_s=45 if quick else 250),
-        Step("sweep-cnn", f"loss-tolerance sweep of cnn up to p = {cnn_grid[-1]} "
+        Step("sweep-cnn", f"loss-tolerance sweep of cnn up to loss rate {cnn_grid[-1]} "
                           f"(Table 3, Table 4)",
              ("sweep", "--model", "cnn", *cnn_grid, *emulation, "--results-dir", "{out}"),
              estimate_s=35 if quick else 150),
@@ -132,19 +133,29 @@ def steps(quick: bool) -> list[Step]:
     return out + gloo.steps(quick)   # the section "against Gloo" (torch installed)
 
 
+# The sweeps' loss-rate columns as tailcut wrote them before they were renamed ("p" was
+# the loss rate there, the opposite of transport.p): a reused step's files still have them.
+OLD_COLUMNS = {"p": "loss_rate", "first_failure_p": "first_failure_loss_rate"}
+
+
+def _sweep_rows(files: Files, relative: str) -> list[dict[str, str]]:
+    """A sweep's CSV rows, with the old loss-rate column names read as the new ones."""
+    return [{OLD_COLUMNS.get(k, k): v for k, v in row.items()} for row in files.rows(relative)]
+
+
 def measure(files: Files, quick: bool) -> Measured:
     m = Measured()
     tables = {r["model"]: f"{d}/table3.csv" for d in SWEEPS
               for r in files.rows(f"{d}/table3.csv")}
-    rows = {r["model"]: r for d in SWEEPS for r in files.rows(f"{d}/table3.csv")}
+    rows = {r["model"]: r for d in SWEEPS for r in _sweep_rows(files, f"{d}/table3.csv")}
     table = "steps/sweep*/table3.csv"
     for model in MODELS:
         path = tables.get(model, f"{SWEEPS[0]}/table3.csv")
         m.values[f"table3.{model}.x1"] = files.csv_value(path, {"model": model}, "x1")
-        failed = rows.get(model, {}).get("first_failure_p", "")
+        failed = rows.get(model, {}).get("first_failure_loss_rate", "")
         m.values[f"fig2.{model}.x2"] = files.csv_value(
             path, {"model": model}, "x2",
-            note="" if failed else ">=: no p failed, so only a lower bound")
+            note="" if failed else ">=: no loss rate failed, so only a lower bound")
     x1s = {k: v for k in MODELS if (v := number(rows.get(k, {}).get("x1"))) is not None}
     if x1s:
         lo, hi = min(x1s, key=x1s.__getitem__), max(x1s, key=x1s.__getitem__)
@@ -170,11 +181,11 @@ def measure(files: Files, quick: bool) -> Measured:
                                 "Fig. 2"))
     if rows:
         m.tables.append(("Our Table 3 (the sweeps' table3.csv)", markdown_table(
-            list(rows.values()), ("model", "x1", "x1_spread", "x2", "first_failure_p",
+            list(rows.values()), ("model", "x1", "x1_spread", "x2", "first_failure_loss_rate",
                                   "baseline_epochs", "baseline_jct_s", "jct_at_x1_s",
                                   "paper_x1", "paper_x2", "runs"))))
     m.notes += [
-        "x1 and x2 are loss rates, as in the paper; tailcut's `transport.p` is the fraction "
+        "x1 and x2 are loss rates (the paper's p); tailcut's `transport.p` is the fraction "
         "delivered, so a loss rate x means `bounded-loss p = 1 - x`.",
         "The sweep loses single floats of the gradients (the paper's emulation); tailcut's "
         "default (`--granularity packet --direction both`) is what its real transport does "
@@ -198,10 +209,10 @@ def _table4(files: Files, m: Measured, quick: bool) -> None:
     its own data); the lowest and the highest seed stand for the paper's two sets."""
     path = "steps/sweep*/sweep.csv"
     by_model: dict[str, list[tuple[float, list[str]]]] = defaultdict(list)
-    for row in (r for d in SWEEPS for r in files.rows(f"{d}/sweep.csv")):
-        p = number(row["p"])
-        if p is not None:
-            by_model[row["model"]].append((p, row["epochs_per_run"].split()))
+    for row in (r for d in SWEEPS for r in _sweep_rows(files, f"{d}/sweep.csv")):
+        loss_rate = number(row.get("loss_rate"))
+        if loss_rate is not None:
+            by_model[row["model"]].append((loss_rate, row["epochs_per_run"].split()))
     for model in ("rnn", "cnn"):
         points = sorted(by_model.get(model, []))
         per_seed = _x1_per_seed(points)
@@ -214,7 +225,8 @@ def _table4(files: Files, m: Measured, quick: bool) -> None:
 
 
 def _x1_per_seed(points: list[tuple[float, list[str]]]) -> list[float]:
-    """Per seed: the largest p such that no p' <= p needed more epochs than p = 0."""
+    """Per seed: the largest loss rate such that no loss rate up to it needed more epochs
+    than loss rate 0 (``points``: (loss rate, epochs per seed), by loss rate)."""
     if not points or points[0][0] != 0.0:
         return []
     seeds = len(points[0][1])
@@ -222,11 +234,11 @@ def _x1_per_seed(points: list[tuple[float, list[str]]]) -> list[float]:
     for seed in range(seeds):
         base = _epochs(points[0][1][seed])
         x1 = 0.0
-        for p, per_run in points[1:]:
+        for loss_rate, per_run in points[1:]:
             epochs = _epochs(per_run[seed]) if seed < len(per_run) else None
             if base is None or epochs is None or epochs > base:
                 break
-            x1 = p
+            x1 = loss_rate
         result.append(x1)
     return result
 
@@ -373,7 +385,7 @@ def _completions(files: Files, results: str, kind: str) -> list[tuple[str, float
     """(iteration, completion_s) of every message of ``kind`` a run received: PUSH at
     the PS (messages.csv), PARAMS at the workers (messages-worker-*.csv)."""
     names = ["messages.csv"] if kind == "PUSH" else [
-        p.name for p in sorted(files.path(results).glob("messages-worker-*.csv"))]
+        path.name for path in sorted(files.path(results).glob("messages-worker-*.csv"))]
     return [(row["iteration"], value) for name in names
             for row in files.rows(f"{results}/{name}")
             if row.get("kind") == kind and (value := number(row.get("completion_s"))) is not None]

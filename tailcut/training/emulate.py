@@ -4,12 +4,12 @@ No network and no processes: each iteration does what ``ps.run`` and ``worker.ru
 do over a lossy bounded-loss transport, so a loss-rate sweep takes seconds per run.
 
 - pull: the PS's PARAMS message reaches each worker with each range lost with
-  probability p; the worker keeps its old value for a lost parameter
+  probability ``loss_rate``; the worker keeps its old value for a lost parameter
   (``worker.apply_params``, the function the real worker calls);
 - compute: each worker takes the gradient of its next minibatch of its shard
   (``data.shard`` and ``worker.minibatches``, seeded as the real worker seeds them);
 - push: each worker's gradient reaches the PS with each range lost with
-  probability p; the PS combines what arrived by its aggregation rule
+  probability ``loss_rate``; the PS combines what arrived by its aggregation rule
   (``syncmodes.average`` and ``aggregation.combine``, the functions the real PS calls; by
   default each coordinate's mean over the workers that delivered it, a coordinate
   nobody delivered unchanged), then takes the SGD step.
@@ -29,7 +29,7 @@ How loss is applied (``LossModel``) is a choice with consequences:
   ``"pull"`` (parameters only) or ``"both"`` (default: over a lossy network both
   directions of every message are exposed to loss).
 
-With p = 0 no mask is made at all, so the run is the real BSP job's math exactly:
+With loss_rate = 0 no mask is made at all, so the run is the real BSP job's math exactly:
 same initial parameters, minibatches and averaging as ``tailcut run`` with tcp.
 """
 
@@ -55,16 +55,18 @@ DIRECTIONS = ("push", "pull", "both")
 
 @dataclass(frozen=True)
 class LossModel:
-    """Which values of a message are lost: rate ``p`` per range or per coordinate."""
+    """Which values of a message are lost: ``loss_rate`` (the fraction lost; the APNet'19
+    paper's p) per range or per coordinate. Not the bounded-loss transport's ``p``,
+    which is the fraction delivered."""
 
-    p: float = 0.0
+    loss_rate: float = 0.0
     granularity: str = "packet"
     direction: str = "both"
     range_bytes: int = RANGE_BYTES
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"p={self.p}: a loss rate must be in [0, 1]")
+        if not 0.0 <= self.loss_rate <= 1.0:
+            raise ValueError(f"loss_rate={self.loss_rate}: a loss rate must be in [0, 1]")
         if self.granularity not in GRANULARITIES:
             raise ValueError(
                 f"granularity={self.granularity!r}: must be one of {', '.join(GRANULARITIES)}"
@@ -85,12 +87,12 @@ class LossModel:
 
     def mask(self, size: int, rng: np.random.Generator) -> np.ndarray | None:
         """Delivered-coordinates mask for one message of ``size`` floats (None: all arrived)."""
-        if self.p == 0.0:
+        if self.loss_rate == 0.0:
             return None
         if self.granularity == "coordinate":
-            return rng.random(size) >= self.p
+            return rng.random(size) >= self.loss_rate
         ranges = math.ceil(size / self.range_floats)
-        kept = rng.random(ranges) >= self.p
+        kept = rng.random(ranges) >= self.loss_rate
         return np.repeat(kept, self.range_floats)[:size]
 
     def lossy(self, kind: Kind) -> bool:

@@ -79,17 +79,18 @@ SWEEP_CONDITION = {"granularity": "message", "direction": "push", "workers": "4"
              "aggregation": "mean"}
 
 
-def _sweep(models: int, ps: list[float]) -> Figure:
+def _sweep(models: int, rates: list[float]) -> Figure:
     rows, table = [], {}
     for m in range(models):
         name = ["mlp", "lenet", "rnn", "resnet18"][m]
-        for i, p in enumerate(ps):
-            converged = i < len(ps) - 1 or m != 0
-            rows.append({"model": name, "p": str(p),
+        for i, rate in enumerate(rates):
+            converged = i < len(rates) - 1 or m != 0
+            rows.append({"model": name, "loss_rate": str(rate),
                          "median_epochs": str(3 + i) if converged else "inf",
                          "modelled_jct_s": str(2.0 + i) if converged else "inf"})
-        table[name] = {"model": name, "x1": str(ps[1]), "x2": str(ps[-2]), "paper_x1": "0.1",
-                       "first_failure_p": str(ps[-1]) if m == 0 else "", **SWEEP_CONDITION}
+        table[name] = {"model": name, "x1": str(rates[1]), "x2": str(rates[-2]), "paper_x1": "0.1",
+                       "first_failure_loss_rate": str(rates[-1]) if m == 0 else "",
+                       **SWEEP_CONDITION}
     return sweep_plot.draw(rows, table)
 
 
@@ -106,10 +107,10 @@ FIGURES: dict[str, tuple[Callable[[], Figure], dict[str, object]]] = {
     "allreduce.png": (_allreduce, {"unitless": {"iteration"}, "floors": {"iteration": 0}}),
     "compare.png": (_compare, {"unitless": {"transport"}}),
     "fig2.png, one model": (lambda: _sweep(1, [0, 0.1, 0.3, 0.5]),
-                            {"floors": {"loss rate p (fraction lost)": 0}}),
+                            {"floors": {"loss rate (fraction lost)": 0}}),
     "fig2.png, four models, fine grid": (
         lambda: _sweep(4, [round(0.02 * i, 2) for i in range(26)]),
-        {"floors": {"loss rate p (fraction lost)": 0}}),
+        {"floors": {"loss rate (fraction lost)": 0}}),
 }
 
 
@@ -163,7 +164,7 @@ def _faulty(fault: str) -> Figure:
     x = np.linspace(0, 1, 50)
     ax.plot(x, x, label="rising")
     ax.plot(x, 1 - x, label="falling")
-    ax.set_xlabel("loss rate p (fraction lost)")
+    ax.set_xlabel("loss rate (fraction lost)")
     ax.set_ylabel("share (fraction)")
     fig.suptitle("a title")
     if fault == "legend on the data":
@@ -187,7 +188,7 @@ def test_the_checker_fails_a_figure_with(fault: str) -> None:
     fig = _faulty(fault)
     try:
         with pytest.raises(AssertionError):
-            check_figure(fig, floors={"loss rate p (fraction lost)": 0})
+            check_figure(fig, floors={"loss rate (fraction lost)": 0})
     finally:
         plt.close(fig)
 
@@ -196,6 +197,6 @@ def test_the_checker_passes_the_same_figure_without_a_fault() -> None:
     fig = _faulty("none")
     style.legend(fig.axes[0])
     try:
-        check_figure(fig, floors={"loss rate p (fraction lost)": 0})
+        check_figure(fig, floors={"loss rate (fraction lost)": 0})
     finally:
         plt.close(fig)

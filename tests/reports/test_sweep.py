@@ -21,7 +21,7 @@ def test_plot_has_a_panel_per_model_and_draws_runs_that_never_converged(tmp_path
     rows = []
     for model, epochs in (("mlp", [3, 3, 4, "inf"]), ("rnn", [7, 7, 8, 9])):
         for i, e in enumerate(epochs):
-            rows.append({"model": model, "p": i * 0.05, "median_epochs": e,
+            rows.append({"model": model, "loss_rate": i * 0.05, "median_epochs": e,
                          "modelled_jct_s": "inf" if e == "inf" else 2.0 + i})
     points = _write(tmp_path / "sweep.csv", sweep.POINT_FIELDS, rows)
     table = _write(tmp_path / "table3.csv", sweep.TABLE_FIELDS, [

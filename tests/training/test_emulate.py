@@ -35,7 +35,7 @@ def test_no_loss_makes_no_mask_and_directions_choose_the_messages() -> None:
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"p": 1.5}, "p=1.5"),
+    ({"loss_rate": 1.5}, "loss_rate=1.5"),
     ({"granularity": "byte"}, "granularity='byte'"),
     ({"direction": "sideways"}, "direction='sideways'"),
     ({"range_bytes": 1401}, "range_bytes=1401"),

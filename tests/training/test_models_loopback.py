@@ -2,7 +2,7 @@
 
 One short real job per model: a PS and 4 workers as processes on 127.0.0.1, with
 the registry's learning rate, batch size and target. The same job emulated in
-one process (``emulate.train`` at p = 0, run with one BLAS thread as the roles
+one process (``emulate.train`` at loss rate 0, run with one BLAS thread as the roles
 are) must take exactly the same epochs and reach exactly the same accuracy: the
 emulation is the PS's and workers' math, not an approximation of it.
 """
@@ -58,11 +58,11 @@ def _run_job(tmp_path: Path, name: str) -> dict[str, Any]:
         procs.append(subprocess.Popen([*ROLE, str(path)], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     try:
-        outputs = [p.communicate(timeout=200) for p in procs]
+        outputs = [proc.communicate(timeout=200) for proc in procs]
     finally:
-        for p in procs:
-            p.kill()
-    codes = [p.returncode for p in procs]
+        for proc in procs:
+            proc.kill()
+    codes = [proc.returncode for proc in procs]
     assert codes == [0] * len(procs), "\n".join(err for _, err in outputs)
     events = [json.loads(line) for line in outputs[0][0].splitlines()]
     assert events[0]["event"] == "start" and events[-1]["event"] == "done"
