@@ -16,8 +16,9 @@ The modules in HELPERS are shared plumbing, not loaders:
              agg, mcast)
     aggformat  in-network aggregation's wire format (loader, senders and the PS share it)
     mcastformat  the parameters' multicast wire format (loader, PS and workers share it)
+    torwire  the one reader of the three ToR formats' C headers (the *format modules')
 """
 
 HELPERS = frozenset({"bcc", "bpfsys", "bpfcache", "ringbuf", "clsact",
                      "torformat", "aggformat",
-                     "mcastformat", "ports"})
+                     "mcastformat", "torwire", "ports"})

@@ -610,7 +610,8 @@ def classified_link() -> Iterator[Any]:
 @pytest.mark.bpf
 def test_each_cut_of_a_tagged_message_lands_in_its_priority_class(classified_link: Any) -> None:
     """The classifier's per-level packet counts on the sender's egress equal the
-    packets of the cuts at each level, exactly; the receiver times the cuts in order."""
+    packets of the cuts at each level, exactly; the receiver completes the urgent cuts
+    before the least urgent one."""
     from tailcut.datapath import classifier
     from tailcut.net import netns
     from tests.datapath.udp_link import RECEIVER_IP
@@ -627,7 +628,10 @@ def test_each_cut_of_a_tagged_message_lands_in_its_priority_class(classified_lin
             msg = s.recv(20)
             assert msg.parts is not None
             done = [p.received_at_ns for p in msg.parts]
-            assert done == sorted(done), done
+            # Levels 0 and 1 before level 2. (Level 1's single packet may pass level 0's
+            # last ones: HTB serves a class under its rate before one borrowing above
+            # it, whatever their priorities; a loaded CI host saw it once.)
+            assert max(done[:2]) <= done[2], done
             ok = delivered(msg)
             assert np.array_equal(msg.values[ok], VECTOR[ok])
         # A message that arrived whole is delivered before its ENDs are read: the
