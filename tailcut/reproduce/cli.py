@@ -17,7 +17,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                    help="apnet19 (bounded-loss transport), cadentflow, imc20 (PS RPC "
                         "latency), mlfabric, or all four")
     p.add_argument("--quick", action="store_true",
-                   help="a smoke version in a few minutes (fewer models, seeds, epochs); "
+                   help="a smoke version in about 5 minutes (fewer models, seeds, epochs); "
                         "its numbers are not for citing")
     p.add_argument("--results-dir", type=Path,
                    help="where reports and raw data go (default: results/reproduce, or "
