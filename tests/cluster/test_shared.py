@@ -211,9 +211,17 @@ def test_thousands_of_idle_connections_from_a_pod_neither_stop_the_agent_nor_fai
     job succeeds."""
     def agent_pods():
         return {p["metadata"]["name"]: (p["metadata"]["uid"],
-                                        p["status"]["containerStatuses"][0]["restartCount"])
+                                        p["status"]["containerStatuses"][0]["restartCount"],
+                                        bool(p["metadata"].get("deletionTimestamp")))
                 for p in chart.get(cluster, chart.RELEASE_NS, "pods", "-l",
-                                   "app.kubernetes.io/component=agent")["items"]}
+                                   "app.kubernetes.io/component=agent")["items"]
+                if p["status"].get("containerStatuses")}
+
+    # One steady agent a node: an agent pod an earlier test deleted may still be
+    # terminating beside its replacement (the DaemonSet's), and would leave the list.
+    assert until(lambda: len(pods := agent_pods()) == len(cluster.nodes)
+                 and not any(terminating for *_, terminating in pods.values()),
+                 within_s=120, every_s=1)
     before = agent_pods()
     pids = agent_pids()
     figures_before = {pid: process_figures(pid) for pid in pids}
