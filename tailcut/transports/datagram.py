@@ -97,6 +97,7 @@ COALESCE_PACKETS = 16
 COALESCE_S = 0.0002
 IDLE_WAIT_S = 0.1  # longest sleep with nothing due (close and END also wake the loop)
 IDLE_SAMPLE_S = 0.05  # the link's counter is read this often while nothing comes in
+UDP_LINGER_S = 2.0  # how long a udp connection's close waits for its queued passes
 STALE_DELAY_S = 0.02  # after a completion, when its XDP entry is freed (late packets in)
 # A bounded-loss pass over before DONE waits this long for it before sending END (which
 # a NACK then follows end_grace_ms later, if below p).
@@ -294,6 +295,12 @@ class DatagramConnection(base.Connection):
     def close(self) -> None:
         if self._closed:
             return
+        if not self.transport.bounded and self._sender is not threading.current_thread():
+            # udp: what send() handed over goes out first (a pass needs no answer), so a
+            # role's last message is not cut by its own close. (Bounded loss would wait
+            # for DONE, from a peer that may be gone: its close cuts at once.)
+            self._outgoing.put(None)
+            self._sender.join(timeout=UDP_LINGER_S)
         self._closed = True
         self._outgoing.put(None)
         for tx in list(self.tx.values()):
