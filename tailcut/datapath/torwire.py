@@ -25,7 +25,7 @@ class WireFormat:
         self._header = ebpfheaders.packer(self.header_file, f"tailcut_{stem}_hdr",
                                           self.const("HEADER"))
         self.stride = self.const("STRIDE")
-        self.max_elements = self.stride * self.const("SLOTS")
+        self.max_elements = ebpfheaders.max_elements(stem)   # STRIDE * SLOTS
 
     def const(self, name: str) -> int:
         """A TAILCUT_<STEM>_<name> define, e.g. const("PORT")."""

@@ -294,12 +294,12 @@ class Transport(_Model):
     @model_validator(mode="after")
     def _options_where_they_apply(self) -> "Transport":
         kind = transport_kinds.get(self.type)
-        lossy = transport_kinds.with_trait("takes_p")
         if kind.takes_p and self.p is None:
             raise ValueError(f"p: {self.type} needs p, the fraction of every message to "
                              "deliver, in (0, 1], e.g. p: 0.9")
         if not kind.takes_p and self.p is not None:
-            raise ValueError(f"p: only {' and '.join(lossy)} take p; "
+            raise ValueError(f"p: only {' and '.join(transport_kinds.with_trait('takes_p'))} "
+                             f"take p; "
                              f"{self.type} delivers what it delivers")
         if self.min_p is not None and not kind.xdp_counter:
             raise ValueError(f"minP: only {' and '.join(transport_kinds.with_trait('xdp_counter'))}"

@@ -2,7 +2,8 @@
 
 A message's float32 vector is cut into range-indexed UDP packets (wire.py), sent in a
 random slot order (so what is lost or left out is spread over the vector) and paced
-at ``rate_bit`` (bits per second) or, if unset, the rate of the HTB class on the sending interface.
+at ``rate_bit`` (bits per second) or, if unset, the rate of the HTB class on the
+sending interface.
 Everything else goes over a TCP control channel (control.py). Per message:
 
     sender                               receiver

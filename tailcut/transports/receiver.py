@@ -89,10 +89,8 @@ class Rx:
     elements: int = 0
     cut_missing: np.ndarray | None = None
     cut_done_ns: np.ndarray | None = None
-    # rxfast.c's view of it (an untagged message, with the library loaded), and the
-    # address to hand it over by.
+    # rxfast.c's view of it (an untagged message, with the library loaded)
     native: rxfast.Message | None = None
-    native_at: int = 0
 
     def __post_init__(self) -> None:
         self.elements = self.total if self.layout is None else self.layout.elements
@@ -109,7 +107,6 @@ class Rx:
         m.source, m.total, m.stride = self.source, self.total, stride
         m.values, m.mask = self.values.ctypes.data, self.mask.ctypes.data
         m.seen = self.seen.ctypes.data
-        self.native_at = ctypes.addressof(m)
 
 
 @dataclass(frozen=True)
@@ -320,14 +317,13 @@ class Receiver:
         while taken < n:
             message = int.from_bytes(data[taken, _MESSAGE_BYTES].tobytes(), "big")
             rx = self.rx.get(message)
-            late = self._retired.get(message) if rx is None else None
-            native_at = (rx.native_at if rx is not None and rx.native is not None
-                         else ctypes.addressof(late) if late is not None else 0)
+            # a live message's view, or a finished one's (its late packets)
+            view = rx.native if rx is not None else self._retired.get(message)
             run = 0
-            if native_at:
+            if view is not None:
                 run = self.native.rxfast_accept_run(
                     at + taken * row_bytes, n - taken, row_bytes, lengths_at + 8 * taken,
-                    sources_at + 8 * taken, native_at, out_at)
+                    sources_at + 8 * taken, ctypes.addressof(view), out_at)
             if run and rx is None:
                 # well-formed packets of a finished message: late, as _unbegun counts them
                 self.stats["late"] += run
