@@ -924,6 +924,7 @@ class DatagramTransport(base.Transport):
             ring_ready.register(ring, select.POLLIN)
         read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of what has been read
         sampled = -math.inf  # when the link's counter was last read
+        late_seen = 0  # late packets (of finished messages) read so far
         monitor = self._monitor
         while self._running:
             asked_ns = time.time_ns()
@@ -958,6 +959,12 @@ class DatagramTransport(base.Transport):
                 sweep_at = self._recv.next_sweep(self.end_grace_s)
                 hurry = self._recv.fired_short()
             self._finish(done)
+            late = self._recv.stats["late"]
+            if late != late_seen and self.counter is not None and self._stale_at is None:
+                # Late packets re-create their finished message's XDP entry: free it again,
+                # or the last message's entry stays until another message completes.
+                self._stale_at = now + STALE_DELAY_S
+            late_seen = late
             # The other traffic on the link matters to the messages coming in: read it
             # every SAMPLE_S while there are some, now and then otherwise; once the
             # socket is drained, or our unread datagrams would count as other traffic
