@@ -1,7 +1,6 @@
 """No function of the package, the operator or the workers is too complex to follow:
 radon ranks none of them E or F (cyclomatic complexity above 30)."""
 
-from functools import cache
 from pathlib import Path
 
 from radon.complexity import cc_rank, cc_visit
@@ -10,16 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DIRS = ("tailcut", "operator", "workers")
 TOO_COMPLEX = ("E", "F")
 
-# Being rewritten elsewhere (the datagram transport's receive loop and the sender's
-# pacing): tolerated while they rank E or F, and the test fails once they no longer
-# do, so that they leave this list as soon as they may.
-ALLOWED = {
-    ("tailcut/transports/datagram.py", "DatagramTransport._udp_loop"),
-    ("tailcut/transports/sender.py", "_pace"),
-}
 
-
-@cache   # both tests read it: analyse the files once
 def _too_complex() -> dict[tuple[str, str], str]:
     """(file, function): "line N, complexity C (rank R)", of every function ranked E or F."""
     found: dict[tuple[str, str], str] = {}
@@ -38,12 +28,5 @@ def _too_complex() -> dict[tuple[str, str], str]:
 
 def test_no_function_ranks_e_or_f() -> None:
     found = _too_complex()
-    unexpected = {where: said for where, said in found.items() if where not in ALLOWED}
-    assert not unexpected, "split these functions (radon cc ranks them E or F):\n" + "\n".join(
-        f"{file}:{name}: {said}" for (file, name), said in sorted(unexpected.items()))
-
-
-def test_the_allowed_functions_still_need_to_be() -> None:
-    stale = sorted(ALLOWED - set(_too_complex()))
-    assert not stale, "no longer E or F (or gone): remove them from ALLOWED:\n" + "\n".join(
-        f"{file}:{name}" for file, name in stale)
+    assert not found, "split these functions (radon cc ranks them E or F):\n" + "\n".join(
+        f"{file}:{name}: {said}" for (file, name), said in sorted(found.items()))

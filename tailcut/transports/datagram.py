@@ -63,7 +63,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -895,114 +895,7 @@ class DatagramTransport(base.Transport):
         finished messages' XDP entries are freed, STALE_DELAY_S on, off any message's
         path. Without it (udp, or XDP off), a datagram wakes it, and a short batch is
         followed by COALESCE_S of sleep."""
-        udp = self._udp
-        assert udp is not None
-        inbox: batch.Inbox | batch.GroInbox = batch.Inbox(udp, RECV_BATCH,
-                                                          self._recv.row_bytes)
-        if self.counter is None or self.counter.mode != "native":
-            # A UDP GSO message that reaches us whole is read whole (batch.GroInbox).
-            # Not with native XDP: the veth then does GRO itself and would merge one
-            # sender's single datagrams into messages cut at other sizes (misfits);
-            # and the port cuts GSO messages for it anyway (the veth's peer loses
-            # its GSO features when native XDP is attached).
-            try:
-                inbox = batch.GroInbox(udp, RECV_BATCH, self._recv.row_bytes)
-            except OSError:  # a kernel without UDP_GRO cuts them before the socket
-                pass
-        ring = self.counter.fileno() if self.counter is not None else None
-        wake = self._wake
-        assert wake is not None
-        signals = select.poll()  # a wake-up (BEGIN, END, close) or an XDP event
-        signals.register(wake, select.POLLIN)
-        data = select.poll()  # the same, or a datagram
-        data.register(wake, select.POLLIN)
-        data.register(udp.fileno(), select.POLLIN)
-        ring_ready = select.poll()
-        if ring is not None:
-            signals.register(ring, select.POLLIN)
-            data.register(ring, select.POLLIN)
-            ring_ready.register(ring, select.POLLIN)
-        read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of what has been read
-        sampled = -math.inf  # when the link's counter was last read
-        late_seen = 0  # late packets (of finished messages) read so far
-        monitor = self._monitor
-        while self._running:
-            asked_ns = time.time_ns()
-            try:
-                n = inbox.recv()
-            except OSError:
-                break  # closed
-            if n:
-                read_up_to_ns = inbox.arrival_ns(n - 1) or read_up_to_ns
-                if isinstance(inbox, batch.GroInbox):
-                    self.stats["gso_messages_read"] = inbox.gso_messages
-                    self.stats["gso_misfits"] = inbox.misfits
-                if monitor is not None:
-                    monitor.ours(int(inbox.lengths(n).sum()), inbox.packets)
-            else:
-                # The socket was empty: everything that arrived before we asked is read.
-                read_up_to_ns = asked_ns
-            # After the batch: an event is in the ring before its packet is in the socket.
-            events = self.counter.consume() if ring is not None and ring_ready.poll(0) else []
-            done: list[receiver.Done] = []
-            now = time.monotonic()
-            with self._lock:
-                if n:
-                    self._recv.accept(inbox.rows(n), inbox.lengths(n), inbox.sources(n),
-                                      done, inbox.arrivals(n) if self._recv.early_close
-                                      else None, inbox.addresses)
-                for ev in events:
-                    if ev.job == self.job_id:
-                        self._recv.fired(ev.message, ev.ktime_ns, done)
-                self._recv.sweep(now, read_up_to_ns, self.end_grace_s, done)
-                live = bool(self._recv.rx)
-                sweep_at = self._recv.next_sweep(self.end_grace_s)
-                hurry = self._recv.fired_short()
-            self._finish(done)
-            late = self._recv.stats["late"]
-            if late != late_seen and self.counter is not None and self._stale_at is None:
-                # Late packets re-create their finished message's XDP entry: free it again,
-                # or the last message's entry stays until another message completes.
-                self._stale_at = now + STALE_DELAY_S
-            late_seen = late
-            # The other traffic on the link matters to the messages coming in: read it
-            # every SAMPLE_S while there are some, now and then otherwise; once the
-            # socket is drained, or our unread datagrams would count as other traffic
-            # (unless the reads never catch up: then every 4 samples' time).
-            every = congestion.SAMPLE_S if live else IDLE_SAMPLE_S
-            if monitor is not None and now >= sampled + every and (
-                    not inbox.filled or now >= sampled + 4 * every):
-                self._resample(monitor, now)
-                sampled = now
-            if self._stale_at is not None and now >= self._stale_at:
-                self._stale_at = None
-                self._free_stale()
-                continue  # and read what came in meanwhile
-            if inbox.filled:
-                continue  # more is waiting
-            due = [t for t in (sweep_at, self._stale_at) if t is not None]
-            if monitor is not None:
-                due.append(sampled + (congestion.SAMPLE_S if live else IDLE_SAMPLE_S))
-            if ring is None:
-                if n and live and n < COALESCE_PACKETS:
-                    # Packets are flowing but the loop has caught up: let a few more
-                    # arrive rather than pay the per-batch cost on every one or two.
-                    time.sleep(COALESCE_S)
-                    continue
-            elif live and not hurry and self._coalesce_reads:
-                due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
-            wait_s = min([IDLE_WAIT_S] + [t - now for t in due])
-            # An event whose packet is not read yet: wait for the socket, not a timer.
-            waiter = data if ring is None or hurry else signals
-            # In whole ms (poll's unit), rounded up, but not for the float error of
-            # "now + 1 ms - now", which would make every COALESCE_MS wait 2 ms.
-            waiter.poll(max(0, math.ceil(wait_s * 1e3 - 1e-3)))
-            try:
-                os.eventfd_read(wake)
-            except BlockingIOError:
-                pass  # nobody woke us
-            except OSError:
-                break  # closed under a late thread
+        _ReceiveLoop(self).run()
 
     def _free_stale(self) -> None:
         """Free the XDP entries of finished messages (packets still in flight after DONE,
@@ -1057,6 +950,163 @@ class DatagramTransport(base.Transport):
             rx.conn._deliver((msg, record))
         if any(d.reason != "nack" for d in done):
             self._regrant()
+
+
+class _Taken(NamedTuple):
+    """What the receive loop learnt from handing a batch to the receiver."""
+
+    now: float            # monotonic, when it was handed over
+    live: bool            # some message is coming in
+    sweep_at: float | None  # when the receiver's next sweep is due
+    hurry: bool           # a message fired short of its packets: read the socket now
+
+
+class _ReceiveLoop:
+    """The receive thread (DatagramTransport._udp_loop): its socket reader, its waits,
+    and what it keeps from one batch to the next."""
+
+    def __init__(self, transport: DatagramTransport) -> None:
+        self.transport = transport
+        udp, wake = transport._udp, transport._wake
+        assert udp is not None and wake is not None
+        self.wake = wake
+        self.inbox = _inbox(udp, transport._recv.row_bytes, transport.counter)
+        counter = transport.counter
+        self.ring = counter.fileno() if counter is not None else None
+        self.signals = select.poll()  # a wake-up (BEGIN, END, close) or an XDP event
+        self.signals.register(wake, select.POLLIN)
+        self.data = select.poll()  # the same, or a datagram
+        self.data.register(wake, select.POLLIN)
+        self.data.register(udp.fileno(), select.POLLIN)
+        self.ring_ready = select.poll()
+        if self.ring is not None:
+            for poller in (self.signals, self.data, self.ring_ready):
+                poller.register(self.ring, select.POLLIN)
+        self.read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of what has been read
+        self.sampled = -math.inf  # when the link's counter was last read
+        self.late_seen = 0  # late packets (of finished messages) read so far
+
+    def run(self) -> None:
+        t = self.transport
+        while t._running:
+            n = self._read()
+            if n is None:
+                break  # closed
+            taken = self._take(n)
+            # The other traffic on the link matters to the messages coming in: read it
+            # every SAMPLE_S while there are some, now and then otherwise.
+            every = congestion.SAMPLE_S if taken.live else IDLE_SAMPLE_S
+            self._look_after(taken.now, every)
+            if t._stale_at is not None and taken.now >= t._stale_at:
+                t._stale_at = None
+                t._free_stale()
+                continue  # and read what came in meanwhile
+            if self.inbox.filled:
+                continue  # more is waiting
+            if not self._wait(n, taken, every):
+                break  # closed under a late thread
+
+    def _read(self) -> int | None:
+        """One batch from the socket (0: it was empty); None: the socket is closed."""
+        inbox, t = self.inbox, self.transport
+        asked_ns = time.time_ns()
+        try:
+            n = inbox.recv()
+        except OSError:
+            return None
+        if not n:
+            # The socket was empty: everything that arrived before we asked is read.
+            self.read_up_to_ns = asked_ns
+            return 0
+        self.read_up_to_ns = inbox.arrival_ns(n - 1) or self.read_up_to_ns
+        if isinstance(inbox, batch.GroInbox):
+            t.stats["gso_messages_read"] = inbox.gso_messages
+            t.stats["gso_misfits"] = inbox.misfits
+        if t._monitor is not None:
+            t._monitor.ours(int(inbox.lengths(n).sum()), inbox.packets)
+        return n
+
+    def _take(self, n: int) -> _Taken:
+        """Hand the batch and the XDP events to the receiver; deliver what completed."""
+        t, inbox = self.transport, self.inbox
+        # After the batch: an event is in the ring before its packet is in the socket.
+        events = t.counter.consume() if self.ring is not None and self.ring_ready.poll(0) \
+            else []
+        done: list[receiver.Done] = []
+        now = time.monotonic()
+        with t._lock:
+            if n:
+                t._recv.accept(inbox.rows(n), inbox.lengths(n), inbox.sources(n), done,
+                               inbox.arrivals(n) if t._recv.early_close else None,
+                               inbox.addresses)
+            for ev in events:
+                if ev.job == t.job_id:
+                    t._recv.fired(ev.message, ev.ktime_ns, done)
+            t._recv.sweep(now, self.read_up_to_ns, t.end_grace_s, done)
+            taken = _Taken(now, bool(t._recv.rx), t._recv.next_sweep(t.end_grace_s),
+                           t._recv.fired_short())
+        t._finish(done)
+        return taken
+
+    def _look_after(self, now: float, every: float) -> None:
+        """Between batches: the link's other traffic, and late packets' XDP entries."""
+        t = self.transport
+        late = t._recv.stats["late"]
+        if late != self.late_seen and t.counter is not None and t._stale_at is None:
+            # Late packets re-create their finished message's XDP entry: free it again,
+            # or the last message's entry stays until another message completes.
+            t._stale_at = now + STALE_DELAY_S
+        self.late_seen = late
+        # Once the socket is drained, or our unread datagrams would count as other
+        # traffic (unless the reads never catch up: then every 4 samples' time).
+        monitor = t._monitor
+        if monitor is not None and now >= self.sampled + every and (
+                not self.inbox.filled or now >= self.sampled + 4 * every):
+            t._resample(monitor, now)
+            self.sampled = now
+
+    def _wait(self, n: int, taken: _Taken, every: float) -> bool:
+        """Sleep until something is due or arrives; False: the transport was closed."""
+        t, now = self.transport, taken.now
+        due = [d for d in (taken.sweep_at, t._stale_at) if d is not None]
+        if t._monitor is not None:
+            due.append(self.sampled + every)
+        if self.ring is None:
+            if n and taken.live and n < COALESCE_PACKETS:
+                # Packets are flowing but the loop has caught up: let a few more
+                # arrive rather than pay the per-batch cost on every one or two.
+                time.sleep(COALESCE_S)
+                return True
+        elif taken.live and not taken.hurry and t._coalesce_reads:
+            due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
+        wait_s = min([IDLE_WAIT_S] + [d - now for d in due])
+        # An event whose packet is not read yet: wait for the socket, not a timer.
+        waiter = self.data if self.ring is None or taken.hurry else self.signals
+        # In whole ms (poll's unit), rounded up, but not for the float error of
+        # "now + 1 ms - now", which would make every COALESCE_MS wait 2 ms.
+        waiter.poll(max(0, math.ceil(wait_s * 1e3 - 1e-3)))
+        try:
+            os.eventfd_read(self.wake)
+        except BlockingIOError:
+            pass  # nobody woke us
+        except OSError:
+            return False
+        return True
+
+
+def _inbox(udp: socket.socket, row_bytes: int, counter: Any) -> batch.Inbox | batch.GroInbox:
+    """The receive thread's reader of ``udp``: whole UDP GSO messages where they can
+    reach it whole."""
+    if counter is not None and counter.mode == "native":
+        # Not with native XDP: the veth then does GRO itself and would merge one
+        # sender's single datagrams into messages cut at other sizes (misfits); and the
+        # port cuts GSO messages for it anyway (the veth's peer loses its GSO features
+        # when native XDP is attached).
+        return batch.Inbox(udp, RECV_BATCH, row_bytes)
+    try:
+        return batch.GroInbox(udp, RECV_BATCH, row_bytes)
+    except OSError:  # a kernel without UDP_GRO cuts them before the socket
+        return batch.Inbox(udp, RECV_BATCH, row_bytes)
 
 
 class BoundedLossTransport(DatagramTransport):

@@ -235,6 +235,20 @@ def _send_one(sock: socket.socket, addr: tuple[str, int], packets: Packets, slot
     sendto(packets.datagram(slot), addr)
 
 
+@dataclass
+class _Sends:
+    """How a pass's bursts reach the kernel, and what they are paced against."""
+
+    order: np.ndarray
+    sent_bytes: np.ndarray      # wire bytes before each slot of ``order`` (txfast.c reads it)
+    compiled: batch_mod.CompiledBatch | None
+    batch: batch_mod.Batch | batch_mod.CompiledBatch | None
+    send_one: Callable[[int], None]
+    turn: srpt.Turn | None
+    deadline: float | None
+    peer: str
+
+
 def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
           stop: threading.Event, deadline: float | None, peer: str,
           batch: batch_mod.Batch | batch_mod.CompiledBatch | None, send_one: Callable[[int], None],
@@ -244,17 +258,17 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
     A compiled batch paces the bursts of a pass alone on its link in txfast.c (one
     call, one wake-up of this thread, while nothing changes), else one a call."""
     outcome = Pass()
-    sent_bytes = wire_bytes_before(packets, order)   # an array: txfast.c reads it
-    # what the per-burst arithmetic reads of it, as Python ints once per pass
+    sends = _Sends(order, wire_bytes_before(packets, order),
+                   batch if turn is not None and isinstance(batch, batch_mod.CompiledBatch)
+                   else None, batch, send_one, turn, deadline, peer)
+    # what the per-burst arithmetic reads, as Python ints once per pass
     # (sent_bytes[0] is 0; an empty pass never enters the loop)
-    first_datagram_bytes = int(sent_bytes[1]) if len(order) else 0
-    total_bytes = int(sent_bytes[-1])
-    compiled = batch if turn is not None and isinstance(batch, batch_mod.CompiledBatch) \
-        else None
+    first_datagram_bytes = int(sends.sent_bytes[1]) if len(order) else 0
+    total_bytes = int(sends.sent_bytes[-1])
 
     def current_rate() -> float | None:
-        if compiled is not None:
-            compiled.clear()  # before the rate is read: a change after it ends the call
+        if sends.compiled is not None:
+            sends.compiled.clear()  # before the rate is read: a change after it ends the call
         return rate_of()
 
     rate_bit = current_rate()
@@ -265,62 +279,24 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
     first = 0
     while first < len(order):
         if rate_bit == 0.0:   # another message of this sender has the link (srpt.py)
-            if turn is None:
-                raise ValueError("a rate of 0 without a turn to wait for")
-            turn.wait(TURN_WAIT_S, stop)
-            if stop.is_set():
+            if not _wait_turn(sends, stop):
                 return outcome
-            if deadline is not None and time.monotonic() > deadline:
-                raise base.TransportTimeout(f"sending to {peer} ran out of time")
             rate_bit = current_rate()
             due, idle_link = None, False
             continue
-        count = burst = burst_packets
-        if rate_bit:
-            count = burst = max(burst, min(MAX_BURST_PACKETS, int(
-                rate_bit * BURST_S / 8 / first_datagram_bytes)))
+        count = burst = _burst_packets(rate_bit, burst_packets, first_datagram_bytes)
         if due is None:
-            credit_s = START_CREDIT_S if idle_link else 0.0  # (False once it waited)
-            if rate_bit and credit_bytes is not None:
-                credit_s = min(credit_s, 8 * credit_bytes / rate_bit)
-            due = time.monotonic() - credit_s
-            if rate_bit:  # the credit goes out at once
-                count = max(count, int(rate_bit * credit_s / 8 / first_datagram_bytes))
+            due, count = _start(rate_bit, idle_link, credit_bytes, count,
+                                first_datagram_bytes)
         count = min(count, len(order) - first)
-        start = first  # of the last burst sent, of ``count`` datagrams
-        try:
-            if compiled is not None:
-                assert turn is not None
-                bursts = len(order) if turn.alone else 1
-                start, end, due = compiled.pace(first, count, burst, rate_bit, due, bursts,
-                                                deadline, sent_bytes, CATCH_UP_S)
-                outcome.sent += end - first
-                count = end - start
-            elif batch is not None:
-                batch.send(first, count)
-                outcome.sent += count
-            else:
-                for slot in order[first:first + count]:
-                    send_one(int(slot))
-                outcome.sent += count
-            outage.cleared()
-        except OSError as err:
-            if err.errno not in PATH_DOWN:
-                raise
-            if compiled is not None:  # the bursts before the failed one went out
-                start, end, due = compiled.failed
-                outcome.sent += start - first
-                count = end - start
-            # (a burst cut short by the error counts whole: sendmmsg says only that)
-            outcome.unsent += count
-            outage.refused(count, err.errno, time.monotonic(), peer)
+        start, count, due = _send_burst(sends, first, count, burst, rate_bit, due, outcome,
+                                        outage)
         first = start + count
         if turn is not None:
-            turn.sent(total_bytes - int(sent_bytes[first]), first)
+            turn.sent(total_bytes - int(sends.sent_bytes[first]), first)
         if stop.is_set():
             return outcome
-        if deadline is not None and time.monotonic() > deadline:
-            raise base.TransportTimeout(f"sending to {peer} ran out of time")
+        _check_deadline(sends)
         rate_bit = current_rate()
         now = time.monotonic()
         if not rate_bit:  # as fast as the CPU allows, or (0) wait for the turn
@@ -328,15 +304,93 @@ def _pace(packets: Packets, order: np.ndarray, rate_of: Rate,
             continue
         # Paced against the running total, not burst by burst: a late wake-up (sleep
         # overshoot, another process on the CPU) is made up by the next bursts.
-        due += 8 * float(sent_bytes[first] - sent_bytes[start]) / rate_bit
-        ahead = due - now
+        due += 8 * float(sends.sent_bytes[first] - sends.sent_bytes[start]) / rate_bit
         if first >= len(order) and not settle:
-            outcome.idle_at = due if ahead > 0 else None
+            outcome.idle_at = due if due > now else None
             break
-        if ahead > 0:
-            time.sleep(ahead)
-        elif ahead < -CATCH_UP_S:
-            # After a long stall, make up at most CATCH_UP_S: a bigger burst would
-            # overflow the link's queue and turn a stall into losses.
-            due = now - CATCH_UP_S
+        due = _wait_until(due, now)
     return outcome
+
+
+def _wait_turn(sends: _Sends, stop: threading.Event) -> bool:
+    """Wait (a while) for this pass's turn on the sender's link; False: stopped."""
+    if sends.turn is None:
+        raise ValueError("a rate of 0 without a turn to wait for")
+    sends.turn.wait(TURN_WAIT_S, stop)
+    if stop.is_set():
+        return False
+    _check_deadline(sends)
+    return True
+
+
+def _check_deadline(sends: _Sends) -> None:
+    if sends.deadline is not None and time.monotonic() > sends.deadline:
+        raise base.TransportTimeout(f"sending to {sends.peer} ran out of time")
+
+
+def _burst_packets(rate_bit: float | None, burst_packets: int,
+                   first_datagram_bytes: int) -> int:
+    """Datagrams a burst: BURST_S of link time at the rate, within its bounds."""
+    if not rate_bit:
+        return burst_packets
+    return max(burst_packets, min(MAX_BURST_PACKETS, int(
+        rate_bit * BURST_S / 8 / first_datagram_bytes)))
+
+
+def _start(rate_bit: float | None, idle_link: bool, credit_bytes: float | None, count: int,
+           first_datagram_bytes: int) -> tuple[float, int]:
+    """The first burst's due time, in the past by the start credit if the pass gets one,
+    and its size (the credit goes out at once)."""
+    credit_s = START_CREDIT_S if idle_link else 0.0  # (False once it waited)
+    if rate_bit and credit_bytes is not None:
+        credit_s = min(credit_s, 8 * credit_bytes / rate_bit)
+    if rate_bit:
+        count = max(count, int(rate_bit * credit_s / 8 / first_datagram_bytes))
+    return time.monotonic() - credit_s, count
+
+
+def _send_burst(sends: _Sends, first: int, count: int, burst: int, rate_bit: float | None,
+                due: float, outcome: Pass, outage: Outage) -> tuple[int, int, float]:
+    """Hand ``count`` datagrams from ``first`` on to the kernel (a compiled batch may
+    pace several bursts in one call): the start and size of the last burst sent, and
+    the due time it leaves."""
+    start = first
+    try:
+        if sends.compiled is not None:
+            assert sends.turn is not None
+            bursts = len(sends.order) if sends.turn.alone else 1
+            start, end, due = sends.compiled.pace(first, count, burst, rate_bit, due, bursts,
+                                                  sends.deadline, sends.sent_bytes,
+                                                  CATCH_UP_S)
+            outcome.sent += end - first
+            count = end - start
+        elif sends.batch is not None:
+            sends.batch.send(first, count)
+            outcome.sent += count
+        else:
+            for slot in sends.order[first:first + count]:
+                sends.send_one(int(slot))
+            outcome.sent += count
+        outage.cleared()
+    except OSError as err:
+        if err.errno not in PATH_DOWN:
+            raise
+        if sends.compiled is not None:  # the bursts before the failed one went out
+            start, end, due = sends.compiled.failed
+            outcome.sent += start - first
+            count = end - start
+        # (a burst cut short by the error counts whole: sendmmsg says only that)
+        outcome.unsent += count
+        outage.refused(count, err.errno, time.monotonic(), sends.peer)
+    return start, count, due
+
+
+def _wait_until(due: float, now: float) -> float:
+    """Sleep until ``due``; after a long stall make up at most CATCH_UP_S (a bigger
+    burst would overflow the link's queue and turn a stall into losses)."""
+    ahead = due - now
+    if ahead > 0:
+        time.sleep(ahead)
+    elif ahead < -CATCH_UP_S:
+        due = now - CATCH_UP_S
+    return due
