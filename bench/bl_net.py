@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tailcut import features, spec
+from tailcut.datapath import dropper
 from tailcut.net import build, topology
 from tailcut.runtime import procs
 
@@ -47,7 +48,7 @@ def network(name: str, workers: int, loss: float,
             bandwidth: str = "1Gbit") -> Iterator[topology.Topology]:
     """One rack: ps-0 and `workers` workers, every access link shaped and lossy."""
     topo = topology.plan(job(name, workers, loss, bandwidth))
-    net = build.build(topo, features.netem().available)
+    net = build.build(topo, features.netem().available, droppers=dropper)
     try:
         yield topo
     finally:

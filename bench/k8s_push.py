@@ -44,6 +44,7 @@ from bench import bl_completion, bl_net, hostcheck  # noqa: E402
 from tailcut import features, spec  # noqa: E402
 from tailcut.k8s.manifests import placement, resources  # noqa: E402
 from tailcut.k8s.node import images  # noqa: E402
+from tailcut.datapath import dropper  # noqa: E402
 from tailcut.net import build, topology  # noqa: E402
 
 WORKERS = 4
@@ -93,7 +94,7 @@ def completions(result: dict[str, Any]) -> list[float]:
 def run_local(job: spec.TrainingJob, configs: dict[str, dict]) -> list[float]:
     """The roles in the job's network built on this host, as `tailcut run` builds it."""
     topo = topology.plan(job)
-    network = build.build(topo, features.netem().available)
+    network = build.build(topo, features.netem().available, droppers=dropper)
     try:
         server = bl_net.start(topo.pod("ps-0"), configs["ps-0"])
         clients = [bl_net.start(topo.pod(r), c) for r, c in configs.items() if r != "ps-0"]

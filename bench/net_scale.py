@@ -46,6 +46,7 @@ MININET_PYTHON = "/usr/bin/python3"
 
 def tailcut_once(pods: int, loss: float) -> tuple[float, float]:
     from tailcut import features, spec
+    from tailcut.datapath import dropper
     from tailcut.net import build, clean, naming, topology
 
     name = f"scale{pods}{'l' if loss else ''}"
@@ -61,7 +62,7 @@ def tailcut_once(pods: int, loss: float) -> tuple[float, float]:
     assert len(topo.pods) == pods
     has_netem = features.netem().available
     started = time.monotonic()
-    network = build.build(topo, has_netem)
+    network = build.build(topo, has_netem, droppers=dropper)
     built = time.monotonic()
     network.destroy()
     done = time.monotonic()

@@ -2,7 +2,8 @@
 
 Assembles the results directory `tailcut run` leaves, on any cluster (kind included):
 each role's files come from the block at the end of its pod's log
-(tailcut.k8s.podresults); metrics.json from the PS's "done" event; spec.yaml from the
+(tailcut.k8s.podresults); metrics.json from the PS's "done" event and those files,
+built and written by tailcut.reports.runmetrics as under `tailcut run`; spec.yaml from the
 job's config map; loss.png and the IMC'20 dissection plots are drawn here with the same
 report code; each pod's whole log goes to logs/<replica>.log. Each role's TCP counters
 (tcp-<pod>.json, in its block) become tcp_counters.csv and metrics.json's
@@ -22,7 +23,9 @@ from tailcut.errors import TailcutError
 from tailcut.k8s import podresults
 from tailcut.k8s.manifests import resources
 from tailcut.fidelity import verdict
-from tailcut.training import cpustats, tcpstats
+from tailcut.reports import runmetrics
+from tailcut.scheduling import flowreport
+from tailcut.training import cpustats, delivery, tcpstats
 
 Progress = Callable[[str], None]
 
@@ -101,26 +104,19 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
                  progress: Progress) -> None:
     """metrics.json, loss.png and the dissection plots, as `tailcut run` writes them."""
     from tailcut.reports import dissection, plots   # matplotlib is slow to import
-    metrics: dict[str, Any] = {"job": job.name, "results_dir": str(results_dir),
-               "converged": bool(done["converged"]), "jct_s": float(done["jct_s"]),
-               "epochs": int(done["epochs"]), "iterations": int(done["iterations"]),
-               "final_accuracy": float(done["final_accuracy"]),
-               "final_loss": float(done["final_loss"]),
-               "transport": job.spec.transport.type, "model": job.spec.training.model,
-               "target_accuracy": job.spec.training.target_accuracy,
-               "backend": "kubernetes"}
-    tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
-    for key in ("retrans_segs", "rto_timeouts"):   # as RunResult: None if none reported
-        metrics[f"tcp_{key}"] = tcp["total"][key] if tcp["pods"] else None
-    metrics["tcp_counters"] = tcp
-    # The pods ran on the cluster's nodes, whose cores this machine cannot count.
-    metrics["cpu"] = cpustats.summarize(results_dir, job.spec.pod_names(),
-                                        float(done["jct_s"]), cores=0)
     # the verdict from the host CPU the leader's node saw (links not sampled here)
     host = done.get("host")
-    metrics["fidelity"] = verdict.judge(host=host if isinstance(host, dict) else None)
-    (results_dir / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    progress(tcpstats.describe(tcp))
+    scheduling = flowreport.summarize(results_dir, job.spec.scheduling.policy)
+    # The pods ran on the cluster's nodes, whose cores this machine cannot count.
+    metrics = runmetrics.build(
+        job, done, results_dir, backend="kubernetes", cores=0, scheduling=scheduling,
+        fidelity=verdict.judge(host=host if isinstance(host, dict) else None))
+    runmetrics.write(results_dir, metrics)
+    progress(flowreport.describe(scheduling))
+    if "delivery" in metrics:
+        progress(delivery.describe(metrics["delivery"], job.spec.transport.type))
+    progress(("control channel " if "delivery" in metrics else "")
+             + tcpstats.describe(metrics["tcp_counters"]))
     progress(cpustats.describe(metrics["cpu"]))
     for line in verdict.describe(metrics["fidelity"]):
         progress(line)

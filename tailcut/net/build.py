@@ -13,6 +13,10 @@ the same thing in two steps with the same functions: the spine and racks of a jo
 (`build_fabric`) when its first pod reaches the node, then each pod as it starts
 (`wire_pod`), into the pod's own network namespace through a second interface
 (`KUBERNETES`: tc0, leaving the CNI's eth0 and default route alone).
+
+Random loss needs the eBPF dropper, tailcut.datapath.dropper, which sits above this
+layer: `build` and `build_fabric` take it from their caller (`droppers`) and refuse a
+lossy link without it, before anything is built.
 """
 
 import os
@@ -96,6 +100,8 @@ class Network:
     pod_ifindex: dict[str, int] = field(default_factory=dict)
     spine_ifindex: dict[int, int] = field(default_factory=dict)
     tor_ifindex: dict[int, int] = field(default_factory=dict)
+    # what attaches the droppers of Drop ops (tailcut.datapath.dropper), from build's caller
+    attacher: Optional[tc.Droppers] = None
 
     def destroy(self) -> None:
         """Release the eBPF droppers (our hold on their programs; their filters go with
@@ -162,23 +168,36 @@ class Network:
         return out
 
 
-def _network(topo: Topology, has_netem: bool, wiring: PodWiring) -> Network:
+def _network(topo: Topology, has_netem: bool, wiring: PodWiring,
+             droppers: Optional[tc.Droppers]) -> Network:
     """An empty Network with the shaping of the access link (at the rack's port, and at
     the pod's own end, which has no switch buffer) and of the uplink; raises for a link
-    the kernel cannot emulate, before anything exists."""
+    the kernel cannot emulate, or a lossy one without `droppers`, before anything
+    exists."""
     field, mtu = "spec.network.accessLink", topo.mtu
-    return Network(
-        topology=topo, wiring=wiring,
+    network = Network(
+        topology=topo, wiring=wiring, attacher=droppers,
         access_ops=shaping.plan(topo.access_link, has_netem, field, mtu),
         pod_end_ops=shaping.plan(shaping.host_end(topo.access_link), has_netem, field, mtu),
         wire_end_ops=shaping.wire_end(topo.access_link),
         uplink_ops=shaping.plan(topo.uplink, has_netem, "spec.network.uplink", mtu))
+    if droppers is None:
+        for name, ops in (("spec.network.accessLink", network.access_ops
+                           + network.pod_end_ops + network.wire_end_ops),
+                          ("spec.network.uplink", network.uplink_ops)):
+            if any(isinstance(op, shaping.Drop) for op in ops):
+                raise NetError(f"{name}: its loss needs the eBPF dropper and the network "
+                               "builder was given none (droppers=tailcut.datapath.dropper)")
+    return network
 
 
-def build(topo: Topology, has_netem: bool) -> Network:
-    """Create every namespace, bridge, veth, address, route and qdisc of `topo`.
-    On any failure, whatever was created is removed before the error propagates."""
-    network = _network(topo, has_netem, LOCAL)
+def build(topo: Topology, has_netem: bool,
+          droppers: Optional[tc.Droppers] = None) -> Network:
+    """Create every namespace, bridge, veth, address, route and qdisc of `topo`, and
+    the eBPF droppers of its random loss with `droppers` (tailcut.datapath.dropper;
+    needed only if a link loses packets). On any failure, whatever was created is
+    removed before the error propagates."""
+    network = _network(topo, has_netem, LOCAL, droppers)
     taken = [n for n in topo.namespaces() if netns.exists(n)]
     if taken:
         raise AlreadyExists(f"job {topo.job!r} already has namespaces on this host "
@@ -202,10 +221,12 @@ def build(topo: Topology, has_netem: bool) -> Network:
 
 
 def build_fabric(topo: Topology, racks: Iterable[Rack], has_netem: bool,
-                 wiring: PodWiring = KUBERNETES) -> Network:
+                 wiring: PodWiring = KUBERNETES,
+                 droppers: Optional[tc.Droppers] = None) -> Network:
     """The spine and `racks` of `topo` with their uplinks, shaped both ways, and no
-    pod yet: wire_pod adds them one by one. All or nothing."""
-    network = _network(topo, has_netem, wiring)
+    pod yet: wire_pod adds them one by one (with the same `droppers`, as `build`'s).
+    All or nothing."""
+    network = _network(topo, has_netem, wiring, droppers)
     sockets = Sockets()
     try:
         _build_fabric(network, tuple(racks), sockets)
@@ -380,16 +401,16 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
     # (kept before sending: a failed build releases them)
     droppers = network.pod_droppers.setdefault(pod.name, [])
     droppers += tc.add_dropper_requests(own, network.pod_end_ops, pod_ns,
-                                             wiring.ifname, index)
+                                        wiring.ifname, index, network.attacher)
     own.send(pod_sock)
     port_index = rtnl.ifindex(rack_sock, port)
     ports = rtnl.Batch()
     ports.set_link(port_index, alias=alias, up=True, gso_max_size=shaping.GSO_BYTES)
     tc.add_requests(ports, network.access_ops, port_index)
     droppers += tc.add_dropper_requests(ports, network.access_ops, rack.netns, port,
-                                             port_index)
+                                        port_index, network.attacher)
     droppers += tc.add_dropper_requests(ports, network.wire_end_ops, rack.netns, port,
-                                             port_index, "ingress")
+                                        port_index, network.attacher, "ingress")
     ports.send(rack_sock)
     for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
                             (rack.netns, port, network.access_ops)):
@@ -413,7 +434,7 @@ def _shape(network: Network, sockets: Sockets, ns: str, ifname: str,
     batch = rtnl.Batch()
     tc.add_requests(batch, ops, index)
     rtnl.send_in(ns, batch)
-    droppers += tc.attach_droppers(ops, ns, ifname)
+    droppers += tc.attach_droppers(ops, ns, ifname, network.attacher)
     network.applied[f"{ns}/{ifname}"] = shaping.describe(ops)
     network.rate_bit[f"{ns}/{ifname}"] = shaping.rate_bit(ops)
 

@@ -4,16 +4,21 @@ nothing privileged, so that the operator and the manifests can plan links withou
 netlink (and tailcut.plan without BCC).
 
     ops = shaping.plan(link, has_netem, "spec.network.uplink")
-    droppers = tc.apply(ops, ipr, netns_name, ifname)
+    attached = tc.apply(ops, ipr, netns_name, ifname, droppers=dropper)
+
+The dropper is tailcut.datapath.dropper, a layer above this one (the import-linter
+layers in pyproject.toml): net never imports it, its caller passes it in (`droppers`,
+anything that is a `Droppers`), and a Drop op without one is refused.
 """
 
 import struct
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, Protocol
 
 from pyroute2.netlink.rtnl import tcmsg
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
+from tailcut.errors import NetError
 from tailcut.net import rtnl
 from tailcut.net.shaping import (DEFAULT_CLASS, FIFO_KINDS, LINK_CLASS, NETEM_HANDLE, ROOT,
                                  Drop, Htb, Netem, Op, PrioClass, Queue)
@@ -25,13 +30,36 @@ if TYPE_CHECKING:
 # tc_fifo_qopt (one u32 limit, include/uapi/linux/pkt_sched.h), so bfifo borrows them.
 tcmsg.plugins.setdefault("bfifo", sched_pfifo)
 
+Direction = Literal["egress", "ingress"]
+
+
+class Droppers(Protocol):
+    """What attaches the eBPF dropper of a Drop op: the module tailcut.datapath.dropper,
+    passed down by the layer above (the runtime, the node agent, a test)."""
+
+    def attach(self, netns_name: str, ifname: str, loss: float) -> object:
+        """Drop each packet leaving `ifname` of `netns_name` with probability `loss`."""
+
+    def attach_in_batch(self, batch: rtnl.Batch, netns_name: str, ifname: str,
+                        index: int, loss: float, direction: Direction) -> object:
+        """`attach`, as requests added to `batch` for an interface just created."""
+
+
+def _need(droppers: Optional[Droppers], ops: list[Op], where: str) -> Droppers:
+    if droppers is None:
+        loss = next(op.loss for op in ops if isinstance(op, Drop))
+        raise NetError(f"{where}: loss {loss:g} needs the eBPF dropper, and none was "
+                       "given: pass droppers=tailcut.datapath.dropper")
+    return droppers
+
 
 def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str,
-          index: Optional[int] = None) -> list[object]:
+          index: Optional[int] = None, droppers: Optional[Droppers] = None) -> list[object]:
     """Apply `ops` to the egress of `ifname` (or interface `index`), using `ipr` bound
     in `netns_name`. Qdiscs and classes are replaced, so re-applying them is harmless;
-    an eBPF dropper is attached, so detach the returned ones (the caller keeps them to
-    read their counters) before applying again."""
+    an eBPF dropper is attached (by `droppers`, needed only for a Drop op), so detach
+    the returned ones (the caller keeps them to read their counters) before applying
+    again."""
     if index is None:
         index = ipr.link_lookup(ifname=ifname)[0]
     attached: list[object] = []
@@ -50,8 +78,8 @@ def apply(ops: list[Op], ipr: "IPRoute", netns_name: str, ifname: str,
         elif isinstance(op, Queue):
             apply_queue(op, ipr, index)
         else:
-            from tailcut.datapath import dropper  # BCC loads only when a link drops
-            attached.append(dropper.attach(netns_name, ifname, op.loss))
+            attached.append(_need(droppers, ops, f"{netns_name}/{ifname}").attach(
+                netns_name, ifname, op.loss))
     return attached
 
 
@@ -65,28 +93,28 @@ def add_requests(batch: rtnl.Batch, ops: list[Op], ifindex: int) -> None:
                   f"tc on ifindex {ifindex}")
 
 
-def attach_droppers(ops: list[Op], netns_name: str, ifname: str) -> list[object]:
+def attach_droppers(ops: list[Op], netns_name: str, ifname: str,
+                    droppers: Optional[Droppers]) -> list[object]:
     """The eBPF droppers of `ops` on `ifname`'s egress, as `apply` attaches them."""
     attached: list[object] = []
     for op in ops:
         if isinstance(op, Drop):
-            from tailcut.datapath import dropper  # BCC loads only when a link drops
-            attached.append(dropper.attach(netns_name, ifname, op.loss))
+            attached.append(_need(droppers, ops, f"{netns_name}/{ifname}").attach(
+                netns_name, ifname, op.loss))
     return attached
 
 
 def add_dropper_requests(batch: rtnl.Batch, ops: list[Op], netns_name: str, ifname: str,
-                         ifindex: int, direction: Literal["egress", "ingress"] = "egress",
-                         ) -> list[object]:
+                         ifindex: int, droppers: Optional[Droppers],
+                         direction: Direction = "egress") -> list[object]:
     """attach_droppers for an interface just created, as requests added to `batch`
     (the caller sends it, and releases the returned droppers if that fails); on its
     ingress for `wire_end`'s ops."""
     attached: list[object] = []
     for op in ops:
         if isinstance(op, Drop):
-            from tailcut.datapath import dropper  # BCC loads only when a link drops
-            attached.append(dropper.attach_in_batch(batch, netns_name, ifname, ifindex,
-                                                    op.loss, direction))
+            attached.append(_need(droppers, ops, f"{netns_name}/{ifname}").attach_in_batch(
+                batch, netns_name, ifname, ifindex, op.loss, direction))
     return attached
 
 

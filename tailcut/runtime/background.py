@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, cast
 from tailcut import features
 from tailcut.background import launch, linkload
 from tailcut.background import plan as bgplan
+from tailcut.datapath import dropper
 from tailcut.errors import RunError
 from tailcut.net import build, netns, topology
 from tailcut.runtime import procs
@@ -251,7 +252,7 @@ def run_alone(job: TrainingJob, results_dir: Path,
     assert p is not None
     results_dir.mkdir(parents=True, exist_ok=True)
     with procs.terminate_as_exit():
-        network = build.build(topo, features.netem().available)
+        network = build.build(topo, features.netem().available, droppers=dropper)
         try:
             bg = Background(p, results_dir)
             bg.start(progress)

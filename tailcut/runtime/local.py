@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -27,7 +27,8 @@ from tailcut.net import build, rtt, topology
 from tailcut.net.topology import Topology
 from tailcut import innetwork, transports
 from tailcut.transports import rxfast
-from tailcut.datapath import bcc
+from tailcut.datapath import bcc, dropper
+from tailcut.reports import runmetrics
 from tailcut.runtime import background, forked, overheads, procs, record, rolefork
 from tailcut.spec import transport_kinds
 from tailcut.spec.model import TrainingJob
@@ -117,7 +118,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
     progress(f"building network for {job.name}: {len(topo.pods)} pods in "
              f"{len(topo.racks)} rack(s) ({'netem' if has_netem else 'no netem'})")
     with procs.terminate_as_exit():
-        network = build.build(topo, has_netem)
+        network = build.build(topo, has_netem, droppers=dropper)
         phases.add("network_build", time.monotonic() - setup_started)
         datapath_started = time.monotonic()
         first_pod, first_rack = topo.pods[0], topo.racks[0]
@@ -217,35 +218,20 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
     report_started = time.monotonic()
     phases.add("teardown", report_started - teardown_started)
 
-    tcp = tcpstats.summarize(results_dir, job.spec.pod_names())
-    cpu = cpustats.summarize(results_dir, job.spec.pod_names(), float(done["jct_s"]))
-    reported = bool(tcp["pods"])
-    result = RunResult(job=job.name, results_dir=str(results_dir),
-                       converged=bool(done["converged"]), jct_s=float(done["jct_s"]),
-                       epochs=int(done["epochs"]), iterations=int(done["iterations"]),
-                       final_accuracy=float(done["final_accuracy"]),
-                       final_loss=float(done["final_loss"]),
-                       tcp_retrans_segs=tcp["total"]["retrans_segs"] if reported else None,
-                       tcp_rto_timeouts=tcp["total"]["rto_timeouts"] if reported else None,
-                       fidelity=fidelity)
-    metrics = {**asdict(result), "transport": job.spec.transport.type,
-               "model": job.spec.training.model,
-               "target_accuracy": job.spec.training.target_accuracy,
-               **_roles_summary(job, done),
-               "scheduling": _flows_summary(job, results_dir, progress),
-               "tcp_counters": tcp,
-               "cpu": cpu}
-    datagrams = transport_kinds.get(job.spec.transport.type).datagrams
-    if datagrams:
-        metrics["delivery"] = delivery.summarize(results_dir)
+    scheduling = _flows_summary(job, results_dir, progress)
+    extra: dict[str, Any] = {}
     if delay["round_trip_ms"]:   # the delay emulated, beside what TCP measured
-        metrics["rtt"] = rtt.report(rtts)
+        extra["rtt"] = rtt.report(rtts)
         progress(rtt.describe(rtts))
-    _write_json(results_dir / "metrics.json", metrics)
-    if datagrams:
+    metrics = runmetrics.build(job, done, results_dir, backend="local", fidelity=fidelity,
+                               scheduling=scheduling, extra=extra)
+    result = RunResult(**{f.name: metrics[f.name] for f in fields(RunResult)})
+    runmetrics.write(results_dir, metrics)
+    if "delivery" in metrics:
         progress(delivery.describe(metrics["delivery"], job.spec.transport.type))
-    progress(("control channel " if datagrams else "") + tcpstats.describe(tcp))
-    progress(cpustats.describe(cpu))
+    progress(("control channel " if "delivery" in metrics else "")
+             + tcpstats.describe(metrics["tcp_counters"]))
+    progress(cpustats.describe(metrics["cpu"]))
     for line in fidelity_verdict.describe(fidelity):
         progress(line)
     if done.get("takeover"):
@@ -265,7 +251,7 @@ def _run(job: TrainingJob, results_dir: Path, progress: Callable[[str], None],
                  "loss.png not drawn")
     phases.add("report", time.monotonic() - report_started)
     summary = phases.summary()
-    _write_json(results_dir / "metrics.json", {**metrics, "overhead_s": summary})
+    runmetrics.write(results_dir, {**metrics, "overhead_s": summary})
     progress(overheads.describe(summary))
     return result
 
@@ -469,16 +455,6 @@ def _read_events(name: str, proc: procs.Process,
         except json.JSONDecodeError:
             continue  # a stray print is not an event
     events.put((name, None))
-
-
-def _roles_summary(job: TrainingJob, done: dict[str, Any]) -> dict[str, Any]:
-    """The roles part of metrics.json: shards, sync mode, aggregators, the take-over."""
-    r, t = job.spec.replicas, job.spec.training
-    return {"parameter_servers": r.parameter_servers, "sync_mode": t.sync_mode,
-            "staleness": t.staleness, "ordering": t.ordering,
-            "aggregators": [list(a.workers) for a in r.aggregators],
-            "ps_replica": r.ps_replica, "finished_by": done.get("role", "ps-0"),
-            "takeover": done.get("takeover")}
 
 
 def _import_report(job: TrainingJob) -> None:

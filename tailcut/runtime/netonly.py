@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tailcut import features, plan
+from tailcut.datapath import dropper
 from tailcut.errors import RunError
 from tailcut.net import build, clean, topology
 from tailcut.spec.model import TrainingJob
@@ -35,7 +36,7 @@ def up(job: TrainingJob, progress: Callable[[str], None] = print) -> Built:
     plan.check(job, "local", features.netem)
     topo = topology.plan(job)
     started = time.monotonic()
-    network = build.build(topo, features.netem().available)
+    network = build.build(topo, features.netem().available, droppers=dropper)
     took = time.monotonic() - started
     first_pod, first_rack = topo.pods[0], topo.racks[0]
     progress(f"{job.name}: {len(topo.pods)} pods in {len(topo.racks)} rack(s) up in "

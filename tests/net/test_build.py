@@ -7,6 +7,7 @@ import pytest
 
 from tailcut import spec
 from tailcut.errors import AlreadyExists, KernelFeatureMissing
+from tailcut.datapath import dropper
 from tailcut.net import build, clean, naming, netns, shaping, topology
 from tests import netutil
 
@@ -25,7 +26,7 @@ def built(request):
     made = []
 
     def make(j, has_netem=False):
-        made.append(build.build(topology.plan(j), has_netem))
+        made.append(build.build(topology.plan(j), has_netem, droppers=dropper))
         return made[-1]
 
     yield make

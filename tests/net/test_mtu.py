@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tailcut import spec
+from tailcut.datapath import dropper
 from tailcut.net import build, netns, topology
 from tailcut.transports import datagram, wire
 from tailcut.transports.base import Kind, Message
@@ -27,7 +28,7 @@ def jumbo():
         "spec: {replicas: {workers: 1}, network: {mtu: 9000,"
         " racks: [{name: a}, {name: b}], placement: {ps-0: a, worker-0: b},"
         " uplink: {loss: 0.05}}}\n")
-    network = build.build(topology.plan(job), has_netem=False)
+    network = build.build(topology.plan(job), has_netem=False, droppers=dropper)
     try:
         yield network
     finally:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tailcut import innetwork
+from tailcut.datapath import dropper
 from tailcut.k8s import metrics
 from tailcut.k8s.agent import podns
 from tailcut.k8s.agent.errors import AgentError, NodeUnfit
@@ -122,7 +123,7 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
              if netns.exists(n)]
     for name in stale:   # left by a first pod that failed to wire half-way: rebuild
         netns.remove(name)
-    network = build.build_fabric(topo, here, has_netem)
+    network = build.build_fabric(topo, here, has_netem, droppers=dropper)
     fabric = Fabric(namespace=namespace, job=job, node=node, network=network)
     try:
         if len(spines) > 1:

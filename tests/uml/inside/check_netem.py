@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tailcut import features, plan, spec
+from tailcut.datapath import dropper
 from tailcut.net import build, clean, rtt, topology
 
 pytestmark = pytest.mark.netns
@@ -175,7 +176,7 @@ def test_feature_detection_and_doctor_choose_netem_here() -> None:
 def test_each_netem_layout_is_what_tc_shows_in_the_namespaces(layout: str) -> None:
     network, expected = LAYOUTS[layout]
     topo = topology.plan(job(f"u-{layout[:12]}", network))
-    built = build.build(topo, has_netem=True)
+    built = build.build(topo, has_netem=True, droppers=dropper)
     try:
         ends = {"eth0": topo.pod("worker-0").netns, "p0": topo.racks[0].netns,
                 "up": topo.racks[0].netns, "r0": topo.spine_netns}
@@ -227,7 +228,7 @@ def tcp_round_trips(client_ns: str, server_ns: str, server_ip: str,
 def test_a_delay_is_what_tcp_measures_across_one_rack_and_two() -> None:
     topo = topology.plan(job("u-rtt", {"accessLink": {"delayMs": 5},
                                         "uplink": {"delayMs": 0.5}}))
-    built = build.build(topo, has_netem=True)
+    built = build.build(topo, has_netem=True, droppers=dropper)
     try:
         ps = topo.pod("ps-0")
         figures = {}
@@ -254,7 +255,7 @@ def test_random_loss_drops_datagrams_at_each_lossy_end(network: dict[str, Any], 
                                                        delivered: float) -> None:
     """2000 datagrams to ps-0; what arrives is within 4 standard deviations."""
     topo = topology.plan(job("u-loss", network))
-    built = build.build(topo, has_netem=True)
+    built = build.build(topo, has_netem=True, droppers=dropper)
     try:
         ps, worker = topo.pod("ps-0"), topo.pod(sender)
         from tailcut.net import netns
