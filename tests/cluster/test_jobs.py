@@ -11,6 +11,7 @@ the node.
 
 import json
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from tailcut.k8s import collect
 from tailcut.k8s.agent import podns
 from tailcut.k8s.node import images
 from tests.cluster import chart
+from tests.k8s import test_overlay_ids
 from tests.waiting import until
 
 pytestmark = [pytest.mark.cluster]
@@ -234,15 +236,80 @@ def test_ps_0s_pod_deleted_mid_job_its_replica_takes_over_and_the_job_completes(
                  and set(phases().values()) == {"Succeeded"}, within_s=90, every_s=1), phases()
 
 
+class Capture:
+    """tcpdump on tc0 of one pod, from the moment the node agent has wired it (tc0
+    exists in the pod's network namespace) until stop(): started by a thread beside
+    the test, from the host, inside the pod's namespace (entered through one of its
+    processes, as tc_in_pod), so it costs the test no time."""
+
+    def __init__(self, cluster: Any, namespace: str, pod: str, path: Path) -> None:
+        self.cluster, self.namespace, self.pod, self.path = cluster, namespace, pod, path
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.started_at = 0.0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._start, daemon=True)
+        self.thread.start()
+
+    def _start(self) -> None:
+        deadline = time.monotonic() + 420
+        while not self.stopping.is_set() and time.monotonic() < deadline:
+            found = chart.get(self.cluster, self.namespace, "pod", self.pod)
+            pid = found and podns.pid_of_pod(found["metadata"]["uid"])
+            if pid and subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "link", "show",
+                                       "tc0"], capture_output=True).returncode == 0:
+                self.started_at = time.time()
+                self.proc = subprocess.Popen(
+                    ["nsenter", "-t", str(pid), "-n", "tcpdump", "-i", "tc0", "-nn", "-U",
+                     "-s", "128", "-w", str(self.path)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                return
+            self.stopping.wait(0.5)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=30)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        assert self.proc is not None and self.path.exists(), (
+            f"no capture on {self.namespace}/{self.pod}'s tc0: it was never wired "
+            "while the test looked")
+
+    def times(self, expression: str) -> list[float]:
+        """When each captured packet that `expression` (tcpdump's filter) matches was
+        seen, in seconds since the epoch."""
+        # (no check: a capture stopped mid-packet ends "truncated", after the others)
+        out = subprocess.run(["tcpdump", "-r", str(self.path), "-nn", "-tt", expression],
+                             capture_output=True, text=True).stdout
+        return [float(line.split()[0]) for line in out.splitlines() if line.strip()]
+
+
+def _overlap(window: tuple[float, float], times: list[float]) -> list[float]:
+    return [t for t in times if window[0] <= t <= window[1]]
+
+
 def test_a_torch_job_and_two_allreduce_jobs_run_on_the_torch_image_and_their_results_come_back(
         cluster, release, namespace, tmp_path):
     """The torch MLP through a PS, by DDP over Gloo with no PS, and by the transpose
     all-reduce over bounded-loss, side by side, two epochs each (what is checked is
     that PyTorch and the ranks' connections work in the pods, not convergence): their
     pods run the chart's torch image, all end Succeeded with their figures, and
-    `tailcut collect` brings back the all-reduce reports."""
-    jobs = {"torch-ps": "quickstart-torch.yaml", "gloo": "allreduce-gloo.yaml",
-            "transpose": "allreduce-bounded-loss.yaml"}
+    `tailcut collect` brings back the all-reduce reports.
+
+    The two all-reduce jobs are named so that their <namespace>/<name> hash to the
+    same 24 bits (the VXLAN id the agents once derived from it): they get different
+    overlay ids, and neither job's packets reach the other's pods, both training across
+    the two nodes at once. tcpdump on rank 1's tc0 of each: on the Gloo job's, no UDP
+    (the transpose's datagrams); on the transpose job's, no TCP without port 7000 (Gloo's
+    pairs; the transpose's control connections all end at 7000), while the other job's
+    own capture shows it sending across the nodes."""
+    gloo_job, transpose_job = test_overlay_ids.colliding_names(namespace, prefix="ar")
+    jobs = {"torch-ps": "quickstart-torch.yaml", gloo_job: "allreduce-gloo.yaml",
+            transpose_job: "allreduce-bounded-loss.yaml"}
     cluster.kubectl("label", "--overwrite", "namespace", namespace,
                     "tailcut.dev/bounded-loss=allowed")
     for job_name, name in jobs.items():
@@ -256,18 +323,57 @@ def test_a_torch_job_and_two_allreduce_jobs_run_on_the_torch_image_and_their_res
             raw["spec"]["network"]["placement"] = {"worker-0": "rack-0",
                                                    "worker-1": "rack-1"}
         cluster.kubectl("-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(raw))
-    for job_name in jobs:
-        status = chart.wait_phase(cluster, namespace, job_name, "Succeeded", within_s=420)
-        assert status["jctSeconds"] > 0 and status["progress"].startswith("2/"), status
-        assert 0.4 < status["accuracy"] <= 1.0, status   # 4 classes: chance is 0.25
-        pods = chart.get(cluster, namespace, "pods", "-l", f"tailcut.dev/job={job_name}")
-        assert {p["spec"]["containers"][0]["image"] for p in pods["items"]} == {
-            images.ref("worker-torch")}
-    gloo = {p["metadata"]["name"] for p in chart.get(
-        cluster, namespace, "pods", "-l", "tailcut.dev/job=gloo")["items"]}
-    assert gloo == {f"gloo-worker-{i}" for i in range(2)}   # no PS
+    captures = {job: Capture(cluster, namespace, f"{job}-worker-1", tmp_path / f"{job}.pcap")
+                for job in (gloo_job, transpose_job)}
+    try:
+        for job_name in jobs:
+            status = chart.wait_phase(cluster, namespace, job_name, "Succeeded",
+                                      within_s=420)
+            assert status["jctSeconds"] > 0 and status["progress"].startswith("2/"), status
+            assert 0.4 < status["accuracy"] <= 1.0, status   # 4 classes: chance is 0.25
+            pods = chart.get(cluster, namespace, "pods", "-l", f"tailcut.dev/job={job_name}")
+            assert {p["spec"]["containers"][0]["image"] for p in pods["items"]} == {
+                images.ref("worker-torch")}
+    finally:
+        for capture in captures.values():
+            capture.stop()
 
-    for job_name in ("gloo", "transpose"):
+    # Different overlay ids for names a 24-bit hash could not tell apart, and each
+    # job's ranks on both nodes, so its rank 1 is reached through the VXLAN.
+    assert test_overlay_ids.name_hash_24(f"{namespace}/{gloo_job}") == \
+        test_overlay_ids.name_hash_24(f"{namespace}/{transpose_job}")
+    ids = {job: chart.job_status(cluster, namespace, job)["overlayId"]
+           for job in (gloo_job, transpose_job)}
+    assert ids[gloo_job] != ids[transpose_job], ids
+    for job in (gloo_job, transpose_job):
+        nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in chart.get(
+            cluster, namespace, "pods", "-l", f"tailcut.dev/job={job}")["items"]}
+        assert nodes[f"{job}-worker-0"] != nodes[f"{job}-worker-1"], nodes
+    # Neither saw a packet of the other, and each listened while the other sent.
+    own = {gloo_job: "tcp", transpose_job: "udp"}
+    foreign = {gloo_job: "udp", transpose_job: "tcp and not port 7000"}
+    heard = {}
+    for job, other in ((gloo_job, transpose_job), (transpose_job, gloo_job)):
+        capture = captures[job]
+        mine = capture.times(own[job])
+        assert mine, f"{job}'s capture holds none of its own packets ({own[job]})"
+        assert not capture.times(foreign[job]), (
+            f"{job}-worker-1's tc0 saw packets of {other} ({foreign[job]}): "
+            + subprocess.run(["tcpdump", "-r", str(capture.path), "-nn", "-c", "5",
+                              foreign[job]], capture_output=True, text=True).stdout)
+        heard[other] = (capture.started_at, mine[-1])
+    sent_while_heard = {job: _overlap(heard[job], captures[job].times(own[job]))
+                        for job in (gloo_job, transpose_job)}
+    assert max(len(t) for t in sent_while_heard.values()) >= 100, (
+        "the two jobs did not train at the same time: "
+        + ", ".join(f"{job} sent {len(t)} packets while the other listened"
+                    for job, t in sent_while_heard.items()))
+
+    gloo = {p["metadata"]["name"] for p in chart.get(
+        cluster, namespace, "pods", "-l", f"tailcut.dev/job={gloo_job}")["items"]}
+    assert gloo == {f"{gloo_job}-worker-{i}" for i in range(2)}   # no PS
+
+    for job_name in (gloo_job, transpose_job):
         results = collect.collect(job_name, namespace, str(cluster.kubeconfig),
                                   tmp_path / job_name)
         metrics = json.loads((results / "metrics.json").read_text())
