@@ -63,10 +63,14 @@ def render_plain_manifests() -> str:
     """manifests/tailcut.yaml: the chart with default values, without its test hook."""
     out = subprocess.run([str(devcluster.helm_binary()), "template", "tailcut", str(CHART),
                           "--namespace", "tailcut-system", "--set", "tests.enabled=false",
-                          "--set", "namespace.create=true"],
+                          "--set", "namespace.create=true",
+                          # the operator's pod-update policy, for Kubernetes 1.30 and later
+                          "--api-versions",
+                          "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"],
                          capture_output=True, text=True, check=True).stdout
     return ("# Generated from helm/tailcut with default values (namespace tailcut-system,\n"
-            "# created here with the Pod Security label the agent needs):\n"
+            "# created here with the Pod Security label the agent needs; the operator's\n"
+            "# pod-update policy needs Kubernetes 1.30 or later):\n"
             "#   .venv/bin/python tests/k8s/test_chart.py\n"
             "# Apply after manifests/crd.yaml; tests/k8s/test_chart.py fails on drift.\n" + out)
 
