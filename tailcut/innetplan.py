@@ -10,6 +10,9 @@ one ``KindPlan`` here and one ``Kind`` of the same name there:
   JSON), None when the job does not ask for it. Cheap.
 - ``resolve(job, section)``: what costs compute (the hot set: profiling the model),
   done once by `tailcut run` or the operator; the identity for most.
+
+Which kinds there are is tailcut.spec.tor_kinds's registry (``kinds()``): tailcut's
+three, then those installed packages register.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tailcut import ebpfheaders
 from tailcut.ml import data, models
 from tailcut.net import naming
 from tailcut.net.topology import Topology
+from tailcut.spec import tor_kinds
 from tailcut.spec.model import TrainingJob
 from tailcut.training import hotchoice
 
@@ -121,10 +125,25 @@ MULTICAST = KindPlan("multicast", multicast_section, with_model_length)
 KINDS: tuple[KindPlan, ...] = (HOT_STORE, AGGREGATION, MULTICAST)
 
 
+def kinds() -> tuple[KindPlan, ...]:
+    """The plan of every registered ToR kind (tailcut.spec.tor_kinds), tailcut's first."""
+    found: tuple[KindPlan, ...] = tor_kinds.parts("plan", KindPlan)
+    return found
+
+
+def options(job: TrainingJob, name: str) -> Optional[Section]:
+    """The options a job gives a registered kind of its own (``inNetwork.kinds``), or
+    None when it does not ask for it."""
+    in_network = job.spec.network.in_network
+    if in_network is None or name not in in_network.kinds:
+        return None
+    return dict(in_network.kinds[name])
+
+
 def sections(job: TrainingJob, topo: Topology) -> Sections:
     """The resolved section of every kind the job enables, by name."""
     found: Sections = {}
-    for kind in KINDS:
+    for kind in kinds():
         section = kind.section(job, topo)
         if section is not None:
             found[kind.name] = kind.resolve(job, section)

@@ -225,7 +225,16 @@ def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
     the namespace lets bounded-loss pods attach XDP (`needs_xdp`, a namespace label).
     Of the job's own: planning a CadentFlow or coflow schedule, or a ToR program,
     builds the model, and the operator imports no tenant's module (a tenant's code
-    runs in its own pods only)."""
+    runs in its own pods only). A ToR kind of the job's own (inNetwork.kinds) runs under
+    `tailcut run` only: the CRD has no such field, and the node agent loads only
+    tailcut's own kinds."""
+    in_network = job.spec.network.in_network
+    if in_network is not None and in_network.kinds:
+        field = "spec.network.inNetwork.kinds"
+        return [Refusal(field, f"{field}: {', '.join(sorted(in_network.kinds))} is a ToR kind "
+                               "of your own, which runs under `tailcut run` only (the "
+                               "cluster's CRD and node agent know tailcut's own kinds: "
+                               "hotParameters, aggregate, multicast)")]
     module = job.spec.training.module
     if module is None:
         return []
@@ -330,8 +339,7 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
         staleness=t.staleness, ordering=t.ordering, window_us=t.connection_window_us,
         aggregation=t.aggregation,
         flows=flows if flows is not None else role_flows(job),
-        hot=sections.get("hot_store"), aggregate=sections.get("aggregation"),
-        multicast=sections.get("multicast"))
+        tor=dict(sections))
 
 
 def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:

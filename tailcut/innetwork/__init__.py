@@ -1,6 +1,7 @@
 """Work the ToR does for a job in BPF (spec.network.inNetwork), one module per kind of
 program, each implementing the contract of ``feature`` and listed in ``KINDS`` (the
-kinds of tailcut.innetplan, which plans what each is loaded with). Both
+kinds of tailcut.innetplan, which plans what each is loaded with); ``kinds()`` adds
+those installed packages register (tailcut.spec.tor_kinds). Both
 executors go through the functions here and never name a kind: `tailcut run` starts
 every enabled feature on all racks at once (``start``); the node agent creates them
 for the racks of its node (``create``), serves the uplinks, then each pod's port as it
@@ -17,9 +18,17 @@ from tailcut.innetwork.feature import Kind
 from tailcut.innetwork.feature import TorFeature as TorFeature   # re-exported
 from tailcut.net.build import Network
 from tailcut.net.topology import Pod
+from tailcut.spec import tor_kinds
 from tailcut.spec.model import TrainingJob
 
 KINDS: tuple[Kind, ...] = (hotstore.KIND, aggregation.KIND, multicast.KIND)
+
+
+def kinds() -> tuple[Kind, ...]:
+    """The programs of every registered ToR kind (tailcut.spec.tor_kinds), tailcut's
+    first."""
+    found: tuple[Kind, ...] = tor_kinds.parts("program", Kind)
+    return found
 
 
 def create(job: TrainingJob, sections: Sections, network: Network,
@@ -28,7 +37,7 @@ def create(job: TrainingJob, sections: Sections, network: Network,
     nothing yet. All or nothing."""
     made: list[TorFeature] = []
     try:
-        for kind in KINDS:
+        for kind in kinds():
             if kind.name in sections:
                 feature = kind.create(job, sections[kind.name], network, racks)
                 if feature is not None:

@@ -3,8 +3,9 @@ work implements, so that both executors (tailcut.runtime.local, tailcut.k8s.agen
 it up, serve pods, report and tear down without naming it.
 
 A kind is one module of this package with a ``KIND`` (listed in
-``tailcut.innetwork.KINDS``), named as its plan in tailcut.innetplan (which gives its
-section of the role configurations):
+``tailcut.innetwork.KINDS``), or a package's own registered in tailcut.spec.tor_kinds
+(``tailcut.innetwork.kinds()`` has both), named as its plan in tailcut.innetplan (which
+gives its section of the role configurations):
 
 - ``create(job, section, network, racks)``: its programs on these racks (indices)
   of an executor's network, loaded with its resolved section and not yet serving: a

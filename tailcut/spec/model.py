@@ -5,13 +5,14 @@ shape); units live in the names (delay_ms, jitter_ms). Everything that can be ch
 without looking at the machine is checked here, so inner code can trust its inputs.
 """
 
-from typing import Annotated, Final, Literal, Optional
+from typing import Annotated, Any, Final, Literal, Optional
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       ValidationInfo, WithJsonSchema, field_validator, model_validator)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 
-from tailcut.spec import background, transport_kinds, units
+from tailcut.spec import background, tor_kinds, transport_kinds, units
 
 API_VERSION: Final = "tailcut.dev/v1alpha1"
 KIND: Final = "TrainingJob"
@@ -374,11 +375,29 @@ class InNetwork(_Model):
         default=False,
         description="the PS sends each rack one copy of the parameters and the rack's ToR "
                     "copies it to the rack's workers (a lost copy is repaired by the PS)")
+    # ToR kinds installed packages register (tailcut.spec.tor_kinds), by name, with their
+    # options (JSON, read by the kind's plan). Not in the CRD: like a transport of your
+    # own, a kind of your own runs under `tailcut run` (docs/in-network.md).
+    kinds: SkipJsonSchema[dict[str, dict[str, Any]]] = Field(default_factory=dict)
+
+    @field_validator("kinds")
+    @classmethod
+    def _registered(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in value:
+            if name in tor_kinds.BUILTIN_NAMES:
+                raise ValueError(f"kinds: {name!r} is one of tailcut's own ToR kinds; ask "
+                                 "for it by hotParameters, aggregate or multicast")
+            if name not in tor_kinds.names():
+                raise ValueError(f"kinds: unknown ToR kind {name!r}; registered: "
+                                 f"{', '.join(tor_kinds.plugin_names()) or 'none'}")
+        return value
 
     @model_validator(mode="after")
     def _one_kind(self) -> "InNetwork":
-        if self.hot_parameters is None and not self.aggregate and not self.multicast:
-            raise ValueError("give hotParameters, aggregate: true or multicast: true")
+        if (self.hot_parameters is None and not self.aggregate and not self.multicast
+                and not self.kinds):
+            raise ValueError("give hotParameters, aggregate: true or multicast: true (or "
+                             "a ToR kind of your own under kinds)")
         return self
 
 

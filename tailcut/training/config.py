@@ -89,16 +89,28 @@ class RoleConfig:
     window_us: int = 1000  # concurrent connections are counted per window of this length
     flows: dict[str, Any] | None = None  # CadentFlow cuts and tags (tailcut.training.flows)
     aggregation: str = "mean"  # bsp: how the PS combines what arrived (training.aggregation)
-    # The ToR's hot parameters: {"address", "top_k" or "indices"} (tailcut.training.hotset)
-    hot: dict[str, Any] | None = None
-    # The ToRs' aggregation: {"racks": [{"index", "address", "workers"}], "elements"}
-    # (training.innetagg)
-    aggregate: dict[str, Any] | None = None
-    # The ToRs' multicast of the parameters: as aggregate's (training.innetmcast)
-    multicast: dict[str, Any] | None = None
+    # The sections of the job's ToR kinds (spec.network.inNetwork), by kind name
+    # (tailcut.spec.tor_kinds; the roles' side: training.torkinds), e.g. "aggregation":
+    # {"racks": [{"index", "address", "workers"}], "elements"}
+    tor: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The transpose all-reduce: each rank's rack (an index), rank 0 first; None: one rack
     # (training.relay)
     rank_racks: list[int] | None = None
+
+    @property
+    def hot(self) -> dict[str, Any] | None:
+        """The ToR's hot parameters: {"address", "indices", ...} (training.hotset)."""
+        return self.tor.get("hot_store")
+
+    @property
+    def aggregate(self) -> dict[str, Any] | None:
+        """The ToRs' aggregation (training.innetagg)."""
+        return self.tor.get("aggregation")
+
+    @property
+    def multicast(self) -> dict[str, Any] | None:
+        """The ToRs' multicast of the parameters (training.innetmcast)."""
+        return self.tor.get("multicast")
 
     @property
     def shards(self) -> list[tuple[str, int]]:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tailcut.ml import data, models
-from tailcut.training import hotchoice, records
+from tailcut.training import hotchoice, records, torkinds
 from tailcut.training.config import RoleConfig
 from tailcut.transports import hot, wire
 
@@ -50,3 +50,58 @@ class HotShare:
         self.client.close()
         return {"elements": len(self.index), "requests": s.requests, "resends": s.resends,
                 "not_ready": s.not_ready, "saturated": s.saturated}
+
+
+class PSSide(torkinds.PSSide):
+    """The evaluating PS reads the hot values into its whole model; at the end it asks
+    the ToR for their update counts (updates-tor.npz). Its own copies never move:
+    workers push zeros there."""
+
+    key = "hot"
+    holds_parameters = True
+
+    def __init__(self, share: HotShare) -> None:
+        self.share = share
+
+    def fill_model(self, full: np.ndarray, iteration: int) -> None:
+        self.share.pull_into(full, iteration)
+
+    def finish(self, results: Path) -> dict[str, Any]:
+        np.savez(results / "updates-tor.npz", counts=self.share.client.counts(),
+                 index=self.share.index)
+        return self.share.finish(results / "hot-ps-0.csv")
+
+
+class WorkerSide(torkinds.WorkerSide):
+    """A worker pulls the hot values after the PS's share and pushes its update of
+    them first (the PS's barrier then implies the ToR's), zeroed in what the PS gets."""
+
+    key = "hot"
+
+    def __init__(self, share: HotShare) -> None:
+        self.share = share
+
+    def pulled(self, params: np.ndarray, step: int) -> None:
+        self.share.pull_into(params, step)
+
+    def push(self, grad: np.ndarray, step: int) -> bool:
+        self.share.push_from(grad, step)
+        return False
+
+    def finish(self, results: Path, name: str) -> dict[str, Any]:
+        return self.share.finish(results / f"hot-{name}.csv")
+
+
+def _ps(ctx: torkinds.PSContext) -> PSSide | None:
+    if ctx.cfg.hot is None or not ctx.evaluates:
+        return None
+    return PSSide(HotShare(ctx.cfg, ctx.model, ctx.dataset, worker=hot.PS_WORKER))
+
+
+def _worker(ctx: torkinds.WorkerContext) -> WorkerSide | None:
+    if ctx.cfg.hot is None:
+        return None
+    return WorkerSide(HotShare(ctx.cfg, ctx.model, ctx.dataset, worker=ctx.cfg.index))
+
+
+ROLES = torkinds.RoleKind("hot_store", ps=_ps, worker=_worker)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tailcut import errors
-from tailcut.training import records
+from tailcut.training import records, torkinds
 from tailcut.training.config import RoleConfig
 from tailcut.transports import agg, base, wire
 
@@ -26,8 +26,10 @@ def _racks(cfg: RoleConfig) -> list[agg.Rack]:
             for r in cfg.aggregate["racks"]]
 
 
-class WorkerSide:
+class WorkerSide(torkinds.WorkerSide):
     """A worker's gradient to its rack's ToR, with the time each send took."""
+
+    key = "aggregate"
 
     def __init__(self, cfg: RoleConfig, elements: int) -> None:
         rack = next(r for r in _racks(cfg) if cfg.index in r.workers)
@@ -35,27 +37,42 @@ class WorkerSide:
                                  rack_size=len(rack.workers))
         self.times: list[tuple[int, float]] = []
 
-    def send(self, iteration: int, grad: np.ndarray) -> None:
+    def push(self, grad: np.ndarray, step: int) -> bool:
+        """Send the gradient to the ToR: the PULL that follows tells the PS it was sent."""
         started = time.perf_counter()
-        self.sender.send(iteration, grad)
-        self.times.append((iteration, time.perf_counter() - started))
+        self.sender.send(step, grad)
+        self.times.append((step, time.perf_counter() - started))
+        return True
 
-    def finish(self, path: Path) -> dict[str, Any]:
-        with records.CsvLog(path, ("iteration", "seconds")) as log:
+    def finish(self, results: Path, name: str) -> dict[str, Any]:
+        with records.CsvLog(results / f"agg-{name}.csv", ("iteration", "seconds")) as log:
             for it, seconds in self.times:
                 log.write({"iteration": it, "seconds": f"{seconds:.6f}"})
         self.sender.close()
         return {"packets": self.sender.packets, "saturated": self.sender.saturated}
 
 
-class PSSide:
-    """The PS's collector of the racks' sums, with what each iteration took."""
+class PSSide(torkinds.PSSide):
+    """The PS's collector of the racks' sums, with what each iteration took. No worker
+    pushes to the PS: once all have asked for the next iteration, the sums are taken."""
 
+    key = "aggregate"
     FIELDS = ("iteration", "wait_s", "flushed_slots", "missing_contributions")
 
     def __init__(self, cfg: RoleConfig, elements: int) -> None:
         self.collector = agg.Collector(wire.job_id(cfg.job), elements, _racks(cfg))
         self.rows: list[dict[str, Any]] = []
+        self.workers = cfg.num_workers
+        self.asked_next: set[str] = set()
+
+    def pulled(self, who: str, iteration: int, current: int) -> bool:
+        if iteration != current + 1:
+            return False
+        self.asked_next.add(who)
+        if len(self.asked_next) < self.workers:
+            return False
+        self.asked_next.clear()
+        return True
 
     def sums(self, iteration: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray]:
         """The iteration's summed gradient over the contributions that arrived and how
@@ -72,8 +89,8 @@ class PSSide:
                           "missing_contributions": got.missing})
         return total, counts
 
-    def finish(self, path: Path) -> dict[str, Any]:
-        with records.CsvLog(path, self.FIELDS) as log:
+    def finish(self, results: Path) -> dict[str, Any]:
+        with records.CsvLog(results / "agg-ps-0.csv", self.FIELDS) as log:
             for row in self.rows:
                 log.write(row)
         s = self.collector.stats
@@ -82,3 +99,13 @@ class PSSide:
                 "flushed_slots": sum(r["flushed_slots"] for r in self.rows),
                 "missing_contributions": sum(r["missing_contributions"] for r in self.rows),
                 "not_ready": s.not_ready, "late": s.late, "malformed": s.malformed}
+
+    def close(self) -> None:
+        self.collector.close()
+
+
+ROLES = torkinds.RoleKind(
+    "aggregation",
+    ps=lambda ctx: PSSide(ctx.cfg, ctx.size) if ctx.cfg.aggregate is not None else None,
+    worker=lambda ctx: (WorkerSide(ctx.cfg, ctx.model.num_params)
+                        if ctx.cfg.aggregate is not None else None))

@@ -45,11 +45,11 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import models
-from tailcut.training import (aggregation, cpustats, flows, hotset, inbox, innetagg, innetmcast, peers,
-                              records, rpc, syncmodes)
+from tailcut.training import (aggregation, cpustats, flows, inbox, peers, records, rpc,
+                              syncmodes, torkinds)
 from tailcut.training.config import RoleConfig
 from tailcut.training.shards import shard_range
-from tailcut.transports import base, hot
+from tailcut.transports import base
 from tailcut.transports.base import Kind, Message
 
 Emit = Callable[[dict[str, Any]], None]
@@ -96,23 +96,12 @@ class _Server:
         full = self.model.init_params(np.random.default_rng(cfg.seed))
         self.full = full  # shard 0 assembles the whole model here to evaluate it
         self.params = full[self.lo : self.hi].copy()
-        # The ToR holds the hot parameters (spec.network.inNetwork); the evaluating PS
-        # reads them to evaluate the whole model. Its own copies of them never move:
-        # workers push zeros there.
-        self.hot = (hotset.HotShare(cfg, self.model, self.dataset, worker=hot.PS_WORKER)
-                    if cfg.hot is not None and self.evaluates else None)
-        self.hot_summary: dict[str, Any] | None = None
-        # The racks' ToRs sum the gradients (spec.network.inNetwork.aggregate): no worker
-        # pushes here; once all have asked for the next iteration, the sums are taken.
-        self.aggregate = (innetagg.PSSide(cfg, self.size)
-                          if cfg.aggregate is not None else None)
-        self.aggregate_summary: dict[str, Any] | None = None
-        # The racks' ToRs copy the model to their workers (inNetwork.multicast): the
-        # PS sends each rack one copy and answers each pull with an empty PARAMS.
-        self.multicast = (innetmcast.PSSide(cfg, self.size)
-                          if cfg.multicast is not None and self.active else None)
-        self.multicast_summary: dict[str, Any] | None = None
-        self.asked_next: set[str] = set()
+        # The ToR kinds the job asks for (spec.network.inNetwork): what the ToRs hold,
+        # sum or copy changes what the PS reads, steps on and answers (training.torkinds).
+        self.tor = torkinds.ps_sides(torkinds.PSContext(
+            cfg, self.model, self.dataset, self.size, active=self.active,
+            evaluates=self.evaluates))
+        self.tor_summaries: dict[str, Any] = {}
         self.per_epoch = iterations_per_epoch(
             len(self.dataset.x_train), cfg.batch_size, cfg.num_workers
         )
@@ -245,10 +234,8 @@ class _Server:
             transport.close()
             for log in logs:
                 log.close()
-            if self.aggregate is not None:
-                self.aggregate.collector.close()
-            if self.multicast is not None and self.multicast_summary is None:
-                self.multicast.finish()
+            for side in self.tor:
+                side.close()
         return self._done()
 
     # ------------------------------------------------------------- main loop
@@ -371,22 +358,20 @@ class _Server:
             self._answer(ev, who, dequeued, dequeued)
         else:
             self.held.append((ev, dequeued))
-        if self.aggregate is not None and msg.iteration == self.iteration + 1:
-            self.asked_next.add(who)
-            if len(self.asked_next) == self.cfg.num_workers:
-                self._step_on_sums()
+        current = self.iteration
+        for side in self.tor:
+            if side.pulled(who, msg.iteration, current):
+                self._step_on_sums(side)
 
-    def _step_on_sums(self) -> None:
-        """Every worker has sent its gradient of this iteration to its ToR: step on the
-        racks' sums (the bsp barrier of in-network aggregation)."""
-        assert self.aggregate is not None
+    def _step_on_sums(self, side: torkinds.PSSide) -> None:
+        """Every worker has sent its gradient of this iteration to the ToRs (in-network
+        aggregation): step on their sums (the bsp barrier)."""
         # divided in float64 (the sums are), the step float32 like the parameters; an
         # element nobody's value reached stays as it was
-        total, counts = self.aggregate.sums(self.iteration, peers.left(self.deadline))
+        total, counts = side.sums(self.iteration, peers.left(self.deadline))
         step, delivered = aggregation.combine(total, counts, self.cfg.aggregation)
         self.params -= np.float32(self.cfg.learning_rate) * step
         self.updates += delivered & (step != 0)
-        self.asked_next.clear()
         self.iteration += 1
         self.version = self.iteration
         self._progress()
@@ -410,15 +395,20 @@ class _Server:
     def _answer(self, ev: inbox.Event, who: str, dequeued: int, ready: int) -> None:
         msg = ev.msg
         assert msg is not None
-        if self.multicast is not None:   # the racks get one copy; the pull, word of it
-            self.multicast.publish_once(msg.iteration, self.params)
-            values = np.zeros(0, dtype=np.float32)
-        else:
-            values = self.params.copy()  # prepare the reply: what PS_proc of a pull measures
+        values = self._reply_values(msg.iteration)
         replied = time.time_ns()
         reply_bytes = self._send(who, Message(Kind.PARAMS, msg.iteration, base.PS_SENDER, values))
         self._row("pull", who, msg.iteration, ev.arrived_ns, dequeued, ready, replied,
                   msg.wire_bytes, reply_bytes, 0)
+
+    def _reply_values(self, iteration: int) -> np.ndarray:
+        """The values of a PARAMS: a ToR kind's (multicast: none, the racks got a copy),
+        else a copy of ours (preparing the reply: what PS_proc of a pull measures)."""
+        for side in self.tor:
+            values = side.reply(iteration, self.params)
+            if values is not None:
+                return values
+        return self.params.copy()
 
     def _send(self, who: str, msg: Message) -> int:
         """Send unless passive; return the frame's size (header + values) for the logs."""
@@ -501,8 +491,8 @@ class _Server:
     def _assemble(self) -> None:
         """Put every shard's range into ``self.full`` (shard 0: ask the others' at an end)."""
         self.full[self.lo : self.hi] = self.params
-        if self.hot is not None:
-            self.hot.pull_into(self.full, self.iteration)
+        for side in self.tor:   # what the ToR holds (the hot parameters)
+            side.fill_model(self.full, self.iteration)
         for s in range(1, self.cfg.num_shards):
             ev = self._take_from(f"ps-{s}")
             msg = ev.msg
@@ -582,21 +572,17 @@ class _Server:
                     pass  # after a timeout or a stop some peers are gone already
         self.jct_s = time.monotonic() - self.train_start
         if self.evaluates and self.last_eval is None:
-            if self.cfg.num_shards > 1 or self.hot is not None:
+            if self.cfg.num_shards > 1 or any(side.holds_parameters for side in self.tor):
                 self._assemble()
             else:
                 self.full[self.lo : self.hi] = self.params
             self.last_eval = self.model.evaluate(self.full, self.dataset.x_test, self.dataset.y_test)
         np.savez(self.results / f"updates-{self.name}.npz", counts=self.updates, lo=self.lo,
                  hi=self.hi)
-        if self.hot is not None:   # the ToR's counts of its parameters' updates
-            np.savez(self.results / "updates-tor.npz", counts=self.hot.client.counts(),
-                     index=self.hot.index)
-            self.hot_summary = self.hot.finish(self.results / "hot-ps-0.csv")
-        if self.aggregate is not None:
-            self.aggregate_summary = self.aggregate.finish(self.results / "agg-ps-0.csv")
-        if self.multicast is not None:
-            self.multicast_summary = self.multicast.finish()
+        for side in self.tor:
+            summary = side.finish(self.results)
+            if summary is not None:
+                self.tor_summaries[side.key] = summary
         rpc.write_connections(
             self.results / f"connections-{self.name}.csv", self.arrivals, self.cfg.window_us
         )
@@ -619,11 +605,6 @@ class _Server:
         }
         if self.takeover is not None:
             done["takeover"] = self.takeover
-        if self.hot_summary is not None:
-            done["hot"] = self.hot_summary
-        if self.aggregate_summary is not None:
-            done["aggregate"] = self.aggregate_summary
-        if self.multicast_summary is not None:
-            done["multicast"] = self.multicast_summary
+        done.update(self.tor_summaries)
         self.emit(done)
         return done

@@ -33,8 +33,7 @@ import numpy as np
 
 from tailcut import errors, transports
 from tailcut.ml import data, layerwise, models
-from tailcut.training import (cpustats, flows, hotset, inbox, innetagg, innetmcast, peers, ps,
-                              records)
+from tailcut.training import cpustats, flows, inbox, peers, ps, records, torkinds
 from tailcut.training import shards
 from tailcut.training.config import RoleConfig, split_endpoint
 from tailcut.transports import base
@@ -97,16 +96,10 @@ class _Worker:
         # Same seed as the PS's init: a coordinate missing from the first PARAMS then
         # still has the value the PS started from.
         self.params = self.model.init_params(np.random.default_rng(cfg.seed))
-        # The ToR's hot parameters (spec.network.inNetwork): pulled and pushed there.
-        self.hot = (hotset.HotShare(cfg, self.model, dataset, worker=cfg.index)
-                    if cfg.hot is not None else None)
-        # The ToRs' aggregation (spec.network.inNetwork.aggregate): gradients go there.
-        self.aggregate = (innetagg.WorkerSide(cfg, self.model.num_params)
-                          if cfg.aggregate is not None else None)
-        # The ToR's copies of the model (inNetwork.multicast): a pull's PARAMS says they
-        # were sent; its socket is open before the HELLO, which asks for the first.
-        self.multicast = (innetmcast.WorkerSide(cfg, self.model.num_params)
-                          if cfg.multicast is not None else None)
+        # The ToR kinds the job asks for (spec.network.inNetwork; training.torkinds):
+        # what the ToRs hold, sum or copy changes what a worker pulls and pushes. Made
+        # before the HELLO (multicast's socket must be open for the first copy).
+        self.tor = torkinds.worker_sides(torkinds.WorkerContext(cfg, self.model, dataset))
         self.batches = minibatches(
             len(self.x), cfg.batch_size, np.random.default_rng([cfg.seed, 1 + cfg.index])
         )
@@ -217,14 +210,10 @@ class _Worker:
             summary["layerwise"] = {"early_forward_iterations": self.early_forwards}
         if self.failed_over is not None:
             summary["failed_over"] = self.failed_over
-        if self.hot is not None:
-            summary["hot"] = self.hot.finish(Path(cfg.results_dir) / f"hot-{self.name}.csv")
-        if self.aggregate is not None:
-            summary["aggregate"] = self.aggregate.finish(
-                Path(cfg.results_dir) / f"agg-{self.name}.csv")
-        if self.multicast is not None:
-            summary["multicast"] = self.multicast.finish(
-                Path(cfg.results_dir) / f"mcast-{self.name}.csv")
+        for side in self.tor:
+            tor_summary = side.finish(Path(cfg.results_dir), self.name)
+            if tor_summary is not None:
+                summary[side.key] = tor_summary
         return summary
 
     def _servers(self) -> list[str]:
@@ -283,17 +272,16 @@ class _Worker:
             return self._layerwise_step(step)
         if not self._pull_all(step):
             return False
-        if self.hot is not None:
-            self.hot.pull_into(self.params, step)
+        for side in self.tor:   # what the ToR holds (the hot parameters)
+            side.pulled(self.params, step)
         rows = next(self.batches)
         started = time.perf_counter()
         _, grad = self.model.loss_and_grad(self.params, self.x[rows], self.y[rows])
         self.compute_s.append(time.perf_counter() - started)
-        if self.hot is not None:   # first: the PS's barrier then implies the ToR's
-            self.hot.push_from(grad, step)
-        if self.aggregate is not None:   # the PULL that follows tells the PS it was sent
-            self.aggregate.send(step, grad)
-        else:
+        sent = False   # the hot store's first: the PS's barrier then implies the ToR's
+        for side in self.tor:
+            sent = side.push(grad, step) or sent   # aggregation: to the ToR, not the PS
+        if not sent:
             self._push_all(step, grad)
         return True
 
@@ -406,13 +394,9 @@ class _Worker:
             if shard not in missing:
                 continue  # shard 0 from both primary and replica around the take-over
             lo, hi = self.ranges[shard]
-            if self.multicast is not None and msg.values.size == 0:
-                # the copies are in the socket, or lost: take them, repair the rest
-                try:
-                    self.multicast.receive(step, self.params[lo:hi], peers.left(self.deadline))
-                except base.TransportTimeout as err:
-                    raise base.TransportTimeout(f"PARAMS({step}): {err}") from None
-            else:
+            # a ToR kind's (multicast: the copies are in the socket, or lost), or ours
+            if not any(side.take_params(step, self.params[lo:hi], msg, peers.left(self.deadline))
+                       for side in self.tor):
                 apply_params(self.params[lo:hi], msg)
             self.arrived[lo:hi] = True
             if self.flows_log is not None:

@@ -1,0 +1,1 @@
+"""Tests of tailcut.innetwork and the ToR kinds' registry."""
