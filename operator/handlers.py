@@ -144,7 +144,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, logger: Logger, last_try: boo
         plan.check(job, "kubernetes" if BACKEND == "kubernetes" else "local")
         if BACKEND == "kubernetes" and plan.needs_torch(job) and not TORCH_IMAGE:
             what = ("spec.training.syncMode=allreduce (DDP over Gloo)"
-                    if job.spec.training.sync_mode == "allreduce"
+                    if not job.spec.training.mode.has_ps
                     else f"spec.training.model={job.spec.training.model} (a torch model)")
             raise SpecError(
                 f"{what}: its pods need the worker image with PyTorch, and this "

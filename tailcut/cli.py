@@ -212,7 +212,7 @@ def _validate(args: argparse.Namespace) -> int:
         if chosen == "kubernetes":
             _within_default_limits(path, job)
         roles = (f"{s.replicas.workers} workers all-reducing (no PS)"
-                 if s.training.sync_mode == "allreduce"
+                 if not s.training.mode.has_ps
                  else f"{s.replicas.parameter_servers} PS + {s.replicas.workers} workers")
         print(f"{path}: ok ({chosen}): job {job.name}, {roles} in "
               f"{len(s.network.racks)} rack(s), model {s.training.model}, transport "

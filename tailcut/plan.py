@@ -277,14 +277,14 @@ def _check_in_network(job: TrainingJob) -> None:
 def leader(job: TrainingJob) -> str:
     """The pod whose events tell the job's progress and end: the PS's shard 0, or with
     syncMode allreduce (no PS) rank 0, worker-0."""
-    return "worker-0" if job.spec.training.sync_mode == "allreduce" else "ps-0"
+    return "ps-0" if job.spec.training.mode.has_ps else "worker-0"
 
 
 def needs_torch(job: TrainingJob) -> bool:
     """Whether the job's roles run PyTorch (a torch model, or DDP/Gloo): on Kubernetes
     their pods need the worker image with PyTorch (the chart's workers.torchImage)."""
     t = job.spec.training
-    return t.sync_mode == "allreduce" or models.is_torch(t.model_ref)
+    return t.mode.torch_only or models.is_torch(t.model_ref)
 
 
 def needs_xdp(job: TrainingJob) -> bool:
@@ -314,11 +314,11 @@ def role_config(job: TrainingJob, pod_name: str, results_dir: str, hosts: Hosts,
         max_epochs=t.epochs, max_iterations=t.iterations,
         target_accuracy=t.target_accuracy, seed=t.seed, sync_mode=t.sync_mode,
         results_dir=results_dir, timeout_s=t.timeout_s)
-    if t.sync_mode == "allreduce" and job.spec.transport.type == "tcp":
+    if not t.mode.has_ps and job.spec.transport.type == "tcp":
         # DDP over Gloo, no PS: the workers meet at worker-0
         return config(ps_host=hosts(pod_name, "worker-0"), ps_port=ALLREDUCE_PORT,
                       transport={"type": "tcp"})
-    if t.sync_mode == "allreduce":
+    if not t.mode.has_ps:
         # The transpose all-reduce (training.transpose): rank i owns shard i and
         # listens at its own address, as a PS shard would.
         racks = [rack.name for rack in job.spec.network.racks]

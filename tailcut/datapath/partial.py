@@ -35,6 +35,7 @@ from pyroute2 import IPRoute, NetlinkError
 from tailcut.datapath import bcc, bpfcache
 from tailcut.errors import DatapathError
 from tailcut.net import netns
+from tailcut.spec import fraction
 
 Mode = Literal["generic", "native"]
 
@@ -73,11 +74,7 @@ class Event:
     port: int      # the receiver's UDP port
 
 
-def p_ppm(p: float) -> int:
-    """p as parts per million for the program (0.9 -> 900000), checked to be in (0, 1]."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-        raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver 90%)")
-    return max(1, round(p * 1_000_000))
+p_ppm = fraction.ppm  # p as the program holds it (0.9 -> 900000), checked
 
 
 def compile_program(stride: int) -> bpfcache.CachedProgram:

@@ -41,6 +41,7 @@ from tailcut import ebpfheaders
 from tailcut.datapath import bcc, bpfcache, clsact
 from tailcut.errors import DatapathError
 from tailcut.net import netns
+from tailcut.spec import fraction
 
 STEM = "rxring"
 FUNCTION = "tailcut_rxring"   # the name bpftool and tc show
@@ -76,13 +77,7 @@ def malformed() -> list[str]:
     return [r for r in reasons() if r not in ("placed", "duplicate", *_PASSING)]
 
 
-def threshold_elements(p: float, total: int) -> int:
-    """ceil(p * total), at least 1, with p in ppm: as the XDP counter and the transport's
-    receiver compute it."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-        raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver 90%)")
-    ppm = max(1, round(p * 1_000_000))
-    return max(1, (total * ppm + 999_999) // 1_000_000)
+threshold_elements = fraction.threshold_elements  # as the XDP counter computes it
 
 
 def compile_program(stride: int, ranges: int = 256, regions: int = 32

@@ -124,7 +124,7 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
         plots.plot_loss_vs_epoch(
             results_dir / "epochs.csv", results_dir / "loss.png",
             title=f"{job.name}: {job.spec.training.model} over {job.spec.transport.type}")
-    if job.spec.training.sync_mode == "allreduce":   # no RPCs: the all-reduce times
+    if not job.spec.training.mode.has_ps:   # no RPCs: the all-reduce times
         from tailcut.reports import allreduce_report
         try:
             progress(allreduce_report.describe(allreduce_report.report(

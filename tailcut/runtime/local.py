@@ -466,7 +466,7 @@ def _import_report(job: TrainingJob) -> None:
     where the report imports the module."""
     _renice(threading.current_thread(), 19)
     try:
-        if job.spec.training.sync_mode == "allreduce":
+        if not job.spec.training.mode.has_ps:
             from tailcut.reports import allreduce_report  # noqa: F401
         else:
             from tailcut.reports import dissection  # noqa: F401
@@ -489,7 +489,7 @@ def _start_figures(job: TrainingJob, results_dir: Path) -> list[forked.Call[Any]
     """Start drawing the dissection's figures (or the all-reduce report) in forked
     children: the dissection in two halves (its PARTS), so that they and this process's
     own share of the report keep both cores busy."""
-    if job.spec.training.sync_mode == "allreduce":
+    if not job.spec.training.mode.has_ps:
         return [forked.call(_allreduce_lines, job, results_dir)]
     from tailcut.reports import dissection  # here: matplotlib is slow to import
     return [forked.call(_dissection_part, part, results_dir, job.name)
@@ -499,7 +499,7 @@ def _start_figures(job: TrainingJob, results_dir: Path) -> list[forked.Call[Any]
 def _figure_lines(job: TrainingJob, results_dir: Path,
                   started: list[forked.Call[Any]]) -> list[str]:
     """Wait for the figures; the lines that say what was written (or why not)."""
-    if job.spec.training.sync_mode == "allreduce":
+    if not job.spec.training.mode.has_ps:
         return started[0].result()   # type: ignore[no-any-return]
     from tailcut.reports import dissection
     parts = [call.result() for call in started]

@@ -12,14 +12,14 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import SkipJsonSchema
 
-from tailcut.spec import background, tor_kinds, transport_kinds, units
+from tailcut.spec import background, sync_modes, tor_kinds, transport_kinds, units
 
 API_VERSION: Final = "tailcut.dev/v1alpha1"
 KIND: Final = "TrainingJob"
 # tailcut's own transports: the CRD's enum. The spec takes any transport registered on
 # this host (transport_kinds.names(): a researcher's own, under `tailcut run`).
 TRANSPORTS = transport_kinds.BUILTIN_NAMES
-SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
+SYNC_MODES = sync_modes.NAMES  # the CRD's enum, as Training.sync_mode's Literal
 TORCH_MODEL = "torch"        # training.model naming a user's PyTorch factory (module)
 ALLREDUCE_PORT = 29500       # worker-0's torch.distributed rendezvous (its default)
 MAX_RACKS = 250              # rack r gets the subnet 10.<r+1>.0.0/24
@@ -226,11 +226,16 @@ class Training(_Model):
         if self.module is not None and self.model != TORCH_MODEL:
             raise ValueError(f"module: only model torch takes a module (model is "
                              f"{self.model!r}); set model: torch or remove module")
-        if self.sync_mode == "allreduce" and self.model not in torch_models() + (TORCH_MODEL,):
-            raise ValueError(f"syncMode: allreduce trains PyTorch models, so it needs a torch "
+        if self.mode.torch_only and self.model not in torch_models() + (TORCH_MODEL,):
+            raise ValueError(f"syncMode: {self.sync_mode} trains PyTorch models, so it needs a torch "
                              f"model ({', '.join(torch_models())} or torch with module), "
                              f"not {self.model!r}")
         return self
+
+    @property
+    def mode(self) -> sync_modes.SyncMode:
+        """What sync_mode is (tailcut.spec.sync_modes): has a PS, takes staleness, ..."""
+        return sync_modes.get(self.sync_mode)
 
     @property
     def model_ref(self) -> str:
@@ -525,7 +530,7 @@ class JobSpec(_Model):
         """Pods in creation order: parameter servers first, then workers, then the
         replica and aggregators (appended so plain jobs place pods as before).
         syncMode allreduce has workers only: they all-reduce among themselves."""
-        if self.training.sync_mode == "allreduce":
+        if not self.training.mode.has_ps:
             return [f"worker-{i}" for i in range(self.replicas.workers)]
         return ([f"ps-{i}" for i in range(self.replicas.parameter_servers)]
                 + [f"worker-{i}" for i in range(self.replicas.workers)]
@@ -534,18 +539,21 @@ class JobSpec(_Model):
 
     @model_validator(mode="after")
     def _sync_fits_roles(self) -> "JobSpec":
-        t = self.training
-        if t.staleness and t.sync_mode != "ssp":
+        t, mode = self.training, self.training.mode
+        if t.staleness and not mode.takes_staleness:
             raise ValueError(f"training.staleness: {t.staleness} applies only to "
-                             f"syncMode: ssp, not {t.sync_mode}")
-        if t.aggregation != "mean" and t.sync_mode != "bsp":
-            raise ValueError(f"training.aggregation: {t.aggregation} combines a bsp "
-                             f"iteration's pushes, so it needs syncMode: bsp, not {t.sync_mode}")
-        if t.sync_mode == "allreduce":
+                             f"syncMode: {sync_modes.names_with('takes_staleness')}, "
+                             f"not {t.sync_mode}")
+        combining = sync_modes.names_with("combines_iteration")
+        if t.aggregation != "mean" and not mode.combines_iteration:
+            raise ValueError(f"training.aggregation: {t.aggregation} combines a {combining} "
+                             f"iteration's pushes, so it needs syncMode: {combining}, "
+                             f"not {t.sync_mode}")
+        if not mode.has_ps:
             self._allreduce_fits()
-        if self.replicas.aggregators and t.sync_mode != "bsp":
+        if self.replicas.aggregators and not mode.combines_iteration:
             raise ValueError(f"training.syncMode: aggregators sum one iteration's updates, "
-                             f"so they need bsp, not {t.sync_mode}")
+                             f"so they need {combining}, not {t.sync_mode}")
         return self
 
     def _allreduce_fits(self) -> None:

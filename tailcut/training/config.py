@@ -48,11 +48,11 @@ from typing import Any
 
 from tailcut import errors
 from tailcut.ml import models
-from tailcut.spec import transport_kinds
+from tailcut.spec import sync_modes, transport_kinds
 from tailcut.training import aggregation, flowsection
 
 ROLES = ("ps", "worker", "aggregator", "replica")
-SYNC_MODES = ("bsp", "async", "ssp", "allreduce")
+SYNC_MODES = sync_modes.NAMES
 ORDERINGS = ("fifo", "stf")
 
 
@@ -331,8 +331,9 @@ def _check_model(c: RoleConfig) -> None:
     if c.model not in models.names() and not models.is_torch(c.model):
         raise ConfigError(f"model={c.model!r}: supported models are {', '.join(models.names())} "
                           f"and {models.TORCH_PREFIX}<package.module:factory>")
-    if c.sync_mode == "allreduce" and (c.role != "worker" or not models.is_torch(c.model)):
-        raise ConfigError(f"sync_mode='allreduce': runs workers of a torch model, not "
+    if c.sync_mode in SYNC_MODES and not sync_modes.get(c.sync_mode).has_ps and (
+            c.role != "worker" or not models.is_torch(c.model)):
+        raise ConfigError(f"sync_mode={c.sync_mode!r}: runs workers of a torch model, not "
                           f"role={c.role!r} model={c.model!r}")
 
 

@@ -42,6 +42,7 @@ from typing import Any, Callable  # noqa: E402
 
 from tailcut import errors  # noqa: E402
 from tailcut.fidelity import hostcpu  # noqa: E402
+from tailcut.spec import sync_modes  # noqa: E402
 from tailcut.training import (aggregator, config, cpustats, exits, ps, tcpstats,  # noqa: E402
                               worker)
 from tailcut.transports import rxfast  # noqa: E402
@@ -73,11 +74,12 @@ def main(argv: list[str] | None = None,
         return exits.USAGE
     emit = _with_host_cpu(_with_cpu_time(cfg, _with_tcp_counters(cfg, emit)))
     try:
-        if cfg.sync_mode == "allreduce" and cfg.transport["type"] == "tcp":
+        all_reduce = not sync_modes.get(cfg.sync_mode).has_ps
+        if all_reduce and cfg.transport["type"] == "tcp":
             # no PS: DDP over Gloo; rank 0 reports
             from tailcut.training import allreduce  # here: it imports torch
             emit(allreduce.run(cfg, emit))
-        elif cfg.sync_mode == "allreduce":   # no PS: the transpose all-reduce
+        elif all_reduce:   # no PS: the transpose all-reduce
             from tailcut.training import transpose
             emit(transpose.run(cfg, emit))
         elif cfg.role in ("ps", "replica"):

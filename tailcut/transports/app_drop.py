@@ -19,6 +19,7 @@ import struct
 
 import numpy as np
 
+from tailcut.spec import fraction
 from tailcut.transports import base, tcp, wire
 from tailcut.transports.base import Message
 
@@ -113,10 +114,7 @@ class AppDropTransport(tcp.TcpTransport):
     def __init__(self, p: float = 0.9, max_elements: int = tcp.DEFAULT_MAX_ELEMENTS,
                  seed: int | None = None, congestion_control: str | None = None) -> None:
         super().__init__(max_elements, congestion_control)
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-            raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = send 90% of "
-                             "every vector)")
-        self.p = float(p)
+        self.p = fraction.check(p, what="0.9 = send 90% of every vector")
         self._rng = np.random.default_rng(seed)
 
     def listen(self, host: str, port: int, count: int, timeout_s: float) -> list[base.Connection]:

@@ -67,6 +67,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tailcut.spec import fraction
 from tailcut.transports import (base, batch, congestion, control, cutlayout, interfaces,
                                 receiver, sender, srpt, wire)
 from tailcut.transports.base import Kind, Message
@@ -1125,20 +1126,18 @@ class BoundedLossTransport(DatagramTransport):
         """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
         and whose packets have stopped coming is handed over below p with what
         arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
+        # (checked before the base class opens anything)
+        p = fraction.check(p, what="0.9 = deliver at least 90% of every message")
+        if min_p is not None:
+            min_p = fraction.check(min_p, "min_p", most=p, what="the floor a message whose "
+                                   "packets stopped coming may be handed over at")
+        if xdp_mode not in ("generic", "native"):
+            raise ValueError(f"xdp_mode={xdp_mode!r}: must be generic or native")
         super().__init__(job=job, mtu=mtu, rate_bit=rate_bit, end_grace_ms=end_grace_ms,
                          max_elements=max_elements, seed=seed, gso=gso, link_bit=link_bit,
                          switch_buffer_bytes=switch_buffer_bytes)
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
-            raise ValueError(f"p={p!r}: must be a fraction in (0, 1] (0.9 = deliver at least "
-                             "90% of every message)")
-        if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float))
-                                  or not 0 < min_p <= p):
-            raise ValueError(f"min_p={min_p!r}: must be a fraction in (0, p={p}] (the floor a "
-                             "message whose packets stopped coming may be handed over at)")
-        self._recv.min_p = None if min_p is None else float(min_p)
-        if xdp_mode not in ("generic", "native"):
-            raise ValueError(f"xdp_mode={xdp_mode!r}: must be generic or native")
-        self.p = self._recv.p = float(p)
+        self._recv.min_p = min_p
+        self.p = self._recv.p = p
         self.xdp = xdp
         self.xdp_mode = xdp_mode
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tailcut.spec import fraction
 from tailcut.transports import cutlayout, rxfast, wire
 
 # Packets kept for messages whose BEGIN has not been read yet (the control channel can
@@ -118,10 +119,7 @@ class Done:
     missing: bytes = b""  # NACK: the missing slots as big-endian u32s
 
 
-def threshold_elements(p: float, total: int) -> int:
-    """ceil(p * total), at least 1, computed exactly as the XDP program does (p in ppm)."""
-    ppm = max(1, round(p * 1_000_000))
-    return max(1, (total * ppm + 999_999) // 1_000_000)
+threshold_elements = fraction.threshold_elements  # as the XDP program computes it
 
 
 class Receiver:
