@@ -112,6 +112,8 @@ def write_report(job: spec.TrainingJob, done: dict[str, Any], results_dir: Path,
         job, done, results_dir, backend="kubernetes", cores=0, scheduling=scheduling,
         fidelity=verdict.judge(host=host if isinstance(host, dict) else None))
     runmetrics.write(results_dir, metrics)
+    # and the per-flow summary beside it, as `tailcut run` leaves it
+    (results_dir / "flows.json").write_text(json.dumps(scheduling, indent=2) + "\n")
     progress(flowreport.describe(scheduling))
     if "delivery" in metrics:
         progress(delivery.describe(metrics["delivery"], job.spec.transport.type))

@@ -85,6 +85,7 @@ def test_tailcut_collect_writes_what_tailcut_run_writes(tmp_path):
     written = json.loads((results / "metrics.json").read_text())
     assert set(written) == FIELDS
     assert written["backend"] == "kubernetes" and written["finished_by"] == "ps-0"
+    assert json.loads((results / "flows.json").read_text()) == written["scheduling"]
     local = runmetrics.build(job(name="k"), DONE, results, backend="local",
                              fidelity=written["fidelity"], scheduling=written["scheduling"],
                              cores=0)
