@@ -17,6 +17,7 @@ import dataclasses
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tailcut import errors, papers
@@ -200,8 +201,31 @@ def measure(files: Files, quick: bool) -> Measured:
         "the PS's TCP counters include Locust's requests to the background server; the "
         "background's own data is sent from its server pod, whose counters are not read. "
         "Locust shares the 2 cores with the job.",
+        testbed_lacks(),
     ]
     return m
+
+
+def testbed_lacks(proc: Path = Path("/proc/sys/net/ipv4")) -> str:
+    """What the paper's condition has and the testbed does not, and which way each
+    tilts the comparison, with this host's TCP congestion controls."""
+    try:
+        default = (proc / "tcp_congestion_control").read_text().strip()
+        available = (proc / "tcp_available_congestion_control").read_text().split()
+    except OSError:
+        default, available = "unknown", []
+    dctcp = ("this kernel has dctcp, but nothing marks ECN for it" if "dctcp" in available
+             else f"this kernel has no dctcp (it offers {' '.join(available) or 'unknown'})")
+    return (
+        "What the testbed lacks of the paper's condition (NS-3 with DCTCP): no ECN marking "
+        "(the switch queues are drop-tail FIFOs, so congestion reaches TCP only as loss) "
+        f"and no DCTCP ({dctcp}; the tcp runs used the host's default, {default}). Both "
+        "make the testbed's tcp pay more retransmissions and timeouts under shallow "
+        "buffers than DCTCP would, which favours bounded loss: read speedup.congestion as "
+        "an upper side of what the paper's DCTCP baseline would give. The links add no "
+        "propagation delay (a delay needs netem: `tailcut doctor` says whether this "
+        "kernel has it), so round trips are the veths' tens of microseconds and a "
+        "retransmission timeout, not a round trip, is what a loss costs tcp.")
 
 
 def _table4(files: Files, m: Measured, quick: bool) -> None:

@@ -194,3 +194,15 @@ def test_table_1_comes_from_the_congestion_runs_tails_not_the_random_loss_runs(t
     assert slowdown.value == pytest.approx(10.0 / (10.0 - 0.3))
     assert "congestion-tcp-r1" in slowdown.source and "run-tcp-r1" not in slowdown.source
     assert slowdown.verdicts == "1 network-bound"
+
+
+def test_the_report_says_what_the_testbed_lacks_with_this_hosts_congestion_controls(
+        tmp_path) -> None:
+    from tailcut.reproduce import apnet19
+    (tmp_path / "tcp_congestion_control").write_text("cubic\n")
+    (tmp_path / "tcp_available_congestion_control").write_text("reno cubic\n")
+    said = apnet19.testbed_lacks(tmp_path)
+    assert "no ECN marking" in said and "no dctcp (it offers reno cubic)" in said
+    assert "default, cubic" in said and "favours bounded loss" in said
+    (tmp_path / "tcp_available_congestion_control").write_text("reno cubic dctcp\n")
+    assert "has dctcp, but nothing marks ECN" in apnet19.testbed_lacks(tmp_path)
