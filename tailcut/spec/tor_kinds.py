@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
+
+from tailcut.spec import entrypoints
 
 ENTRY_POINT_GROUP = "tailcut.tor_kinds"
 
@@ -58,33 +59,14 @@ BUILTIN: tuple[TorKind, ...] = (
 BUILTIN_NAMES: tuple[str, ...] = tuple(k.name for k in BUILTIN)
 
 
-class RegistrationError(ValueError):
-    """An entry point of ``tailcut.tor_kinds`` that does not declare a ToR kind, or a
-    part of a kind that is not what its declaration says."""
+RegistrationError = entrypoints.RegistrationError
 
 
 @functools.cache
 def registered() -> dict[str, TorKind]:
     """Every ToR kind by name: tailcut's, then those installed packages register (read
     once per process; ``registered.cache_clear()`` reads them again)."""
-    kinds = {k.name: k for k in BUILTIN}
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        where = f"entry point {entry.name!r} = {entry.value!r} of group {ENTRY_POINT_GROUP}"
-        try:
-            kind = entry.load()
-        except Exception as err:  # a broken plugin names itself, not a traceback
-            raise RegistrationError(f"{where}: cannot load it: {err}") from err
-        if not isinstance(kind, TorKind):
-            raise RegistrationError(f"{where}: it is a {type(kind).__name__}, not a "
-                                    "tailcut.spec.tor_kinds.TorKind")
-        if kind.name != entry.name:
-            raise RegistrationError(f"{where}: it declares the ToR kind {kind.name!r}; "
-                                    "the entry point's name must be the kind's")
-        if kind.name in BUILTIN_NAMES:
-            raise RegistrationError(f"{where}: {kind.name!r} is one of tailcut's own "
-                                    "ToR kinds; choose another name")
-        kinds[kind.name] = kind
-    return kinds
+    return entrypoints.load(ENTRY_POINT_GROUP, BUILTIN, TorKind, "ToR kind", "kind")
 
 
 def names() -> list[str]:

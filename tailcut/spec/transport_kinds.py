@@ -12,8 +12,9 @@ declarations; the transport's module is imported where the roles run
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from dataclasses import dataclass
+
+from tailcut.spec import entrypoints
 
 ENTRY_POINT_GROUP = "tailcut.transports"
 
@@ -77,32 +78,14 @@ BUILTIN: tuple[TransportKind, ...] = (
 BUILTIN_NAMES: tuple[str, ...] = tuple(k.name for k in BUILTIN)
 
 
-class RegistrationError(ValueError):
-    """An entry point of ``tailcut.transports`` that does not declare a transport."""
+RegistrationError = entrypoints.RegistrationError
 
 
 @functools.cache
 def registered() -> dict[str, TransportKind]:
     """Every transport by name: tailcut's, then those installed packages register
     (read once per process; ``registered.cache_clear()`` reads them again)."""
-    kinds = {k.name: k for k in BUILTIN}
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        where = f"entry point {entry.name!r} = {entry.value!r} of group {ENTRY_POINT_GROUP}"
-        try:
-            kind = entry.load()
-        except Exception as err:  # a broken plugin names itself, not a traceback
-            raise RegistrationError(f"{where}: cannot load it: {err}") from err
-        if not isinstance(kind, TransportKind):
-            raise RegistrationError(f"{where}: it is a {type(kind).__name__}, not a "
-                                    "tailcut.spec.transport_kinds.TransportKind")
-        if kind.name != entry.name:
-            raise RegistrationError(f"{where}: it declares the transport {kind.name!r}; "
-                                    "the entry point's name must be the transport's")
-        if kind.name in BUILTIN_NAMES:
-            raise RegistrationError(f"{where}: {kind.name!r} is one of tailcut's own "
-                                    "transports; choose another name")
-        kinds[kind.name] = kind
-    return kinds
+    return entrypoints.load(ENTRY_POINT_GROUP, BUILTIN, TransportKind, "transport", "transport")
 
 
 def names() -> list[str]:

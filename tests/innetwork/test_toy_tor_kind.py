@@ -18,8 +18,9 @@ from tailcut.ml import models
 from tailcut.net import topology
 from tailcut.spec import tor_kinds
 from tailcut.training import torkinds
+from tests import installed_plugins
 
-PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+PLUGINS = installed_plugins.PLUGINS
 REPO = Path(__file__).resolve().parents[2]
 ITERATIONS = 30
 # The quickstart (examples/quickstart.yaml) with the toy kind, a fixed number of
@@ -50,10 +51,8 @@ def _job(in_network: str = "{kinds: {toy-count: {label: hello}}}"):
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch):
     """The toy's distribution on sys.path, as `pip install` would put it."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    tor_kinds.registered.cache_clear()
-    yield
-    tor_kinds.registered.cache_clear()
+    with installed_plugins.installed(monkeypatch, tor_kinds.registered):
+        yield
 
 
 def test_every_layer_finds_tailcuts_kinds_then_the_registered_one(registered) -> None:

@@ -18,8 +18,9 @@ from tailcut.errors import SpecError
 from tailcut.net import topology
 from tailcut.spec import transport_kinds
 from tailcut.transports.base import Kind, Message
+from tests import installed_plugins
 
-PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+PLUGINS = installed_plugins.PLUGINS
 REPO = Path(__file__).resolve().parents[2]
 JOB = """\
 apiVersion: tailcut.dev/v1alpha1
@@ -37,10 +38,8 @@ spec:
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch):
     """The toy's distribution on sys.path, as `pip install` would put it."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    transport_kinds.registered.cache_clear()
-    yield
-    transport_kinds.registered.cache_clear()
+    with installed_plugins.installed(monkeypatch, transport_kinds.registered):
+        yield
 
 
 def _job(transport: str, name: str = "toy"):
