@@ -238,6 +238,64 @@ def build_fabric(topo: Topology, racks: Iterable[Rack], has_netem: bool,
         sockets.close()
 
 
+def adopt_fabric(topo: Topology, racks: Iterable[Rack], has_netem: bool,
+                 wiring: PodWiring = KUBERNETES,
+                 droppers: Optional[tc.Droppers] = None) -> Optional[Network]:
+    """The record of a fabric that build_fabric built earlier (in another process,
+    the node agent before it restarted): what its uplinks got, with no handle on its
+    eBPF droppers (they stay attached and keep dropping; their counts are the old
+    process's). Nothing is changed. None if any namespace or uplink is missing."""
+    network = _network(topo, has_netem, wiring, droppers)
+    racks = tuple(racks)
+    for rack in racks:
+        ends = ((rack.netns, naming.RACK_UPLINK_IF),
+                (topo.spine_netns, naming.spine_port(rack.index)))
+        if not all(_link_exists(ns, ifname) for ns, ifname in ends):
+            return None
+        network.racks.append(rack.index)
+        for ns, ifname in ends:
+            network.applied[f"{ns}/{ifname}"] = shaping.describe(network.uplink_ops)
+            network.rate_bit[f"{ns}/{ifname}"] = shaping.rate_bit(network.uplink_ops)
+    return network
+
+
+def adopt_pod(network: Network, pod: Pod, pod_ns: str) -> Optional[dict[str, str]]:
+    """Take `pod`'s access link, wired by an earlier process into an adopted fabric,
+    into `network`'s record; returns what its two ends got (as wire_pod does), or None
+    if either end is missing (then wire it anew)."""
+    rack = network.topology.racks[pod.rack]
+    port = naming.rack_port(pod.slot)
+    if not (_link_exists(pod_ns, network.wiring.ifname) and _link_exists(rack.netns, port)):
+        return None
+    network.pods[pod.name] = pod_ns
+    applied = _access_link_record(network, pod, pod_ns)
+    network.applied.update(applied)
+    return applied
+
+
+def _access_link_record(network: Network, pod: Pod, pod_ns: str) -> dict[str, str]:
+    """What `pod`'s access link got at its two ends, in words (their rates recorded)."""
+    rack = network.topology.racks[pod.rack]
+    port, own = naming.rack_port(pod.slot), network.wiring.ifname
+    applied = {}
+    for ns, ifname, ops in ((pod_ns, own, network.pod_end_ops),
+                            (rack.netns, port, network.access_ops)):
+        applied[f"{ns}/{ifname}"] = f"{shaping.describe(ops)}, gso_max_size {shaping.GSO_BYTES}"
+        network.rate_bit[f"{ns}/{ifname}"] = shaping.rate_bit(ops)
+    if network.wire_end_ops:
+        applied[f"{rack.netns}/{port}"] += f", ingress: {shaping.describe(network.wire_end_ops)}"
+    if shaping.drops_packets(network.access_ops) or shaping.drops_packets(network.uplink_ops):
+        applied[f"{pod_ns}/{own}"] += ", gso_max_segs 1"
+    return applied
+
+
+def _link_exists(ns: str, ifname: str) -> bool:
+    if not netns.exists(ns):
+        return False
+    with netns.ipr(ns) as ipr:
+        return bool(ipr.link_lookup(ifname=ifname))
+
+
 def remove_fabric(network: Network) -> None:
     """Undo build_fabric: droppers detached, the links deleted (the kernel frees an
     unnamed namespace only later, and a VXLAN device left registered until then
@@ -412,16 +470,7 @@ def _wire_pod(network: Network, pod: Pod, pod_ns: str, sockets: Sockets,
     droppers += tc.add_dropper_requests(ports, network.wire_end_ops, rack.netns, port,
                                         port_index, network.attacher, "ingress")
     ports.send(rack_sock)
-    for ns, ifname, ops in ((pod_ns, wiring.ifname, network.pod_end_ops),
-                            (rack.netns, port, network.access_ops)):
-        network.applied[f"{ns}/{ifname}"] = \
-            f"{shaping.describe(ops)}, gso_max_size {shaping.GSO_BYTES}"
-        network.rate_bit[f"{ns}/{ifname}"] = shaping.rate_bit(ops)
-    if network.wire_end_ops:
-        network.applied[f"{rack.netns}/{port}"] += \
-            f", ingress: {shaping.describe(network.wire_end_ops)}"
-    if drops:
-        network.applied[f"{pod_ns}/{wiring.ifname}"] += ", gso_max_segs 1"
+    network.applied.update(_access_link_record(network, pod, pod_ns))
     if pin:
         _pin_neighbours(network, [pod])
 

@@ -111,6 +111,18 @@ def join(spine_ns: str, job: str, vni_id: int, me: Spine, peers: list[Spine],
             + f"; accepted only from {', '.join(p.underlay_ip for p in peers)}")
 
 
+def vni_of(spine_ns: str) -> Optional[int]:
+    """The VXLAN id of the vx0 in `spine_ns`, or None if it has none."""
+    with netns.ipr(spine_ns) as spine:
+        found = spine.link_lookup(ifname=VXLAN_IF)
+        if not found:
+            return None
+        info = spine.get_links(found[0])[0].get_attr("IFLA_LINKINFO")
+    data = info.get_attr("IFLA_INFO_DATA") if info is not None else None
+    found_id = data.get_attr("IFLA_VXLAN_ID") if data is not None else None
+    return int(found_id) if found_id is not None else None
+
+
 @dataclass(frozen=True)
 class Shortfall:
     """A peer reached through a link too small for the job's packets in VXLAN."""

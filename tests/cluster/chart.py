@@ -84,3 +84,23 @@ def owned_objects(cluster: Any, namespace: str, job: str) -> list[str]:
     out = cluster.kubectl("-n", namespace, "get", "pods,services,configmaps", "-l",
                           f"tailcut.dev/job={job}", "-o", "name", check=False)
     return out.stdout.split()
+
+
+RUNTIME_NODE = "tcnode-0"   # the one node whose runtime records the agents are shown
+
+
+def runtime_state_values(cluster) -> list[str]:
+    """The chart's value naming RUNTIME_NODE's containerd state directory
+    (tailcut.k8s.node.configs): each install and upgrade of the session's release
+    sets it, or the agents would roll."""
+    node = next(n for n in cluster.nodes if n.name == RUNTIME_NODE)
+    return ["--set", f"agent.hostPaths.runtimeState={node.dir / 'containerd' / 'state'}"]
+
+
+def agent_log(cluster, node: str) -> str:
+    """What the agent serving `node` has logged (its container; the holder beside it
+    has its own)."""
+    pods = get(cluster, RELEASE_NS, "pods", "-l", "app.kubernetes.io/component=agent",
+               "--field-selector", f"spec.nodeName={node}")["items"]
+    return cluster.kubectl("-n", RELEASE_NS, "logs", "-c", "agent",
+                           pods[0]["metadata"]["name"]).stdout

@@ -65,8 +65,12 @@ def release(cluster):
     cluster.kubectl("create", "namespace", chart.RELEASE_NS)
     cluster.kubectl("label", "namespace", chart.RELEASE_NS,
                     "pod-security.kubernetes.io/enforce=privileged")
+    # The nodes share this host, each with its own containerd state: the agents see
+    # tcnode-0's records (they find its pods' processes from the runtime) and no other
+    # node's (theirs by cgroup), so both ways run.
     chart.helm(cluster, "install", chart.RELEASE, str(CHART), "--namespace",
                chart.RELEASE_NS, "--set", "workers.torchImage=worker-torch",
+               *chart.runtime_state_values(cluster),
                "--wait", "--timeout", "3m")
     return chart.RELEASE_NS
 

@@ -10,6 +10,7 @@ the node.
 """
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -78,6 +79,11 @@ def test_quickstart_runs_as_shaped_pods_and_its_results_come_back(cluster, relea
               for p in chart.get(cluster, namespace, "pods", "-l", "tailcut.dev/job=qs")["items"]}
     racks_nodes = dict(placed)   # one node per rack, and the racks on both nodes
     assert len(placed) == 2 and set(racks_nodes.values()) == {"tcnode-0", "tcnode-1"}, placed
+    # Each agent found its pods' processes: from the runtime's record where the chart
+    # mounts the node's containerd state, by cgroup and container id on the other.
+    for node, how in (("tcnode-0", "runtime"), ("tcnode-1", "cgroup")):
+        assert re.search(rf"{namespace}/qs-\S+: process \d+, found by {how} \(container ",
+                         chart.agent_log(cluster, node)), chart.agent_log(cluster, node)[-2000:]
     assert status["jctSeconds"] > 0
     assert status["accuracy"] >= 0.93
     epochs = int(status["progress"].split("/")[0])

@@ -99,7 +99,8 @@ def test_helm_upgrade_to_a_new_chart_version_restarts_no_agent(cluster, release,
     (bumped / "Chart.yaml").write_text(yaml.safe_dump(meta))
     try:
         chart.helm(cluster, "upgrade", chart.RELEASE, str(bumped), "--namespace",
-                   chart.RELEASE_NS, "--wait", "--timeout", "2m")
+                   chart.RELEASE_NS, *chart.runtime_state_values(cluster), "--wait",
+                   "--timeout", "2m")
         listed = json.loads(chart.helm(cluster, "list", "-n", chart.RELEASE_NS, "-o",
                                        "json").stdout)
         assert listed[0]["chart"] == f"tailcut-{meta['version']}", listed
@@ -109,7 +110,8 @@ def test_helm_upgrade_to_a_new_chart_version_restarts_no_agent(cluster, release,
         assert ds["metadata"]["labels"]["helm.sh/chart"] == f"tailcut-{meta['version']}"
     finally:   # the session's other tests expect the chart as it is
         chart.helm(cluster, "upgrade", chart.RELEASE, str(CHART), "--namespace",
-                   chart.RELEASE_NS, "--wait", "--timeout", "2m")
+                   chart.RELEASE_NS, *chart.runtime_state_values(cluster), "--wait",
+                   "--timeout", "2m")
     assert component_pods(cluster) == before
 
 
@@ -143,7 +145,8 @@ def test_an_agent_that_cannot_wire_a_pod_says_so_in_the_jobs_status_and_an_event
         cluster.kubectl("-n", namespace, "delete", "trainingjob", "nohdr", "--wait=false")
     finally:
         chart.helm(cluster, "upgrade", chart.RELEASE, str(CHART), "--namespace",
-                   chart.RELEASE_NS, "--reset-values", "--wait", "--timeout", "3m")
+                   chart.RELEASE_NS, "--reset-values", *chart.runtime_state_values(cluster),
+                   "--wait", "--timeout", "3m")
 
 
 # A tenant's pod holding up to 3,000 idle connections to its node's agent (its
@@ -211,7 +214,8 @@ def test_thousands_of_idle_connections_from_a_pod_neither_stop_the_agent_nor_fai
     job succeeds."""
     def agent_pods():
         return {p["metadata"]["name"]: (p["metadata"]["uid"],
-                                        p["status"]["containerStatuses"][0]["restartCount"],
+                                        sum(c["restartCount"] for c in
+                                            p["status"]["containerStatuses"]),
                                         bool(p["metadata"].get("deletionTimestamp")))
                 for p in chart.get(cluster, chart.RELEASE_NS, "pods", "-l",
                                    "app.kubernetes.io/component=agent")["items"]
@@ -325,14 +329,6 @@ def vxlan_ids() -> set[int]:
     return found
 
 
-def agent_log(cluster, node: str) -> str:
-    pods = chart.get(cluster, chart.RELEASE_NS, "pods", "-l",
-                     "app.kubernetes.io/component=agent", "--field-selector",
-                     f"spec.nodeName={node}")["items"]
-    return cluster.kubectl("-n", chart.RELEASE_NS, "logs",
-                           pods[0]["metadata"]["name"]).stdout
-
-
 def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_nothing_built(
         cluster, release, namespace):
     """What issue 21 found: a ConfigMap holding a quickstart spec and a sleeping pod
@@ -358,9 +354,9 @@ def test_a_pod_and_config_map_an_ordinary_user_makes_with_a_jobs_labels_get_noth
     as_user(cluster, namespace, "apply", "-f", "-", input=yaml.safe_dump_all([spec_map, pod]))
     node = chart.wait_pod_running(cluster, namespace, "forged-ps-0")["spec"]["nodeName"]
     refusal = f"{namespace}/forged-ps-0: "
-    assert until(lambda: refusal in agent_log(cluster, node), within_s=30, every_s=1), \
-        agent_log(cluster, node)[-3000:]
-    said = next(line for line in agent_log(cluster, node).splitlines() if refusal in line)
+    assert until(lambda: refusal in chart.agent_log(cluster, node), within_s=30, every_s=1), \
+        chart.agent_log(cluster, node)[-3000:]
+    said = next(line for line in chart.agent_log(cluster, node).splitlines() if refusal in line)
     assert "no controller" in said, said
     time.sleep(5)   # what the agent built in 20 s then, it would have built by now
     assert agents_namespaces() - before_netns == set()

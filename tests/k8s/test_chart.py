@@ -51,7 +51,12 @@ def test_the_agents_probes_ask_on_the_nodes_loopback_not_on_the_port_pods_reach(
     (manifests/tailcut.yaml is the chart rendered, checked against it below)."""
     docs = yaml.safe_load_all((REPO / "manifests" / "tailcut.yaml").read_text())
     agent = next(d for d in docs if d and d["kind"] == "DaemonSet")
-    (container,) = agent["spec"]["template"]["spec"]["containers"]
+    container, holder = agent["spec"]["template"]["spec"]["containers"]
+    assert (container["name"], holder["name"]) == ("agent", "holder")
+    assert "livenessProbe" not in holder and "ports" not in holder
+    # the holder only keeps open files: no capability, no host path
+    assert holder["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert [m["name"] for m in holder["volumeMounts"]] == ["holder"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {

@@ -1,6 +1,8 @@
 """`python -m tailcut.k8s.agent`: the DaemonSet's entry point (operator/agent.Dockerfile).
-Reads its node from NODE_NAME, serves /metrics and /healthz, follows the node's pods
-until SIGTERM, then unwires them all."""
+Reads its node from NODE_NAME, takes over the fabrics a previous agent left with the
+holder (TAILCUT_HOLDER_SOCKET, holder.py), serves /metrics and /healthz, follows the
+node's pods until SIGTERM, then unwires them all, unless only its container stops
+(the holder stays): then it leaves them to the next agent."""
 
 import logging
 import os
@@ -11,7 +13,7 @@ from typing import Any
 
 from tailcut.errors import TailcutError
 from tailcut.k8s import metrics
-from tailcut.k8s.agent import admission, daemon
+from tailcut.k8s.agent import admission, daemon, holder
 
 log = logging.getLogger("tailcut.agent")
 
@@ -29,7 +31,9 @@ def main() -> int:
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
     agent = daemon.Agent(kubernetes.client.CoreV1Api(), kubernetes.client.CustomObjectsApi(),
-                         node, os.environ.get("TAILCUT_SHAPE_HOST_NETWORK", "false") == "true")
+                         node, os.environ.get("TAILCUT_SHAPE_HOST_NETWORK", "false") == "true",
+                         keeper=holder.from_environment())
+    agent.take_over()
     signal.signal(signal.SIGTERM, _stop)   # the DaemonSet's pod is deleted or rolled
     last_seen = [time.monotonic()]
     # Healthy while the watch delivers: a list, events, or its bookmarks and reconnects
@@ -69,9 +73,13 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        # Leave no link, classifier or dropper of ours on pods the next agent may
-        # never see (the chart uninstalled); one that comes back wires them again.
-        agent.release_all()
+        if agent.leaves_fabrics():
+            log.info(f"stopping; the pod stays: {len(agent.fabrics)} jobs' fabrics are left "
+                     "to the next agent (the holder keeps them)")
+        else:
+            # Leave no link, classifier or dropper of ours on pods the next agent may
+            # never see (the chart uninstalled); one that comes back wires them again.
+            agent.release_all()
     return 0
 
 

@@ -2,17 +2,20 @@
 admitted (tailcut.k8s.agent.admission) and wired once, both undone when they go, and
 what its links got recorded on the pod for the operator."""
 
+import hashlib
 import json
 import logging
+import os
+import time
 from typing import Any, Iterator, Optional
 
 from tailcut import features
 from tailcut.errors import TailcutError
 from tailcut.k8s import metrics
-from tailcut.k8s.agent import admission, podns, wiring
-from tailcut.k8s.agent.errors import UNFIT
+from tailcut.k8s.agent import admission, holder, podns, wiring
+from tailcut.k8s.agent.errors import UNFIT, AgentError
 from tailcut.k8s.manifests import crd, resources
-from tailcut.net import overlay
+from tailcut.net import netns, overlay
 from tailcut.scheduling import enforce
 
 log = logging.getLogger("tailcut.agent")
@@ -31,11 +34,15 @@ class Agent:
     pod once, and undoes both when they go."""
 
     def __init__(self, core: Any, jobs: Any, node: str,
-                 shape_host_network: bool = False) -> None:
+                 shape_host_network: bool = False,
+                 keeper: Optional[holder.Client] = None) -> None:
         self.core = core   # CoreV1Api: the node's pods
         self.jobs = jobs   # CustomObjectsApi: their TrainingJobs
         self.node = node
         self.shape_host_network = shape_host_network
+        self.keeper = keeper   # the holder of the fabrics' namespaces (holder.py)
+        # namespaces a predecessor built (by name: what they were built for), not yet adopted
+        self.inherited: dict[str, str] = {}
         self.has_netem = features.netem().available
         self.fabrics: dict[tuple[str, str], wiring.Fabric] = {}   # by (namespace, job)
         self.wired: dict[str, wiring.Wired] = {}                    # by pod UID
@@ -56,11 +63,16 @@ class Agent:
             return
         try:
             ok = self.admit(pod)
-            pid = podns.pid_of_pod(uid)
-            if pid is None:
+            containers = podns.running_container_ids(pod)
+            found = podns.find_pod_process(uid, containers)
+            if found is None:
                 log.warning(f"{where}: running but no process found in /proc; retrying "
                             "later")
                 return
+            pid = found.pid
+            log.info(f"{where}: process {pid}, found by {found.how}" + (
+                f" (container {found.container_id[:12]})" if found.container_id
+                else f" (its pod UID alone; running containers: {containers or 'none'})"))
             if podns.in_nodes_netns(pid) and not pod.spec.host_network:
                 raise admission.Denied(
                     f"{where}: not wired: its process {pid} is in the node's network "
@@ -85,7 +97,7 @@ class Agent:
         wired.pod_name = pod.metadata.name
         metrics.pods_shaped_total.inc()
         metrics.pods_shaped.set(len(self.wired))
-        log.info(f"{where}: {wired.description}")
+        log.info(f"{where}: {'adopted as wired: ' if wired.adopted else ''}{wired.description}")
         self._annotate(pod, wired)
 
     def _refuse(self, pod: Any, err: admission.Denied) -> None:
@@ -121,21 +133,15 @@ class Agent:
                 self.release(old)
             fabric = self.fabrics.get(key)
         if fabric is None:
-            fabric = wiring.build_fabric(
-                namespace, job, self.has_netem, self.node, ok.racks_at,
-                overlay_id=ok.overlay_id, vnis_taken={
-                    f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
-                    if f.overlay_vni is not None}, tor=ok.tor)
+            fabric = self._adopt(namespace, ok) or self._build(namespace, ok)
             fabric.job_uid = job_uid
             self.fabrics[key] = fabric
-            log.info(f"{namespace}/{job.name}: built the spine and the racks placed here: "
-                     + "; ".join(f"{wiring.readable(fabric, {}, k)}: {v}"
-                                 for k, v in fabric.network.applied.items()))
         name = podns.netns_name(uid)
         try:
             podns.attach(name, pid)
             try:
-                wired = wiring.wire(fabric, uid, name, replica)
+                wired = (wiring.adopt_pod(fabric, uid, name, replica) if fabric.adopted
+                         else None) or wiring.wire(fabric, uid, name, replica)
             except BaseException:
                 podns.detach(name)
                 raise
@@ -144,6 +150,133 @@ class Agent:
             raise
         self.wired[uid] = wired
         return wired
+
+    def _build(self, namespace: str, ok: admission.Admitted) -> wiring.Fabric:
+        fabric = wiring.build_fabric(
+            namespace, ok.job, self.has_netem, self.node, ok.racks_at,
+            overlay_id=ok.overlay_id, vnis_taken={
+                f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
+                if f.overlay_vni is not None}, tor=ok.tor)
+        self._hold(fabric, ok)
+        log.info(f"{namespace}/{ok.job.name}: built the spine and the racks placed here: "
+                 + "; ".join(f"{wiring.readable(fabric, {}, k)}: {v}"
+                             for k, v in fabric.network.applied.items()))
+        return fabric
+
+    # ---- what survives a restart of the agent (holder.py) ---------------------------
+
+    def take_over(self) -> None:
+        """Name again the namespaces a predecessor handed to the holder; each job's
+        fabric is adopted when its first pod is handled (`_adopt`), and what no pod
+        claims is removed after the first listing (`_remove_unclaimed`)."""
+        if self.keeper is None:
+            return
+        try:
+            held = self.keeper.held()
+        except holder.HolderError as err:
+            log.warning(f"{err}: the fabrics of this node's jobs are built anew")
+            return
+        mine = [n for n in held if n.startswith(podns.PREFIX) and f"@{self.node}." in n]
+        named = []
+        for name, kept in held.items():
+            try:
+                if name in mine:
+                    # (named again even if the name is there: the agent's /run/netns
+                    # outlives its container, and with it the files, not the mounts)
+                    podns.attach_fd(name, kept.fd)
+                    named.append(name)
+            except AgentError as err:
+                log.warning(f"{name}: {err}")
+            finally:
+                os.close(kept.fd)
+        self.inherited = {n: held[n].tag for n in named}
+        if self.inherited:
+            log.info(f"took over {len(self.inherited)} namespaces of this node's jobs from "
+                     "the previous agent: " + ", ".join(sorted(self.inherited)))
+
+    def _adopt(self, namespace: str, ok: admission.Admitted) -> Optional[wiring.Fabric]:
+        """The job's fabric as the previous agent built it, if it built it for this
+        job as it is now (its incarnation, spec and placement)."""
+        names = wiring.fabric_namespaces(namespace, ok.job, self.node, ok.racks_at)
+        base = wiring.fabric_name(namespace, ok.job.name, self.node) + "."
+        theirs = [n for n in self.inherited if n.startswith(base)]
+        fabric = None
+        if names and all(self.inherited.get(n) == _tag(ok) for n in names):
+            fabric = wiring.adopt_fabric(namespace, ok.job, self.has_netem, self.node,
+                                         ok.racks_at, overlay_id=ok.overlay_id, tor=ok.tor)
+        for name in theirs:
+            self.inherited.pop(name)
+        if fabric is None and theirs:
+            # Built for another incarnation or spec of the job (or not adoptable): its
+            # links must go before the fabric is built anew over the same pods.
+            try:
+                wiring.remove_unclaimed(theirs)
+            finally:
+                self._unhold(theirs)
+        if fabric is not None:
+            log.info(f"{namespace}/{ok.job.name}: adopted the spine and the racks the "
+                     "previous agent built here: " + "; ".join(
+                         f"{wiring.readable(fabric, {}, k)}: {v}"
+                         for k, v in fabric.network.applied.items()))
+        return fabric
+
+    def _remove_unclaimed(self, present: list[Any]) -> None:
+        """Remove the inherited fabrics of jobs none of whose pods is on the node now."""
+        claimed = {wiring.fabric_name(p.metadata.namespace, p.metadata.labels.get(
+            resources.LABEL_JOB, ""), self.node) for p in present}
+        by_fabric: dict[str, list[str]] = {}
+        for name in self.inherited:
+            by_fabric.setdefault(name.rpartition(".")[0], []).append(name)
+        for base, names in by_fabric.items():
+            if base in claimed:
+                continue
+            for name in names:
+                self.inherited.pop(name, None)
+            try:
+                wiring.remove_unclaimed(names)
+            finally:
+                self._unhold(names)
+            log.info(f"{base}: no pod of its job is on this node any more: the fabric "
+                     "the previous agent built is removed")
+
+    def _hold(self, fabric: wiring.Fabric, ok: admission.Admitted) -> None:
+        """Hand the fabric's namespaces to the holder; failing that, the fabric works
+        but an agent restart rebuilds it."""
+        if self.keeper is None:
+            return
+        for name in _namespaces_of(fabric):
+            try:
+                self.keeper.hold(name, netns.path(name), _tag(ok))
+            except (OSError, holder.HolderError) as err:
+                log.warning(f"{name}: {err}; a restart of the agent would drop its links")
+                return
+
+    def _unhold(self, names: list[str]) -> None:
+        if self.keeper is None:
+            return
+        for name in names:
+            try:
+                self.keeper.drop(name)
+            except holder.HolderError as err:
+                log.warning(f"{name}: {err}")
+
+    def leaves_fabrics(self, wait_s: float = 3.0) -> bool:
+        """Whether the agent, stopping, leaves its fabrics to its successor: only its
+        container stops (the holder is not stopping: the pod stays), so the next
+        agent adopts them and no job loses a link. The kubelet stops every container
+        of a pod that goes at once; the holder may hear of it a moment later."""
+        if self.keeper is None:
+            return False
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                if self.keeper.stopping():
+                    return False
+            except holder.HolderError:
+                return False   # nothing may be holding them: remove them
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.2)
 
     def _annotate(self, pod: Any, wired: wiring.Wired) -> None:
         """Record on the pod what its links got (the operator reads it into the
@@ -226,7 +359,10 @@ class Agent:
         fabric = self.fabrics.get(key)
         if fabric is not None and not fabric.pods:
             del self.fabrics[key]
-            wiring.remove_fabric(fabric)
+            try:
+                wiring.remove_fabric(fabric)
+            finally:
+                self._unhold(_namespaces_of(fabric))
             log.info(f"{key[0]}/{key[1]}: no pod left on this node: spine and racks removed")
 
     def release_all(self) -> None:
@@ -237,7 +373,11 @@ class Agent:
             except TailcutError as err:
                 log.error(f"pod {uid}: {err}")
         for key in list(self.fabrics):   # a fabric whose first pod failed to wire
-            wiring.remove_fabric(self.fabrics.pop(key))
+            fabric = self.fabrics.pop(key)
+            try:
+                wiring.remove_fabric(fabric)
+            finally:
+                self._unhold(_namespaces_of(fabric))
 
     def events(self) -> Iterator[tuple[str, Any]]:
         """The node's tailcut pods as they are now (ADDED), then their changes. Lists
@@ -253,6 +393,8 @@ class Agent:
             self.release(uid, report=False)   # went away while the watch was down
         for pod in listed.items:
             yield "ADDED", pod
+        self._remove_unclaimed([p for p in listed.items if not p.status or p.status.phase
+                                not in ("Succeeded", "Failed")])
         watch = kubernetes.watch.Watch()
         for event in watch.stream(self.core.list_pod_for_all_namespaces,
                                   resource_version=listed.metadata.resource_version,
@@ -260,3 +402,17 @@ class Agent:
                                   **selectors):
             if event["type"] != "BOOKMARK":
                 yield event["type"], event["object"]
+
+
+def _tag(ok: admission.Admitted) -> str:
+    """What a fabric was built for, as the holder keeps it: the job's incarnation and a
+    digest of its spec, placement, overlay id and ToR sections."""
+    what = json.dumps([ok.job.spec.model_dump(mode="json"), sorted(
+        (r, n.name, n.ip) for r, n in ok.racks_at.items()), ok.overlay_id, ok.tor],
+        sort_keys=True, default=str)
+    return f"{ok.job_uid}:{hashlib.sha256(what.encode()).hexdigest()[:16]}"
+
+
+def _namespaces_of(fabric: wiring.Fabric) -> list[str]:
+    topo = fabric.network.topology
+    return [topo.spine_netns] + [topo.racks[i].netns for i in fabric.network.racks]

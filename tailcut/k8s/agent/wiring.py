@@ -16,7 +16,7 @@ from tailcut.k8s import metrics
 from tailcut.k8s.agent import podns
 from tailcut.k8s.agent.errors import AgentError, NodeUnfit
 from tailcut.k8s.manifests import placement
-from tailcut.net import build, naming, netns, overlay, topology
+from tailcut.net import build, clean, naming, netns, overlay, topology
 from tailcut.scheduling import enforce
 from tailcut.spec.model import TrainingJob
 
@@ -51,6 +51,7 @@ class Fabric:
     # the ToR programs (spec.network.inNetwork) of the racks on this node
     tor: list[innetwork.TorFeature] = field(default_factory=list)
     job_uid: str = ""   # the TrainingJob's: which incarnation of the job
+    adopted: bool = False   # built by an earlier agent (holder.py), taken over
     overlay_vni: Optional[int] = None   # its VXLAN, guarded in the node's namespace
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
@@ -67,6 +68,7 @@ class Wired:
     pod_name: str = ""   # the Kubernetes pod's name (in fabric.namespace)
     applied: dict[str, str] = field(default_factory=dict)
     enforcement: Optional[enforce.Enforcement] = None
+    adopted: bool = False   # wired by an earlier agent, taken over as it is
 
     @property
     def description(self) -> str:
@@ -147,6 +149,59 @@ def build_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
         remove_fabric(fabric)
         raise
     return fabric
+
+
+def fabric_namespaces(namespace: str, job: TrainingJob, node: str,
+                      where: placement.Placement) -> list[str]:
+    """The namespaces build_fabric makes for the job on `node`: its spine and racks."""
+    topo = node_topology(job, namespace, node)
+    return [topo.spine_netns] + [r.netns for r in _racks_here(job, topo, node, where)]
+
+
+def adopt_fabric(namespace: str, job: TrainingJob, has_netem: bool, node: str,
+                 where: placement.Placement, overlay_id: Optional[int] = None,
+                 tor: Optional[innetwork.Sections] = None) -> Optional[Fabric]:
+    """The fabric an earlier agent built for the job on this node, taken over as it
+    is (its namespaces kept alive by the holder), or None where it cannot be: a
+    namespace or uplink missing, or ToR programs (their state was the old agent's
+    process's), which build_fabric then builds anew. What is the old agent's stays
+    with it: its classifiers' and droppers' counts (the programs keep running)."""
+    if tor:
+        return None
+    topo = node_topology(job, namespace, node)
+    here = _racks_here(job, topo, node, where)
+    network = build.adopt_fabric(topo, here, has_netem, droppers=dropper) if here else None
+    if network is None:
+        return None
+    fabric = Fabric(namespace=namespace, job=job, node=node, network=network, adopted=True)
+    if len(_spines(topo, where)) > 1:
+        fabric.overlay_vni = overlay_id   # its guard in the node's namespace stays
+    return fabric
+
+
+def adopt_pod(fabric: Fabric, uid: str, name: str, replica: str) -> Optional[Wired]:
+    """The pod as an earlier agent wired it into `fabric`, or None if its access link
+    is not all there (then `wire` it)."""
+    pod = fabric.network.topology.pod(replica)
+    applied = build.adopt_pod(fabric.network, pod, name)
+    if applied is None:
+        return None
+    wired = Wired(uid=uid, name=name, replica=replica, fabric=fabric, applied=applied,
+                  adopted=True)
+    fabric.pods[uid] = wired
+    return wired
+
+
+def remove_unclaimed(names: list[str]) -> None:
+    """Remove namespaces of a fabric that an earlier agent built and no pod claims any
+    more (its job ended while no agent ran), and the VXLAN guard of its spine."""
+    vni = None
+    for name in names:
+        if name.endswith(".spine") and netns.exists(name):
+            vni = overlay.vni_of(name)
+    clean.remove([n for n in names if netns.exists(n)])
+    if vni is not None:
+        overlay.leave(vni)
 
 
 def _racks_here(job: TrainingJob, topo: topology.Topology, node: str,
