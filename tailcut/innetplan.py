@@ -10,6 +10,9 @@ one ``KindPlan`` here and one ``Kind`` of the same name there:
   JSON), None when the job does not ask for it. Cheap.
 - ``resolve(job, section)``: what costs compute (the hot set: profiling the model),
   done once by `tailcut run` or the operator; the identity for most.
+- ``check(job, parameters)``: refuse a job asking for more than the program holds,
+  given the model's parameter count, raising SpecError naming the field; before
+  anything is built (tailcut.plan). Nothing, for a kind that holds any model.
 
 Which kinds there are is tailcut.spec.tor_kinds's registry (``kinds()``): tailcut's
 three, then those installed packages register.
@@ -25,6 +28,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tailcut import ebpfheaders
+from tailcut.errors import SpecError
 from tailcut.ml import data, models
 from tailcut.net import naming
 from tailcut.net.topology import Topology
@@ -47,6 +51,7 @@ class KindPlan:
     name: str
     section: Callable[[TrainingJob, Topology], Optional[Section]]
     resolve: Callable[[TrainingJob, Section], Section] = lambda job, section: section
+    check: Callable[[TrainingJob, int], None] = lambda job, parameters: None
 
 
 def worker_racks(topo: Topology, address_of: Callable[[int], str]) -> Section:
@@ -119,9 +124,45 @@ def multicast_section(job: TrainingJob, topo: Topology) -> Optional[Section]:
     return worker_racks(topo, naming.multicast_ip)
 
 
-HOT_STORE = KindPlan("hot_store", hot_store_section, resolve_hot_store)
-AGGREGATION = KindPlan("aggregation", aggregation_section, with_model_length)
-MULTICAST = KindPlan("multicast", multicast_section, with_model_length)
+def check_hot_store(job: TrainingJob, parameters: int) -> None:
+    """The hot parameters the spec names must be the model's."""
+    in_network = job.spec.network.in_network
+    hot = in_network.hot_parameters if in_network is not None else None
+    if hot is None:
+        return
+    wanted = hot.top_k if hot.top_k is not None else max(hot.indices or [0]) + 1
+    if wanted > parameters:
+        what = f"topK: {hot.top_k}" if hot.top_k is not None else f"indices: {wanted - 1}"
+        raise SpecError(f"spec.network.inNetwork.hotParameters.{what} is past model "
+                        f"{job.spec.training.model}'s {parameters} parameters")
+
+
+def check_aggregation(job: TrainingJob, parameters: int) -> None:
+    """The whole gradient must fit the ToR's sums (with a hot set, the ToR sums only
+    that set's part, which the hot store's check bounds)."""
+    in_network = job.spec.network.in_network
+    if in_network is None or not in_network.aggregate or in_network.hot_parameters:
+        return
+    if parameters > AGGREGATE_MAX_ELEMENTS:
+        raise SpecError(f"spec.network.inNetwork.aggregate: model {job.spec.training.model} "
+                        f"has {parameters} parameters; the ToR sums at most "
+                        f"{AGGREGATE_MAX_ELEMENTS}")
+
+
+def check_multicast(job: TrainingJob, parameters: int) -> None:
+    in_network = job.spec.network.in_network
+    if in_network is None or not in_network.multicast:
+        return
+    if parameters > MULTICAST_MAX_ELEMENTS:
+        raise SpecError(f"spec.network.inNetwork.multicast: model {job.spec.training.model} "
+                        f"has {parameters} parameters; the ToR copies at most "
+                        f"{MULTICAST_MAX_ELEMENTS}")
+
+
+HOT_STORE = KindPlan("hot_store", hot_store_section, resolve_hot_store, check_hot_store)
+AGGREGATION = KindPlan("aggregation", aggregation_section, with_model_length,
+                       check_aggregation)
+MULTICAST = KindPlan("multicast", multicast_section, with_model_length, check_multicast)
 KINDS: tuple[KindPlan, ...] = (HOT_STORE, AGGREGATION, MULTICAST)
 
 

@@ -250,28 +250,14 @@ def _kubernetes_refusals(job: TrainingJob) -> list[Refusal]:
 
 
 def _check_in_network(job: TrainingJob) -> None:
-    """The hot parameters must exist in the model, and an aggregated gradient fit the
-    ToR's maps (building the model tells how many parameters it has)."""
-    in_network = job.spec.network.in_network
-    if in_network is None:
+    """What each ToR kind the job asks for must hold fits the model (building the
+    model tells how many parameters it has): each kind checks its own."""
+    if job.spec.network.in_network is None:
         return
     t = job.spec.training
-    size = models.create(t.model_ref, models.dataset(t.model_ref, t.seed)).num_params
-    if in_network.multicast and size > innetplan.MULTICAST_MAX_ELEMENTS:
-        raise SpecError(f"spec.network.inNetwork.multicast: model {t.model} has {size} "
-                        f"parameters; the ToR copies at most {innetplan.MULTICAST_MAX_ELEMENTS}")
-    hot = in_network.hot_parameters
-    if hot is None:
-        if in_network.aggregate and size > innetplan.AGGREGATE_MAX_ELEMENTS:
-            raise SpecError(f"spec.network.inNetwork.aggregate: model {t.model} has {size} "
-                            f"parameters; the ToR sums at most {innetplan.AGGREGATE_MAX_ELEMENTS}")
-        return
-    wanted = hot.top_k if hot.top_k is not None else max(hot.indices or [0]) + 1
-    if wanted > size:
-        what = (f"topK: {hot.top_k}" if hot.top_k is not None
-                else f"indices: {wanted - 1}")
-        raise SpecError(f"spec.network.inNetwork.hotParameters.{what} is past model "
-                        f"{t.model}'s {size} parameters")
+    parameters = models.create(t.model_ref, models.dataset(t.model_ref, t.seed)).num_params
+    for kind in innetplan.kinds():
+        kind.check(job, parameters)
 
 
 def leader(job: TrainingJob) -> str:

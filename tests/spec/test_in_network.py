@@ -126,3 +126,22 @@ def test_what_aggregation_cannot_serve_is_refused_naming_the_field():
     assert "needs bsp" in str(err.value)
     with pytest.raises(SpecError, match="inNetwork.aggregate: model even-mlp has 784394"):
         plan.check(job({"aggregate": True}, training={"model": "even-mlp"}), "local")
+
+
+def test_the_plan_asks_each_kind_to_check_the_job_with_the_models_parameter_count(
+        monkeypatch):
+    """plan.check names no kind: it builds the model once and asks every registered
+    kind (a kind of one's own too) whether its programs hold what the job asks."""
+    from tailcut import innetplan
+    asked = []
+
+    def refuse(j, parameters):
+        asked.append(parameters)
+        raise SpecError("spec.network.inNetwork.kinds.toy: too many for the toy")
+    toy = innetplan.KindPlan("toy", lambda j, topo: None, check=refuse)
+    monkeypatch.setattr(innetplan, "kinds", lambda: (*innetplan.KINDS, toy))
+    j = job({"hotParameters": {"topK": 10}})
+    refusals = plan.refusals(j, "local")
+    assert [r.message for r in refusals] == [
+        "spec.network.inNetwork.kinds.toy: too many for the toy"]
+    assert asked == [models.create("sparse", models.dataset("sparse", 0)).num_params]
