@@ -91,8 +91,9 @@ RUNTIME_NODE = "tcnode-0"   # the one node whose runtime records the agents are 
 
 def runtime_state_values(cluster) -> list[str]:
     """The chart's value naming RUNTIME_NODE's containerd state directory
-    (tailcut.k8s.node.configs): each install and upgrade of the session's release
-    sets it, or the agents would roll."""
+    (tailcut.k8s.node.configs): the install sets it, and so must an upgrade that sets
+    values afresh (--reset-values), or the agents would roll; one that gives no value
+    keeps the release's."""
     node = next(n for n in cluster.nodes if n.name == RUNTIME_NODE)
     return ["--set", f"agent.hostPaths.runtimeState={node.dir / 'containerd' / 'state'}"]
 

@@ -99,8 +99,7 @@ def test_helm_upgrade_to_a_new_chart_version_restarts_no_agent(cluster, release,
     (bumped / "Chart.yaml").write_text(yaml.safe_dump(meta))
     try:
         chart.helm(cluster, "upgrade", chart.RELEASE, str(bumped), "--namespace",
-                   chart.RELEASE_NS, *chart.runtime_state_values(cluster), "--wait",
-                   "--timeout", "2m")
+                   chart.RELEASE_NS, "--wait", "--timeout", "2m")
         listed = json.loads(chart.helm(cluster, "list", "-n", chart.RELEASE_NS, "-o",
                                        "json").stdout)
         assert listed[0]["chart"] == f"tailcut-{meta['version']}", listed
@@ -110,8 +109,7 @@ def test_helm_upgrade_to_a_new_chart_version_restarts_no_agent(cluster, release,
         assert ds["metadata"]["labels"]["helm.sh/chart"] == f"tailcut-{meta['version']}"
     finally:   # the session's other tests expect the chart as it is
         chart.helm(cluster, "upgrade", chart.RELEASE, str(CHART), "--namespace",
-                   chart.RELEASE_NS, *chart.runtime_state_values(cluster), "--wait",
-                   "--timeout", "2m")
+                   chart.RELEASE_NS, "--wait", "--timeout", "2m")
     assert component_pods(cluster) == before
 
 

@@ -101,3 +101,45 @@ def test_sigterm_makes_it_say_stopping_and_it_exits_once_the_agent_dropped_all(
     assert proc.poll() is None, "it left before the agent removed the fabrics"
     client.drop(NAME)
     assert proc.wait(timeout=5) == 0
+
+
+@pytest.mark.netns
+def test_it_holds_past_a_thousand_descriptors_and_a_new_client_still_gets_them(
+        running_holder, namespace_with_a_link):
+    """select() fails on a descriptor numbered 1024 or more: a holder of ~1,100
+    namespace files must still take a new agent's connection."""
+    _, path = running_holder
+    client = holder.Client(path)
+    names = [f"{NAME}.{i}" for i in range(1100)]
+    for name in names:
+        client.hold(name, netns.path(NAME), "t")
+    kept = holder.Client(path).held()
+    try:
+        assert sorted(kept) == sorted(names)
+    finally:
+        for each in kept.values():
+            os.close(each.fd)
+
+
+@pytest.mark.netns
+def test_a_client_asks_again_on_a_new_connection_after_the_holder_restarted(
+        tmp_path, namespace_with_a_link):
+    path = str(tmp_path / "holder.sock")
+
+    def start():
+        proc = subprocess.Popen([sys.executable, "-m", "tailcut.k8s.agent.holder", path])
+        assert waiting.until(lambda: os.path.exists(path), within_s=10)
+        return proc
+    first = start()
+    client = holder.Client(path)
+    client.hold(NAME, netns.path(NAME), "t")
+    first.kill()
+    first.wait()
+    os.unlink(path)
+    second = start()
+    try:
+        client.hold(NAME, netns.path(NAME), "t")   # on the old, dead connection first
+        assert list(client.held()) == [NAME]
+    finally:
+        second.kill()
+        second.wait()

@@ -32,3 +32,13 @@ make the DaemonSet's pods be refused and `helm install --wait` time out. */ -}}
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* Where the node's container runtime records each container's first process:
+containerd's runc shim tasks of the CRI's namespace, or CRI-O's storage run root. */}}
+{{- define "tailcut.runtimeRecords" -}}
+{{- if eq .Values.agent.containerRuntime "containerd" -}}
+{{ .Values.agent.hostPaths.runtimeState }}/io.containerd.runtime.v2.task/k8s.io
+{{- else -}}
+{{ .Values.agent.hostPaths.runtimeState }}
+{{- end -}}
+{{- end -}}

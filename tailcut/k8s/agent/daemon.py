@@ -82,7 +82,10 @@ class Agent:
             self._refuse(pod, err)
             raise
         try:
-            wired = self._wire(pod.metadata.namespace, ok, uid, pid)
+            # (the annotation goes on the pod once it is wired whole: only then may a
+            # successor adopt its links as they are)
+            recorded = ANNOTATION_NETWORK in (pod.metadata.annotations or {})
+            wired = self._wire(pod.metadata.namespace, ok, uid, pid, recorded)
             wired.where = where
         except Exception as err:
             metrics.shaping_failures.inc()
@@ -98,7 +101,8 @@ class Agent:
         metrics.pods_shaped_total.inc()
         metrics.pods_shaped.set(len(self.wired))
         log.info(f"{where}: {'adopted as wired: ' if wired.adopted else ''}{wired.description}")
-        self._annotate(pod, wired)
+        if not wired.adopted:   # (its annotation, written by the agent that wired it, stands)
+            self._annotate(pod, wired)
 
     def _refuse(self, pod: Any, err: admission.Denied) -> None:
         """Record a refusal for good on the pod, once: the operator fails the job at
@@ -122,7 +126,10 @@ class Agent:
         return admission.admit(pod, job)
 
     def _wire(self, namespace: str, ok: admission.Admitted, uid: str,
-              pid: int) -> wiring.Wired:
+              pid: int, recorded: bool = False) -> wiring.Wired:
+        """Wire the pod into its job's fabric (built, or adopted from the previous
+        agent); `recorded`: the pod carries the annotation of a finished wiring, so
+        its links may be adopted as they are."""
         job, job_uid, replica = ok.job, ok.job_uid, ok.replica
         key = (namespace, job.name)
         fabric = self.fabrics.get(key)
@@ -140,8 +147,10 @@ class Agent:
         try:
             podns.attach(name, pid)
             try:
-                wired = (wiring.adopt_pod(fabric, uid, name, replica) if fabric.adopted
-                         else None) or wiring.wire(fabric, uid, name, replica)
+                wired = (wiring.adopt_pod(fabric, uid, name, replica)
+                         if fabric.adopted and recorded else None)
+                if wired is None:
+                    wired = wiring.wire(fabric, uid, name, replica, replace=fabric.adopted)
             except BaseException:
                 podns.detach(name)
                 raise
@@ -157,7 +166,8 @@ class Agent:
             overlay_id=ok.overlay_id, vnis_taken={
                 f.overlay_vni: f"{ns}/{name}" for (ns, name), f in self.fabrics.items()
                 if f.overlay_vni is not None}, tor=ok.tor)
-        self._hold(fabric, ok)
+        fabric.held_as = _tag(ok)
+        self._hold(fabric)
         log.info(f"{namespace}/{ok.job.name}: built the spine and the racks placed here: "
                  + "; ".join(f"{wiring.readable(fabric, {}, k)}: {v}"
                              for k, v in fabric.network.applied.items()))
@@ -186,9 +196,10 @@ class Agent:
                     podns.attach_fd(name, kept.fd)
                     named.append(name)
             except AgentError as err:
-                log.warning(f"{name}: {err}")
+                log.warning(f"{name}: {err}; let go (its links go with it)")
             finally:
                 os.close(kept.fd)
+        self._unhold([n for n in mine if n not in named])
         self.inherited = {n: held[n].tag for n in named}
         if self.inherited:
             log.info(f"took over {len(self.inherited)} namespaces of this node's jobs from "
@@ -206,13 +217,12 @@ class Agent:
                                          ok.racks_at, overlay_id=ok.overlay_id, tor=ok.tor)
         for name in theirs:
             self.inherited.pop(name)
+        if fabric is not None:
+            fabric.held_as = _tag(ok)
         if fabric is None and theirs:
             # Built for another incarnation or spec of the job (or not adoptable): its
             # links must go before the fabric is built anew over the same pods.
-            try:
-                wiring.remove_unclaimed(theirs)
-            finally:
-                self._unhold(theirs)
+            self._remove_inherited(theirs)
         if fabric is not None:
             log.info(f"{namespace}/{ok.job.name}: adopted the spine and the racks the "
                      "previous agent built here: " + "; ".join(
@@ -230,26 +240,27 @@ class Agent:
         for base, names in by_fabric.items():
             if base in claimed:
                 continue
-            for name in names:
-                self.inherited.pop(name, None)
-            try:
-                wiring.remove_unclaimed(names)
-            finally:
-                self._unhold(names)
+            self._remove_inherited(names)
             log.info(f"{base}: no pod of its job is on this node any more: the fabric "
                      "the previous agent built is removed")
 
-    def _hold(self, fabric: wiring.Fabric, ok: admission.Admitted) -> None:
-        """Hand the fabric's namespaces to the holder; failing that, the fabric works
-        but an agent restart rebuilds it."""
+    def _hold(self, fabric: wiring.Fabric) -> bool:
+        """Hand the fabric's namespaces to the holder (again: a holder that restarted
+        holds nothing). False if it could not: the fabric works, but an agent restart
+        would drop its links."""
         if self.keeper is None:
-            return
+            return False
         for name in _namespaces_of(fabric):
             try:
-                self.keeper.hold(name, netns.path(name), _tag(ok))
+                self.keeper.hold(name, netns.path(name), fabric.held_as)
             except (OSError, holder.HolderError) as err:
                 log.warning(f"{name}: {err}; a restart of the agent would drop its links")
-                return
+                return False
+        return True
+
+    def hold_all(self) -> bool:
+        """Every fabric handed to the holder; whether all of them are held now."""
+        return all([self._hold(fabric) for fabric in self.fabrics.values()])
 
     def _unhold(self, names: list[str]) -> None:
         if self.keeper is None:
@@ -275,7 +286,9 @@ class Agent:
             except holder.HolderError:
                 return False   # nothing may be holding them: remove them
             if time.monotonic() >= deadline:
-                return True
+                # Handed over again, in case the holder restarted since: whatever it
+                # does not hold now would be lost, so then remove everything.
+                return self.hold_all()
             time.sleep(0.2)
 
     def _annotate(self, pod: Any, wired: wiring.Wired) -> None:
@@ -378,6 +391,17 @@ class Agent:
                 wiring.remove_fabric(fabric)
             finally:
                 self._unhold(_namespaces_of(fabric))
+        self._remove_inherited(list(self.inherited))   # taken over, never claimed
+
+    def _remove_inherited(self, names: list[str]) -> None:
+        for name in names:
+            self.inherited.pop(name, None)
+        if not names:
+            return
+        try:
+            wiring.remove_unclaimed(names)
+        finally:
+            self._unhold(names)
 
     def events(self) -> Iterator[tuple[str, Any]]:
         """The node's tailcut pods as they are now (ADDED), then their changes. Lists
@@ -393,8 +417,14 @@ class Agent:
             self.release(uid, report=False)   # went away while the watch was down
         for pod in listed.items:
             yield "ADDED", pod
-        self._remove_unclaimed([p for p in listed.items if not p.status or p.status.phase
-                                not in ("Succeeded", "Failed")])
+        try:
+            self._remove_unclaimed([p for p in listed.items if not p.status
+                                    or p.status.phase not in ("Succeeded", "Failed")])
+        except Exception as err:   # noqa: BLE001 - netlink's errors are many; not fatal
+            log.warning(f"cannot remove the fabrics no pod claims: {err}")
+        if self.keeper is not None and not self.hold_all():   # (a holder restarted alone)
+            log.warning("the holder does not hold every fabric: an agent restart now "
+                        "would drop their links")
         watch = kubernetes.watch.Watch()
         for event in watch.stream(self.core.list_pod_for_all_namespaces,
                                   resource_version=listed.metadata.resource_version,

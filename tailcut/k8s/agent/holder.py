@@ -29,7 +29,8 @@ import array
 import logging
 import os
 import re
-import select
+import resource
+import selectors
 import signal
 import socket
 import sys
@@ -43,6 +44,8 @@ PACKET_BYTES = 512
 NAME = re.compile(r"[A-Za-z0-9._@-]{1,200}")  # a netns name of the agent (podns.PREFIX...)
 TAG = re.compile(r"[A-Za-z0-9:_-]{0,100}")
 MAX_HELD = 4096
+MAX_CONNECTIONS = 8
+CONNECTION_TIMEOUT_S = 5.0
 # How long a stopping holder waits for the agent to say it has removed its fabrics.
 STOPPING_GRACE_S = 20.0
 
@@ -54,6 +57,10 @@ class Held(NamedTuple):
 
 class HolderError(Exception):
     """The holder refused a request or could not be reached."""
+
+
+class _Closed(HolderError):
+    """The connection to the holder is gone (it restarted): ask on a new one."""
 
 
 def _send(sock: socket.socket, text: str, fd: Optional[int] = None) -> None:
@@ -146,6 +153,7 @@ def serve(path: str) -> int:
     server = Server()
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "stopping_since",
                                                      time.monotonic()))
+    _allow_descriptors(MAX_HELD + 2 * MAX_CONNECTIONS + 64)
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -153,33 +161,47 @@ def serve(path: str) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     os.chmod(path, 0o600)
-    listener.listen(4)
-    conns: list[socket.socket] = []
+    listener.listen(MAX_CONNECTIONS)
+    # epoll, not select(): a held namespace takes a descriptor, and select() fails on
+    # any numbered 1024 or more.
+    ready = selectors.DefaultSelector()
+    ready.register(listener, selectors.EVENT_READ)
     log.info("holding the agent's namespaces at %s", path)
     while True:
         since = server.stopping_since
         if since is not None and (not server.held
                                   or time.monotonic() - since > STOPPING_GRACE_S):
             break
-        try:
-            ready, _, _ = select.select([listener, *conns], [], [], 1.0)
-        except InterruptedError:
-            continue
-        for sock in ready:
+        for key, _ in ready.select(1.0):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
             if sock is listener:
-                conns.append(listener.accept()[0])
+                conn = listener.accept()[0]
+                if len(ready.get_map()) > MAX_CONNECTIONS:
+                    conn.close()   # the agent needs one; nothing else has the socket
+                    continue
+                conn.settimeout(CONNECTION_TIMEOUT_S)   # a peer that never reads
+                ready.register(conn, selectors.EVENT_READ)
                 continue
             try:
                 alive = server.answer(sock)
             except OSError:
                 alive = False
             if not alive:
-                conns.remove(sock)
+                ready.unregister(sock)
                 sock.close()
     log.info("stopping; %d namespaces still held are freed with this process",
              len(server.held))
     server.release_all()
     return 0
+
+
+def _allow_descriptors(wanted: int) -> None:
+    """Raise the soft limit on open files towards `wanted` (as far as the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        top = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
 
 
 class Client:
@@ -203,36 +225,62 @@ class Client:
         return self._sock
 
     def _ask(self, text: str, fd: Optional[int] = None) -> str:
-        try:
-            sock = self._conn()
-            _send(sock, text, fd)
-            reply, fds = _receive(sock)
-        except (OSError, HolderError) as err:
-            self.close()
-            raise HolderError(f"holder: {text.split()[0]}: {err}") from None
-        for extra in fds:
-            os.close(extra)
+        """The holder's reply to one request; on a connection the holder closed (it
+        restarted), once more on a new one."""
+        for attempt in (1, 2):
+            try:
+                sock = self._conn()
+                _send(sock, text, fd)
+                reply, fds = _receive(sock)
+            except (OSError, HolderError) as err:
+                self.close()
+                if attempt == 2:
+                    raise HolderError(f"holder: {text.split()[0]}: {err}") from None
+                continue
+            for extra in fds:
+                os.close(extra)
+            if reply:
+                break
+            self.close()   # the holder closed it: ask again
         if reply.startswith("ERROR"):
             raise HolderError(f"holder: {reply[6:]}")
+        if not reply:
+            raise HolderError(f"holder: {text.split()[0]}: no reply")
         return reply
+
+    def _ok(self, text: str, fd: Optional[int] = None) -> None:
+        reply = self._ask(text, fd)
+        if reply != "OK":
+            raise HolderError(f"holder: {text.split()[0]}: unexpected reply {reply!r}")
 
     def hold(self, name: str, path: str, tag: str) -> None:
         """Hand the holder an open file of the namespace at `path`, as `name`, built
         for what `tag` says."""
         fd = os.open(path, os.O_RDONLY)
         try:
-            self._ask(f"HOLD {name} {tag}", fd)
+            self._ok(f"HOLD {name} {tag}", fd)
         finally:
             os.close(fd)
 
     def drop(self, name: str) -> None:
-        self._ask(f"DROP {name}")
+        self._ok(f"DROP {name}")
 
     def stopping(self) -> bool:
         return self._ask("STATE") == "STOPPING"
 
     def held(self) -> dict[str, Held]:
-        """Every namespace held, each with a descriptor now the caller's to close."""
+        """Every namespace held, each with a descriptor now the caller's to close; on
+        a connection the holder closed (it restarted), asked once more on a new one."""
+        for attempt in (1, 2):
+            try:
+                return self._list()
+            except _Closed as err:
+                self.close()
+                if attempt == 2:
+                    raise HolderError(f"holder: LIST: {err}") from None
+        raise AssertionError("unreachable")
+
+    def _list(self) -> dict[str, Held]:
         out: dict[str, Held] = {}
         try:
             sock = self._conn()
@@ -248,15 +296,14 @@ class Client:
                     os.close(fd)
                 if reply == "END":
                     return out
+                if not reply and not out:
+                    raise _Closed("the holder closed the connection")
                 raise HolderError(f"holder: LIST: unexpected {reply!r}")
-        except OSError as err:
-            self.close()
+        except BaseException as err:
             for held in out.values():
                 os.close(held.fd)
-            raise HolderError(f"holder: LIST: {err}") from None
-        except BaseException:
-            for held in out.values():
-                os.close(held.fd)
+            if isinstance(err, OSError):
+                raise _Closed(str(err)) from None
             raise
 
     def close(self) -> None:

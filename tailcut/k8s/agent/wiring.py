@@ -52,6 +52,7 @@ class Fabric:
     tor: list[innetwork.TorFeature] = field(default_factory=list)
     job_uid: str = ""   # the TrainingJob's: which incarnation of the job
     adopted: bool = False   # built by an earlier agent (holder.py), taken over
+    held_as: str = ""       # what it was built for, as the holder keeps it (daemon._tag)
     overlay_vni: Optional[int] = None   # its VXLAN, guarded in the node's namespace
     pods: dict[str, "Wired"] = field(default_factory=dict)   # by pod UID
 
@@ -276,14 +277,17 @@ def _cadentflow(job: TrainingJob) -> bool:
     return job.spec.scheduling is not None and job.spec.scheduling.policy == "cadentflow"
 
 
-def wire(fabric: Fabric, uid: str, name: str, replica: str) -> Wired:
+def wire(fabric: Fabric, uid: str, name: str, replica: str, replace: bool = False) -> Wired:
     """Wire the pod whose namespace is named `name` into its rack: both directions of
-    its access link shaped, cadentflow's classes on both ends. All or nothing."""
+    its access link shaped, cadentflow's classes on both ends. All or nothing.
+    `replace`: first remove an access link an earlier agent may have left half made."""
     topo = fabric.network.topology
     pod = topo.pod(replica)
     if not netns.exists(topo.racks[pod.rack].netns):
         raise AgentError(f"{replica} belongs to rack {topo.racks[pod.rack].name}, which is "
                          "placed on another node (the job's status.placement)")
+    if replace:
+        build.unwire_pod(fabric.network, pod)
     wired = Wired(uid=uid, name=name, replica=replica, fabric=fabric)
     wired.applied = build.wire_pod(fabric.network, pod, name)
     try:
