@@ -1,7 +1,7 @@
 """What a small message costs: tcp against bounded-loss, ping-pong on a clean 1 Gbit/s link.
 
     .venv/bin/python bench/bl_message_cost.py [--runs 3] [--rounds 200] [--p 0.9]
-        [--elements 64714] [--baseline DIR] [--trace]
+        [--elements 64714] [--receive-paths socket,kernel] [--baseline DIR] [--trace]
 
 Two pods (ps-0, worker-0) on one rack, loss-free 1 Gbit/s access links. The worker
 sends a PUSH of ``elements`` float32s (the quickstart's MLP: 64 714, 259 KB), the PS
@@ -12,7 +12,9 @@ clock); p50 / p99 per transport (the first 10 rounds warm up) and the ratio
 bounded-loss / tcp, medians over runs, every transport measured in every run. Also
 per round, the CPU time both pods used and their context switches: on a loaded
 machine each wake-up of a thread waits for a core, so these say what a message
-costs where the times cannot.
+costs where the times cannot, and the CPU per round of each bounded-loss receive
+path over tcp's, per run (``--receive-paths``: the receiver's socket, the kernel's tc
+program, or both side by side; "bounded-loss/kernel" in the output).
 
 With ``--trace`` (this tree only; one more run per run), each bounded-loss message is cut into
 phases from stamps both sides take (bench/bl_cost_role.py): where the fixed cost
@@ -56,6 +58,7 @@ def load() -> str:
 
 def one(transport: str, p: float, args: argparse.Namespace, port: int,
         tree: Path | None, traced: bool = False) -> dict[str, Any]:
+    transport, _, receive_path = transport.partition("/")
     # UDP GSO, as tailcut.plan.transport_options sets it on every path; with no
     # switch_buffer_bytes a burst is a whole GSO message (22 datagrams; 44 on Nov 27
     # and 16 before, so this bench's figures from before then are not comparable).
@@ -63,6 +66,8 @@ def one(transport: str, p: float, args: argparse.Namespace, port: int,
                                                             "gso": True}
     if transport == "bounded-loss":
         options["p"] = p
+        if receive_path:
+            options["receive_path"] = receive_path
     with bl_net.network("bl-bench-cost", 1, 0.0) as topo:
         ps = topo.pod("ps-0")
         base = {"transport": transport, "options": options, "host": ps.ip, "port": port,
@@ -102,6 +107,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--p", type=float, default=0.9)
     ap.add_argument("--elements", type=int, default=64714)
+    ap.add_argument("--receive-paths", default="socket",
+                    help="the bounded-loss receive paths to run, comma-separated: socket, "
+                         "kernel")
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with")
     ap.add_argument("--trace", action="store_true",
                     help="one more bounded-loss run of this tree per run, its phases stamped")
@@ -111,7 +119,11 @@ def main() -> None:
     trees: dict[str, Path | None] = {"this tree": None}
     if args.baseline:
         trees = {"baseline": args.baseline.resolve(), "this tree": None}
-    transports = ("tcp", "bounded-loss")
+    paths = args.receive_paths.split(",")
+    if not paths or set(paths) - {"socket", "kernel"}:
+        ap.error(f"--receive-paths {args.receive_paths}: socket, kernel or both")
+    transports = ("tcp", *("bounded-loss" if path == "socket" else "bounded-loss/kernel"
+                           for path in paths))
     p50: dict[tuple[str, str], list[float]] = {(l, t): [] for l in trees for t in transports}
     p99: dict[tuple[str, str], list[float]] = {k: [] for k in p50}
     ratio50: dict[str, list[float]] = {l: [] for l in trees}
@@ -147,7 +159,7 @@ def main() -> None:
                                             "ping nacks", "ping retransmitted",
                                             "packets_sent", "ping packets_sent")}
                     print(f"  stats: {interesting}", flush=True)
-            ratio50[label].append(p50[label, "bounded-loss"][-1] / p50[label, "tcp"][-1])
+            ratio50[label].append(p50[label, transports[1]][-1] / p50[label, "tcp"][-1])
             if args.trace and tree is None:
                 res = one("bounded-loss", args.p, args, 7450 + run, tree, traced=True)
                 for s in res["stamps"]:
@@ -169,10 +181,15 @@ def main() -> None:
                   f"{statistics.median(cpu[label, t]):.0f} us of CPU (both pods), "
                   f"{statistics.median(switches[label, t]):.0f} context switches "
                   f"(medians of runs)")
-        print(f"  {label}: p50 bounded-loss p={args.p} / tcp = "
+        print(f"  {label}: p50 {transports[1]} p={args.p} / tcp = "
               f"{statistics.median(ratio50[label]):.2f} (per run: "
               f"{' '.join(f'{r:.2f}' for r in ratio50[label])}) "
-              + hostcheck.mark({t: verdicts[label, t] for t in ("bounded-loss", "tcp")}))
+              + hostcheck.mark({t: verdicts[label, t] for t in transports}))
+        for t in transports[1:]:
+            per_run = [b / a for a, b in zip(cpu[label, "tcp"], cpu[label, t])]
+            print(f"  {label}: CPU per round {t} / tcp = {statistics.median(per_run):.2f} "
+                  f"(per run: {' '.join(f'{r:.2f}' for r in per_run)}); context switches "
+                  f"{statistics.median(switches[label, t]) / statistics.median(switches[label, 'tcp']):.2f}x")
     if any(phases.values()):
         print("\nthis tree, bounded-loss: phases of a message (us, over every message)")
         for name, v in phases.items():

@@ -104,7 +104,7 @@ static __always_inline __u32 place(struct __sk_buff *skb, __u32 at, __u32 len,
 	    st->port != port)
 		return TAILCUT_RX_UNBOUND;
 	if (st->kind != h.kind)
-		return TAILCUT_RX_BAD_KIND;
+		return TAILCUT_RX_KIND_MISMATCH;
 	if (st->total != total)
 		return TAILCUT_RX_TOTAL_MISMATCH;
 	if (total > RX_CAPACITY)   /* the map is writable: never trust the bound total */
@@ -159,6 +159,9 @@ static __always_inline __u32 place(struct __sk_buff *skb, __u32 at, __u32 len,
 		what |= TAILCUT_RX_EV_P;
 	if (before + n == total)
 		what |= TAILCUT_RX_EV_COMPLETE;
+	/* Not again what was emitted, nor what the loader marked as not wanted (a message
+	 * already handed over, whose region stays bound a little for its late packets). */
+	what &= ~(__u32)st->fired;
 	if (what) {
 		struct tailcut_rx_event ev = {
 			.job = job, .message = key.message, .port = port, .region = *region,
@@ -224,7 +227,8 @@ int tailcut_rxring(struct __sk_buff *skb)
 			continue;
 		/* Not ours to take: the whole skb goes on (the socket sees any datagram
 		 * placed before this one as a duplicate). */
-		if (reason == TAILCUT_RX_UNKNOWN_JOB || reason == TAILCUT_RX_UNBOUND)
+		if (reason == TAILCUT_RX_UNKNOWN_JOB || reason == TAILCUT_RX_UNBOUND ||
+		    reason == TAILCUT_RX_KIND_MISMATCH || reason == TAILCUT_RX_TOTAL_MISMATCH)
 			return TC_ACT_UNSPEC;
 		/* Malformed: nothing of it was written; the rest of the skb is not looked
 		 * at (a hostile skb gets one verdict) and it is dropped. */

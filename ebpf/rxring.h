@@ -94,23 +94,25 @@ struct tailcut_rx_event {
 
 /* Per-CPU verdict counters, indexed by reason: every datagram to a served port lands
  * in exactly one, up to the first one in an skb that is not consumed. The first two
- * are consumed (the skb is dropped, TC_ACT_SHOT, once all of it is); UNKNOWN_JOB and
- * UNBOUND pass the skb on untouched (TC_ACT_UNSPEC); every other reason is a malformed
- * datagram: nothing is written, and the skb is dropped. */
+ * are consumed (the skb is dropped, TC_ACT_SHOT, once all of it is); UNKNOWN_JOB,
+ * UNBOUND and the two MISMATCHes pass the skb on untouched (TC_ACT_UNSPEC); every other
+ * reason is a malformed datagram: nothing is written, and the skb is dropped. */
 enum tailcut_rx_reason {
 	TAILCUT_RX_PLACED = 0,      /* a new range: its payload was copied and counted */
 	TAILCUT_RX_DUPLICATE,       /* range already placed: consumed, nothing written */
 	TAILCUT_RX_UNKNOWN_JOB,     /* another job's datagram: passed on */
 	TAILCUT_RX_UNBOUND,         /* a message bound to no region (yet): passed on */
+	TAILCUT_RX_KIND_MISMATCH,   /* not the bound message's kind: passed on (a binding
+	                             * made ahead of BEGIN guessed wrong; the socket checks) */
+	TAILCUT_RX_TOTAL_MISMATCH,  /* not the bound message's total: passed on, the same */
 	TAILCUT_RX_SHORT,           /* truncated: no room for the header or the payload */
 	TAILCUT_RX_BAD_MAGIC,
 	TAILCUT_RX_BAD_VERSION,
 	TAILCUT_RX_BAD_FLAGS,       /* unknown flag bits or reserved != 0 */
-	TAILCUT_RX_BAD_KIND,        /* not PUSH or PARAMS, or not the bound message's kind */
+	TAILCUT_RX_BAD_KIND,        /* not PUSH or PARAMS */
 	TAILCUT_RX_BAD_RANGE,       /* end <= start or end > total */
 	TAILCUT_RX_BAD_LENGTH,      /* payload bytes != 4 * (end - start) */
 	TAILCUT_RX_MISALIGNED,      /* range is not exactly one range's */
-	TAILCUT_RX_TOTAL_MISMATCH,  /* total differs from the bound message's */
 	TAILCUT_RX_OUT_OF_RANGE,    /* the range lies outside the region's buffer */
 	TAILCUT_RX_REASONS
 };

@@ -364,6 +364,8 @@ def transport_options(job: TrainingJob, pod: Pod) -> dict[str, Any]:
                        link_bit=job.spec.network.access_link.bandwidth)
     if kind.xdp_counter:
         options.update(xdp_mode=t.xdp_mode)
+        if t.receive_path != "socket":
+            options.update(receive_path=t.receive_path)
         if t.min_p is not None:  # early close below p (unset: p is the floor)
             options.update(min_p=t.min_p)
     if t.tcp_congestion_control is not None:

@@ -28,6 +28,8 @@ _GONE = (errno.ENOENT, errno.ENODEV)
 
 _lock = threading.Lock()
 _added: set[tuple[str, int]] = set()  # (netns, ifindex) where tailcut added the clsact
+# The netns name that means the calling thread's own namespace (a role in its pod).
+HERE = ""
 
 
 def ifindex(ipr: IPRoute, netns_name: str, ifname: str) -> int:
@@ -96,7 +98,7 @@ def remove_filter(netns_name: str, ifname: str, index: int, *, direction: Direct
     """Delete the filter add_filter() put there, and the clsact if it is now unused.
     Harmless if the filter, the interface or the whole namespace is already gone."""
     try:
-        ipr = netns.ipr(netns_name)
+        ipr = IPRoute() if netns_name == HERE else netns.ipr(netns_name)
     except NetError:
         with _lock:  # namespace gone: the interface and its filters went with it
             _added.discard((netns_name, index))

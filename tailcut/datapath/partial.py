@@ -25,8 +25,6 @@ import errno
 import os
 import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -214,7 +212,7 @@ class Counter:
             return
         self._attached = False
         try:
-            with _inside(self._ns_fd), IPRoute() as ipr:
+            with netns.entered_fd(self._ns_fd), IPRoute() as ipr:
                 _set_xdp(ipr, self.ifindex, -1, self.mode)
         except NetlinkError as err:
             if err.code not in _GONE:  # gone with its namespace: nothing left to detach
@@ -228,26 +226,6 @@ class Counter:
 
     def __exit__(self, *exc: object) -> None:
         self.detach()
-
-
-@contextmanager
-def _inside(ns_fd: int) -> Iterator[None]:
-    """Run the body with the calling thread in the namespace open at ``ns_fd``. Already
-    there: nothing to switch (setns needs CAP_SYS_ADMIN, which a pod that attaches its
-    own counter does not have)."""
-    target, here = os.fstat(ns_fd), os.stat("/proc/thread-self/ns/net")
-    if (target.st_dev, target.st_ino) == (here.st_dev, here.st_ino):
-        yield
-        return
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        netns.setns_fd(ns_fd)
-        try:
-            yield
-        finally:
-            netns.setns_fd(home)
-    finally:
-        os.close(home)
 
 
 def _namespace_fd(netns_name: str | None) -> int:
@@ -274,7 +252,7 @@ def attach(ifname: str, *, port: int, job: int, p: float, stride: int,
     ns_fd = -1
     try:
         ns_fd = _namespace_fd(netns_name)
-        with _inside(ns_fd), IPRoute() as ipr:
+        with netns.entered_fd(ns_fd), IPRoute() as ipr:
             found = ipr.link_lookup(ifname=ifname)
             if not found:
                 raise DatapathError(f"no interface {ifname} in "

@@ -30,12 +30,15 @@ another CPU where a reuse is many messages away.
 from __future__ import annotations
 
 import collections
+import contextlib
 import mmap
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pyroute2 import IPRoute
 
 from tailcut import ebpfheaders
 from tailcut.datapath import bcc, bpfcache, clsact
@@ -64,7 +67,9 @@ MAX_REGIONS = _CONSTS["TAILCUT_RX_MAX_REGIONS"]
 MAX_STRIDE = 4096   # as partial.MAX_STRIDE: a 9000-byte MTU's 2235 with room
 MAX_BUFFER_BYTES = 1 << 30   # rx_data's size at most
 KINDS = (2, 3)      # tailcut.transports.base.Kind PUSH, PARAMS (the program's check)
-_PASSING = ("unknown_job", "unbound")
+# Passed on to the socket: another job's, a message bound to no region, and one that
+# is not the bound message's kind or total (a binding made ahead of its BEGIN guessed).
+_PASSING = ("unknown_job", "unbound", "kind_mismatch", "total_mismatch")
 
 
 def reasons() -> list[str]:
@@ -152,7 +157,7 @@ class Message:
         self.total = total
         self.ranges = -(-total // ring.stride)
         self._stride = ring.stride
-        self._state = ring._state[region:region + 1]   # a one-record view
+        self._state = ring._state[region:region + 1]   # a one-record view (writable)
         rows = ring._data[region, :self.ranges, :ring.stride]
         rows.flags.writeable = False
         self.rows = rows   # rows[i]: range i's elements (the last row's tail unused)
@@ -199,6 +204,16 @@ class Message:
     def complete(self) -> bool:
         return self.counted == self.total
 
+    def lower_threshold(self, threshold: int) -> None:
+        """Fire at p when the region itself has `threshold` elements (the rest of the
+        message's p came another way: read by the socket before it was bound)."""
+        self._state["threshold"][0] = max(1, min(threshold, self.total))
+
+    def silence(self) -> None:
+        """No more events of this message (it was handed over; its region stays bound
+        a little, so that its late datagrams are taken here, not by the socket)."""
+        self._state["fired"][0] = EV_P | EV_COMPLETE
+
     def element_mask(self) -> np.ndarray:
         """A bool per element (a copy: the view is per range)."""
         return np.repeat(self.arrived, self._stride)[:self.total]
@@ -225,6 +240,7 @@ class Ring:
         self.program = program
         # Where the filter is (attach() sets them); None: loaded only, as a test runs it.
         self.netns: str | None = None
+        self._home: int | None = None   # the namespace it went on, if the caller's own
         self.ifname = ""
         self.ifindex = 0
         self.port = port
@@ -278,9 +294,13 @@ class Ring:
                                   int(e.counted), int(e.total), int(e.what), int(e.seq),
                                   int(e.ktime_ns)))
 
-    def bind(self, message: int, total: int, p: float, kind: int = KINDS[0]) -> Message:
-        """Give `message` (`total` elements) a region, zeroed, from now on: its datagrams
-        are placed there and it fires at ceil(p * total) elements and at completion."""
+    def bind(self, message: int, total: int, p: float, kind: int = KINDS[0],
+             zeroed: bool = True) -> Message:
+        """Give `message` (`total` elements) a region, from now on: its datagrams are
+        placed there and it fires at ceil(p * total) elements and at completion.
+        `zeroed`: its values start at 0; False leaves the last message's where no
+        datagram lands (a reader that takes only what ``arrived`` marks saves a pass
+        over the region)."""
         if not 1 <= total <= self.capacity:
             raise ValueError(f"total={total}: a region holds 1..{self.capacity} elements "
                              f"({self.ranges} ranges of {self.stride}); compile with more "
@@ -305,7 +325,8 @@ class Ring:
             st["last_ns"] = 0
             st["bits"] = 0
             st["arrived"] = 0
-            self._data[region, :-(-total // self.stride)] = 0
+            if zeroed:
+                self._data[region, :-(-total // self.stride)] = 0
             st["job"], st["message"], st["port"] = self.job, message, self.port
             st["kind"], st["total"], st["threshold"] = kind, total, threshold
             st["armed"] = self._generation   # last: the binding below makes it live
@@ -352,6 +373,13 @@ class Ring:
         """The event ring's fd: poll(2) says POLLIN while an event waits."""
         return int(self._ring.map_fd)
 
+    def taken(self) -> int:
+        """Datagrams the program took off the stack so far (placed or duplicate)."""
+        table = self.program.table(STATS_MAP)
+        return sum(int(v) for i in (self._reasons.index("placed"),
+                                    self._reasons.index("duplicate"))
+                   for v in table[table.Key(i)])
+
     def stats(self) -> dict[str, int]:
         """Datagrams to the port by verdict since load, summed over CPUs."""
         table = self.program.table(STATS_MAP)
@@ -366,10 +394,15 @@ class Ring:
         self._open = False
         try:
             if self.netns is not None:
-                clsact.remove_filter(self.netns, self.ifname, self.ifindex,
-                                     direction="ingress", prio=FILTER_PRIO,
-                                     handle=FILTER_HANDLE, what="rxring")
+                with (netns.entered_fd(self._home) if self._home is not None
+                      else contextlib.nullcontext()):
+                    clsact.remove_filter(self.netns, self.ifname, self.ifindex,
+                                         direction="ingress", prio=FILTER_PRIO,
+                                         handle=FILTER_HANDLE, what="rxring")
         finally:
+            if self._home is not None:
+                os.close(self._home)
+                self._home = None
             self._bound.clear()
             for mapped in (self._state_map, self._data_map):
                 try:
@@ -401,10 +434,13 @@ def load(*, port: int, job: int, stride: int, ranges: int = 256,
 def attach(netns_name: str, ifname: str, *, port: int, job: int, stride: int,
            ranges: int = 256, regions: int = 32) -> Ring:
     """Load the program serving `job`'s datagrams to `port` and put it on the clsact
-    ingress hook of `ifname` in namespace `netns_name`."""
+    ingress hook of `ifname` in namespace `netns_name` (clsact.HERE: the calling
+    thread's own, as a receiving role in its pod attaches)."""
     ring = load(port=port, job=job, stride=stride, ranges=ranges, regions=regions)
+    if netns_name == clsact.HERE:   # detach() may run on another thread, elsewhere
+        ring._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        with netns.ipr(netns_name) as ipr:
+        with (IPRoute() if netns_name == clsact.HERE else netns.ipr(netns_name)) as ipr:
             index = clsact.ifindex(ipr, netns_name, ifname)
             clsact.add_filter(ipr, netns_name, ifname, index, direction="ingress",
                               prio=FILTER_PRIO, handle=FILTER_HANDLE,

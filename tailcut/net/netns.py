@@ -151,6 +151,26 @@ def setns_fd(fd: int) -> None:
     _check(_libc.setns(fd, CLONE_NEWNET), "setns")
 
 
+@contextmanager
+def entered_fd(fd: int) -> Iterator[None]:
+    """Run the body with the calling thread in the namespace open at `fd`. Already
+    there: nothing to switch (setns needs CAP_SYS_ADMIN, which a pod that attaches its
+    own receive programs does not have)."""
+    target, here = os.fstat(fd), os.stat("/proc/thread-self/ns/net")
+    if (target.st_dev, target.st_ino) == (here.st_dev, here.st_ino):
+        yield
+        return
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        setns_fd(fd)
+        try:
+            yield
+        finally:
+            setns_fd(home)
+    finally:
+        os.close(home)
+
+
 def pids_inside(name: str) -> list[int]:
     """Processes whose network namespace is `name` (matched by device and inode)."""
     return pids_inside_any([name])

@@ -274,6 +274,13 @@ class Transport(_Model):
         default="generic",
         description="bounded-loss: XDP mode of the receive counter (native costs TCP "
                     "throughput on a veth)")
+    receive_path: Literal["socket", "kernel"] = Field(
+        default="socket",
+        description="bounded-loss: how a receiver takes its datagrams. socket: its "
+                    "receive thread reads every one, the XDP counter saying when p is "
+                    "reached; kernel: a tc program at its interface's ingress places each "
+                    "in a buffer the role maps, and wakes it once per message, at p "
+                    "(docs/bounded-loss.md, 'The kernel receive path')")
     min_p: Optional[float] = Field(
         default=None, gt=0.0, le=1.0,
         description="bounded-loss: early close (adaptive completion, as LTP's Early Close "
@@ -310,6 +317,15 @@ class Transport(_Model):
         if self.min_p is not None and not kind.xdp_counter:
             raise ValueError(f"minP: only {' and '.join(transport_kinds.with_trait('xdp_counter'))}"
                              f" closes a message early; {self.type} does not take minP")
+        if self.receive_path != "socket" and not kind.xdp_counter:
+            raise ValueError(f"receivePath: only "
+                             f"{' and '.join(transport_kinds.with_trait('xdp_counter'))} "
+                             f"receive in the kernel; {self.type} takes its datagrams "
+                             "through its socket")
+        if self.receive_path == "kernel" and self.min_p is not None:
+            raise ValueError("minP: early close watches each packet's arrival in the "
+                             "receiving role, which the kernel receive path does not see; "
+                             "use receivePath: socket with minP")
         if self.min_p is not None and self.p is not None and self.min_p > self.p:
             raise ValueError(f"minP: {self.min_p} is above p = {self.p}; minP is the "
                              "floor a message may close at once its packets stop coming, "

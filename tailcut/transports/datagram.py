@@ -101,6 +101,13 @@ IDLE_WAIT_S = 0.1  # longest sleep with nothing due (close and END also wake the
 IDLE_SAMPLE_S = 0.05  # the link's counter is read this often while nothing comes in
 UDP_LINGER_S = 2.0  # how long a udp connection's close waits for its queued passes
 STALE_DELAY_S = 0.02  # after a completion, when its XDP entry is freed (late packets in)
+# The kernel receive path (receive_path="kernel", tailcut.datapath.rxring): messages of up
+# to KERNEL_RANGES packets (92,160 floats at a 1500-byte MTU, a 368 KB message), of
+# which KERNEL_REGIONS are placed at once: 11.8 MB of locked kernel memory. A larger
+# message, or one more, comes through the socket.
+RECEIVE_PATHS = ("socket", "kernel")
+KERNEL_RANGES = 256
+KERNEL_REGIONS = 32
 # A bounded-loss pass over before DONE waits this long for it before sending END (which
 # a NACK then follows end_grace_ms later, if below p).
 END_WAIT_S = 0.002
@@ -417,6 +424,8 @@ class DatagramTransport(base.Transport):
         self._schedule = srpt.LinkSchedule(None)
         self._stats_lock = threading.Lock()  # (several connections' sender threads count)
         self.counter: Any = None  # tailcut.datapath.partial.Counter when XDP is on
+        self.ring: Any = None  # tailcut.datapath.rxring.Ring: the kernel receive path
+        self._ring_taken = 0   # datagrams it took, as last counted as ours
         # Wakes the receive thread from its sleep: an END was read, or close().
         self._wake: int | None = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._wake_lock = threading.Lock()
@@ -627,6 +636,11 @@ class DatagramTransport(base.Transport):
         if self.counter is not None:
             self.counter.detach()
             self.counter = None
+        if self.ring is not None:
+            with self._lock:   # (no message is bound once the receiver lets go)
+                self._recv.ring = None
+                self.ring.detach()
+            self.ring = None
         if self._monitor is not None:
             self._monitor.close()
         with self._wake_lock:
@@ -853,9 +867,14 @@ class DatagramTransport(base.Transport):
             done = self._recv.begin(conn, batch.ipv4(conn.udp_addr[0]), f.message, f.kind,
                                     f.iteration, f.sender, f.count, f.sent_at_ns, layout,
                                     start_kbit=f.rate_mbit * 1000)
+            rx = self._recv.rx.get(f.message)
+            placed = rx is not None and rx.kernel is not None
         self._finish(done)
         self._regrant()
-        self._wake_loop()  # with XDP on, the receive thread reads only once told
+        # With XDP on, the receive thread reads only once told; a message the kernel
+        # path places needs no reading: its event says when it is in.
+        if not placed:
+            self._wake_loop()
 
     def _resample(self, monitor: congestion.LinkMonitor, now: float) -> None:
         """Re-read the other traffic on our link; grant anew if it moved by more than
@@ -960,6 +979,7 @@ class _Taken(NamedTuple):
     live: bool            # some message is coming in
     sweep_at: float | None  # when the receiver's next sweep is due
     hurry: bool           # a message fired short of its packets: read the socket now
+    unplaced: bool        # a message coming in has no kernel region: its data is the socket's
 
 
 class _ReceiveLoop:
@@ -983,6 +1003,12 @@ class _ReceiveLoop:
         if self.ring is not None:
             for poller in (self.signals, self.data, self.ring_ready):
                 poller.register(self.ring, select.POLLIN)
+        # The kernel receive path's events: a message at p, or complete.
+        self.kernel = transport.ring
+        self.kernel_ready = select.poll()
+        if self.kernel is not None:
+            for poller in (self.signals, self.data, self.kernel_ready):
+                poller.register(self.kernel.fileno(), select.POLLIN)
         self.read_up_to_ns = 0  # kernel arrival time (CLOCK_REALTIME) of what has been read
         self.sampled = -math.inf  # when the link's counter was last read
         self.late_seen = 0  # late packets (of finished messages) read so far
@@ -1043,15 +1069,23 @@ class _ReceiveLoop:
             for ev in events:
                 if ev.job == t.job_id:
                     t._recv.fired(ev.message, ev.ktime_ns, done)
+            if self.kernel is not None and self.kernel_ready.poll(0):
+                for kev in self.kernel.consume():
+                    t._recv.kernel_event(kev.message, kev.ktime_ns, kev.at_p, done)
             t._recv.sweep(now, self.read_up_to_ns, t.end_grace_s, done)
             taken = _Taken(now, bool(t._recv.rx), t._recv.next_sweep(t.end_grace_s),
-                           t._recv.fired_short())
+                           t._recv.fired_short(),
+                           any(rx.kernel is None for rx in t._recv.rx.values()))
         t._finish(done)
         return taken
 
     def _look_after(self, now: float, every: float) -> None:
-        """Between batches: the link's other traffic, and late packets' XDP entries."""
+        """Between batches: the link's other traffic, and late packets' XDP entries (or
+        the kernel path's regions of messages handed over)."""
         t = self.transport
+        if self.kernel is not None:
+            with t._lock:
+                t._recv.release_regions(now)
         late = t._recv.stats["late"]
         if late != self.late_seen and t.counter is not None and t._stale_at is None:
             # Late packets re-create their finished message's XDP entry: free it again,
@@ -1063,6 +1097,10 @@ class _ReceiveLoop:
         monitor = t._monitor
         if monitor is not None and now >= self.sampled + every and (
                 not self.inbox.filled or now >= self.sampled + 4 * every):
+            if self.kernel is not None:   # ours too, though no socket read them
+                taken = self.kernel.taken()
+                new, t._ring_taken = taken - t._ring_taken, taken
+                monitor.ours(new * t._recv.row_bytes, new)
             t._resample(monitor, now)
             self.sampled = now
 
@@ -1072,7 +1110,7 @@ class _ReceiveLoop:
         due = [d for d in (taken.sweep_at, t._stale_at) if d is not None]
         if t._monitor is not None:
             due.append(self.sampled + every)
-        if self.ring is None:
+        if self.ring is None and self.kernel is None:
             if n and taken.live and n < COALESCE_PACKETS:
                 # Packets are flowing but the loop has caught up: let a few more
                 # arrive rather than pay the per-batch cost on every one or two.
@@ -1081,8 +1119,12 @@ class _ReceiveLoop:
         elif taken.live and not taken.hurry and t._coalesce_reads:
             due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
         wait_s = min([IDLE_WAIT_S] + [d - now for d in due])
-        # An event whose packet is not read yet: wait for the socket, not a timer.
-        waiter = self.data if self.ring is None or taken.hurry else self.signals
+        # An event whose packet is not read yet: wait for the socket, not a timer. The
+        # kernel path's events need no socket, unless a message has no region.
+        if self.kernel is not None:
+            waiter = self.data if taken.unplaced else self.signals
+        else:
+            waiter = self.data if self.ring is None or taken.hurry else self.signals
         # In whole ms (poll's unit), rounded up, but not for the float error of
         # "now + 1 ms - now", which would make every COALESCE_MS wait 2 ms.
         waiter.poll(max(0, math.ceil(wait_s * 1e3 - 1e-3)))
@@ -1122,10 +1164,15 @@ class BoundedLossTransport(DatagramTransport):
                  max_elements: int = wire.DEFAULT_MAX_ELEMENTS, seed: int | None = None,
                  min_p: float | None = None, gso: bool = False,
                  link_bit: float | None = None,
-                 switch_buffer_bytes: int | None = None) -> None:
+                 switch_buffer_bytes: int | None = None,
+                 receive_path: str = "socket") -> None:
         """``min_p`` (early close, docs/bounded-loss.md): a message whose pass is over
         and whose packets have stopped coming is handed over below p with what
-        arrived, if at least min_p; None (the default) or min_p = p: p is the floor."""
+        arrived, if at least min_p; None (the default) or min_p = p: p is the floor.
+        ``receive_path``: "socket" (the XDP counter, if ``xdp``, counts; the receive
+        thread reads every datagram) or "kernel" (a tc program at the interface's
+        ingress places each datagram in a mapped buffer and wakes the thread at p:
+        tailcut.datapath.rxring; no XDP counter)."""
         # (checked before the base class opens anything)
         p = fraction.check(p, what="0.9 = deliver at least 90% of every message")
         if min_p is not None:
@@ -1133,6 +1180,9 @@ class BoundedLossTransport(DatagramTransport):
                                    "packets stopped coming may be handed over at")
         if xdp_mode not in ("generic", "native"):
             raise ValueError(f"xdp_mode={xdp_mode!r}: must be generic or native")
+        if receive_path not in RECEIVE_PATHS:
+            raise ValueError(f"receive_path={receive_path!r}: must be one of "
+                             f"{', '.join(RECEIVE_PATHS)}")
         super().__init__(job=job, mtu=mtu, rate_bit=rate_bit, end_grace_ms=end_grace_ms,
                          max_elements=max_elements, seed=seed, gso=gso, link_bit=link_bit,
                          switch_buffer_bytes=switch_buffer_bytes)
@@ -1140,8 +1190,12 @@ class BoundedLossTransport(DatagramTransport):
         self.p = self._recv.p = p
         self.xdp = xdp
         self.xdp_mode = xdp_mode
+        self.receive_path = receive_path
 
     def _attach(self, local_ip: str, port: int) -> None:
+        if self.receive_path == "kernel":
+            self._attach_ring(local_ip, port)
+            return
         if not self.xdp:
             return
         from tailcut.datapath import partial
@@ -1157,6 +1211,22 @@ class BoundedLossTransport(DatagramTransport):
         print(f"tailcut bounded-loss: XDP counter attached to {self.counter.ifname} in "
               f"{self.counter.mode} mode (prog id {self.counter.prog_id}, p={self.p}, "
               f"{self.stride} floats per packet)", file=sys.stderr, flush=True)
+
+
+    def _attach_ring(self, local_ip: str, port: int) -> None:
+        from tailcut.datapath import clsact, rxring
+        from tailcut.errors import DatapathError
+        try:
+            self.ring = rxring.attach(clsact.HERE, _ifname_of(local_ip), port=port,
+                                      job=self.job_id, stride=self.stride,
+                                      ranges=KERNEL_RANGES, regions=KERNEL_REGIONS)
+        except DatapathError as err:
+            raise base.TransportError(f"bounded-loss receiver on {local_ip}:{port}: {err}") \
+                from err
+        self._recv.ring = self.ring
+        print(f"tailcut bounded-loss: kernel receive path on {self.ring.ifname} ingress "
+              f"(prog id {self.ring.prog_id}, p={self.p}, {KERNEL_REGIONS} messages of up "
+              f"to {self.ring.capacity} floats at once)", file=sys.stderr, flush=True)
 
 
 class UdpTransport(DatagramTransport):

@@ -27,6 +27,8 @@ from tailcut.transports import cutlayout, rxfast, wire
 STASH_PACKETS = 16384
 FINISHED_REMEMBERED = 4096
 RETIRED_CHECKED = 64   # finished messages whose late packets rxfast.c checks
+KERNEL_LINGER_S = 0.02  # a handed-over message's region stays bound this long
+AHEAD_LAPSE_S = 2.0     # a region bound ahead for a message that does not come
 MAX_ENDS = 256  # END frames a pass may announce (one per TOS it used)
 # Early close (min_p < p): once a pass's LAST packet is read, a message below p is
 # handed over with what arrived (if at least min_p) after QUIET_GAPS of its recent
@@ -92,6 +94,10 @@ class Rx:
     cut_done_ns: np.ndarray | None = None
     # rxfast.c's view of it (an untagged message, with the library loaded)
     native: rxfast.Message | None = None
+    # Its region of the kernel receive path (tailcut.datapath.rxring.Message), which
+    # places the datagrams that arrive once it is bound; those before (stashed, or
+    # read by the socket) are in values/mask/seen/count above. Merged at retire.
+    kernel: Any = None
 
     def __post_init__(self) -> None:
         self.elements = self.total if self.layout is None else self.layout.elements
@@ -155,6 +161,16 @@ class Receiver:
         self._retired: collections.OrderedDict[int, rxfast.Message] = \
             collections.OrderedDict()
         self._all_seen = np.ones(wire.slots(max_elements, stride), bool)
+        # The kernel receive path (tailcut.datapath.rxring.Ring), or None: the socket's.
+        self.ring: Any = None
+        # Regions of messages handed over, kept bound until a moment on (monotonic) so
+        # that their late datagrams end in the kernel, not in the socket (and a wake-up).
+        self._releasing: collections.deque[tuple[float, int]] = collections.deque()
+        # Regions bound ahead of a BEGIN, to the message each peer sends next (its id
+        # + 1, the size and kind of its last): a BEGIN is read by a thread that may
+        # wake after the message's first datagrams, which would then go to the socket.
+        # By message: (kind, total, when it lapses, monotonic).
+        self._ahead: dict[int, tuple[int, int, float]] = {}
 
     @property
     def early_close(self) -> bool:
@@ -186,6 +202,7 @@ class Receiver:
         self.finished.pop(message, None)
         self._retired.pop(message, None)
         self.rx[message] = rx
+        self._bind(rx)
         ktime = self._early_fired.pop(message, None)
         if ktime is not None:
             rx.fired, rx.event_ns = True, ktime
@@ -467,20 +484,121 @@ class Receiver:
         rx.event_ns = ktime_ns
         self.check(rx, done)
 
+    def _bind(self, rx: Rx) -> None:
+        """Give ``rx`` a region of the kernel receive path, where it can take it: an
+        untagged data message that fits one, without early close (which needs each
+        packet's arrival time); otherwise, or with every region bound, its datagrams
+        come through the socket as before."""
+        if not self._placeable(rx):
+            return
+        ahead = self._ahead.pop(rx.message, None)
+        if ahead is not None:
+            if ahead[:2] == (rx.kind, rx.total):
+                rx.kernel = self.ring.message(rx.message)   # with what it placed so far
+                self.stats["kernel_bound_ahead"] += 1
+                return
+            self.ring.release(rx.message)   # guessed wrong: its datagrams went on
+        rx.kernel = self._region(rx.message, rx.kind, rx.total)
+        if rx.kernel is None:
+            self.stats["kernel_regions_full"] += 1
+
+    def _placeable(self, rx: Rx) -> bool:
+        return self.ring is not None and rx.layout is None and not self.early_close \
+            and rx.kind in wire.DATA_KINDS and rx.total <= self.ring.capacity
+
+    def _region(self, message: int, kind: int, total: int) -> Any:
+        """A region bound to ``message`` (an rxring.Message), or None: none free."""
+        from tailcut.errors import DatapathError
+        if len(self.ring.bound()) >= self.ring.regions:   # the oldest lingering goes early
+            if self._releasing:
+                self.ring.release(self._releasing.popleft()[1])
+            elif self._ahead:
+                oldest = min(self._ahead, key=lambda m: self._ahead[m][2])
+                del self._ahead[oldest]
+                self.ring.release(oldest)
+        try:
+            # (not zeroed: _take_region copies only the ranges that arrived)
+            return self.ring.bind(message, total, self.p, kind, zeroed=False)
+        except DatapathError:
+            return None
+
+    def _bind_ahead(self, rx: Rx) -> None:
+        """Bind the message ``rx``'s peer sends next, as ``rx`` was, before its BEGIN."""
+        following = (rx.message & ~0xFFFF) | ((rx.message + 1) & 0xFFFF)
+        if following in self.rx or following in self._ahead or \
+                following in self.finished or len(self.ring.bound()) >= self.ring.regions:
+            return
+        if self._region(following, rx.kind, rx.total) is not None:
+            self._ahead[following] = (rx.kind, rx.total, time.monotonic() + AHEAD_LAPSE_S)
+
+    def release_regions(self, now: float) -> None:
+        """Release the regions whose messages were handed over KERNEL_LINGER_S ago,
+        and those bound ahead for a message that did not come in AHEAD_LAPSE_S."""
+        while self._releasing and self._releasing[0][0] <= now:
+            self.ring.release(self._releasing.popleft()[1])
+        for message in [m for m, (_, _, lapse) in self._ahead.items() if lapse <= now]:
+            del self._ahead[message]
+            self.ring.release(message)
+
+    def kernel_event(self, message: int, ktime_ns: int, at_p: bool,
+                     done: list[Done]) -> None:
+        """The kernel receive path placed ``message``'s datagram that crossed its
+        threshold (``at_p``) or completed it, at ``ktime_ns``."""
+        rx = self.rx.get(message)
+        if rx is None:
+            return
+        if at_p and not rx.event_ns:
+            rx.event_ns = ktime_ns
+        self.check(rx, done)
+
+    @staticmethod
+    def counted(rx: Rx) -> int:
+        """The message's elements in so far, by either path (a range comes by one: the
+        socket's before the region was bound, the region's after)."""
+        return rx.count + (rx.kernel.counted if rx.kernel is not None else 0)
+
     def check(self, rx: Rx, done: list[Done]) -> None:
         """Complete ``rx`` if it may be."""
         if rx.message not in self.rx:
             return
-        if rx.count == rx.elements:
+        if rx.kernel is not None and rx.count:
+            # Part came through the socket (before the region was bound): the region's
+            # event is due when it holds the rest of p.
+            rx.kernel.lower_threshold(rx.threshold - rx.count)
+        count = self.counted(rx)
+        if count >= rx.elements:
             reason = "full"
-        elif self.bounded and rx.count >= rx.threshold and (rx.fired or not self.xdp):
+        elif self.bounded and count >= rx.threshold and (rx.fired or not self.xdp):
             reason = "xdp" if rx.fired else "p"
         else:
             return
         self._retire(rx)
         done.append(Done(rx, reason))
 
+    def _take_region(self, rx: Rx) -> None:
+        """What the kernel placed for ``rx``, into its arrays. Its region stays bound
+        KERNEL_LINGER_S more (release_regions), silent: its late datagrams are taken
+        and dropped there."""
+        region, rx.kernel = rx.kernel, None
+        region.silence()
+        new = region.element_mask()
+        packets = region.packets
+        if rx.count:   # (a range came one way only: these are disjoint)
+            new &= ~rx.mask
+        np.copyto(rx.values, region.values, where=new)
+        rx.mask |= new
+        rx.seen |= region.arrived
+        counted = int(np.count_nonzero(new))
+        rx.count += counted
+        rx.wire_bytes += 4 * counted + wire.HEADER_BYTES * packets
+        self.stats["kernel_placed"] += packets
+        self._releasing.append((time.monotonic() + KERNEL_LINGER_S, rx.message))
+
     def _retire(self, rx: Rx) -> None:
+        if rx.kernel is not None:
+            self._take_region(rx)
+        if self._placeable(rx):
+            self._bind_ahead(rx)
         del self.rx[rx.message]
         self.finished[rx.message] = None
         while len(self.finished) > FINISHED_REMEMBERED:
@@ -532,13 +650,15 @@ class Receiver:
             if rx.end_at is None or read_up_to_ns < rx.end_ns or now - rx.end_at < grace_s:
                 continue
             rx.end_at = None
-            if not self.bounded or rx.count >= rx.min_threshold:
-                if self.bounded and rx.count < rx.threshold:
+            count = self.counted(rx)
+            if not self.bounded or count >= rx.min_threshold:
+                if self.bounded and count < rx.threshold:
                     self.stats["early_close"] += 1
                 self._retire(rx)
                 done.append(Done(rx, "end"))
             else:
-                missing = np.flatnonzero(~rx.seen).astype(">u4")
+                seen = rx.seen if rx.kernel is None else rx.seen | rx.kernel.arrived
+                missing = np.flatnonzero(~seen).astype(">u4")
                 self.stats["nacks"] += 1
                 rx.repairs += 1
                 rx.pass_over = False  # the next pass (retransmissions) ends anew
