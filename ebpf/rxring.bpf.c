@@ -56,7 +56,7 @@ static __always_inline void count(__u32 reason)
 /* One datagram: its header at `at` in the skb, `len` bytes in all (header included).
  * Returns its reason; only PLACED writes, and only inside the bound region. */
 static __always_inline __u32 place(struct __sk_buff *skb, __u32 at, __u32 len,
-				   __u32 job, __u32 port)
+				   __u32 job, __u32 port, __u32 saddr)
 {
 	struct tailcut_bl_hdr h;
 	struct tailcut_rx_key key = {};
@@ -103,6 +103,8 @@ static __always_inline __u32 place(struct __sk_buff *skb, __u32 at, __u32 len,
 	if (!st || !st->armed || st->job != key.job || st->message != key.message ||
 	    st->port != port)
 		return TAILCUT_RX_UNBOUND;
+	if (st->source && st->source != saddr)
+		return TAILCUT_RX_FOREIGN_SOURCE;
 	if (st->kind != h.kind)
 		return TAILCUT_RX_KIND_MISMATCH;
 	if (st->total != total)
@@ -221,15 +223,21 @@ int tailcut_rxring(struct __sk_buff *skb)
 		seg = payload - off;
 		if (seg > step)
 			seg = step;
-		reason = place(skb, l4 + sizeof(udp) + off, seg, job, port);
-		count(reason);
-		if (reason == TAILCUT_RX_PLACED || reason == TAILCUT_RX_DUPLICATE)
+		reason = place(skb, l4 + sizeof(udp) + off, seg, job, port, ip.saddr);
+		if (reason == TAILCUT_RX_PLACED || reason == TAILCUT_RX_DUPLICATE) {
+			count(reason);
 			continue;
-		/* Not ours to take: the whole skb goes on (the socket sees any datagram
-		 * placed before this one as a duplicate). */
+		}
+		/* Not ours to take: the whole skb goes on, if nothing of it was taken;
+		 * after placed datagrams it is dropped instead (the socket would count
+		 * those again). */
 		if (reason == TAILCUT_RX_UNKNOWN_JOB || reason == TAILCUT_RX_UNBOUND ||
-		    reason == TAILCUT_RX_KIND_MISMATCH || reason == TAILCUT_RX_TOTAL_MISMATCH)
-			return TC_ACT_UNSPEC;
+		    reason == TAILCUT_RX_KIND_MISMATCH || reason == TAILCUT_RX_TOTAL_MISMATCH ||
+		    reason == TAILCUT_RX_FOREIGN_SOURCE) {
+			count(i == 0 ? reason : TAILCUT_RX_PASS_SPLIT);
+			return i == 0 ? TC_ACT_UNSPEC : TC_ACT_SHOT;
+		}
+		count(reason);
 		/* Malformed: nothing of it was written; the rest of the skb is not looked
 		 * at (a hostile skb gets one verdict) and it is dropped. */
 		return TC_ACT_SHOT;

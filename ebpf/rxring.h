@@ -56,6 +56,9 @@ struct tailcut_rx_region {
 	__u32 kind;         /* the message's kind (BEGIN's): packets of another are refused */
 	__u32 total;        /* elements in the message (BEGIN's); <= RANGES * STRIDE */
 	__u32 threshold;    /* ceil(p * total), in 1..total: the P event fires at it */
+	__u32 source;       /* the peer's IPv4 address as it lies in the IP header (0:
+	                     * any): another source's datagrams are passed on */
+	__u32 spare;
 	__u64 counted;      /* distinct elements placed */
 	__u64 packets;      /* distinct ranges placed */
 	__u64 duplicates;   /* datagrams of a range already placed (consumed, not copied) */
@@ -95,8 +98,11 @@ struct tailcut_rx_event {
 /* Per-CPU verdict counters, indexed by reason: every datagram to a served port lands
  * in exactly one, up to the first one in an skb that is not consumed. The first two
  * are consumed (the skb is dropped, TC_ACT_SHOT, once all of it is); UNKNOWN_JOB,
- * UNBOUND and the two MISMATCHes pass the skb on untouched (TC_ACT_UNSPEC); every other
- * reason is a malformed datagram: nothing is written, and the skb is dropped. */
+ * UNBOUND, the two MISMATCHes and FOREIGN_SOURCE pass the skb on untouched
+ * (TC_ACT_UNSPEC) if they are its first datagram; later in a GSO skb whose first
+ * datagrams were placed, the rest is dropped (PASS_SPLIT: passing it whole would hand
+ * the socket those placed ones again); every other reason is a malformed datagram:
+ * nothing is written, and the skb is dropped. */
 enum tailcut_rx_reason {
 	TAILCUT_RX_PLACED = 0,      /* a new range: its payload was copied and counted */
 	TAILCUT_RX_DUPLICATE,       /* range already placed: consumed, nothing written */
@@ -105,6 +111,8 @@ enum tailcut_rx_reason {
 	TAILCUT_RX_KIND_MISMATCH,   /* not the bound message's kind: passed on (a binding
 	                             * made ahead of BEGIN guessed wrong; the socket checks) */
 	TAILCUT_RX_TOTAL_MISMATCH,  /* not the bound message's total: passed on, the same */
+	TAILCUT_RX_FOREIGN_SOURCE,  /* not from the bound message's peer: passed on (the
+	                             * socket's receiver refuses it) */
 	TAILCUT_RX_SHORT,           /* truncated: no room for the header or the payload */
 	TAILCUT_RX_BAD_MAGIC,
 	TAILCUT_RX_BAD_VERSION,
@@ -114,6 +122,8 @@ enum tailcut_rx_reason {
 	TAILCUT_RX_BAD_LENGTH,      /* payload bytes != 4 * (end - start) */
 	TAILCUT_RX_MISALIGNED,      /* range is not exactly one range's */
 	TAILCUT_RX_OUT_OF_RANGE,    /* the range lies outside the region's buffer */
+	TAILCUT_RX_PASS_SPLIT,      /* a datagram to pass on after placed ones in its skb:
+	                             * dropped (a loss the sender repairs) */
 	TAILCUT_RX_REASONS
 };
 

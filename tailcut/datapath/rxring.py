@@ -33,7 +33,9 @@ import collections
 import contextlib
 import mmap
 import os
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +71,13 @@ MAX_BUFFER_BYTES = 1 << 30   # rx_data's size at most
 KINDS = (2, 3)      # tailcut.transports.base.Kind PUSH, PARAMS (the program's check)
 # Passed on to the socket: another job's, a message bound to no region, and one that
 # is not the bound message's kind or total (a binding made ahead of its BEGIN guessed).
-_PASSING = ("unknown_job", "unbound", "kind_mismatch", "total_mismatch")
+_PASSING = ("unknown_job", "unbound", "kind_mismatch", "total_mismatch", "foreign_source")
+# Dropped, though not malformed: a datagram to pass on after placed ones in its skb.
+_SPLIT = ("pass_split",)
+# A released region is bound again only this long after: a placement that checked the
+# old binding before the release, and stalled (an interrupt, a preempted vCPU), lands
+# in the old message's region, not in the next one's.
+QUARANTINE_S = 0.002
 
 
 def reasons() -> list[str]:
@@ -79,7 +87,7 @@ def reasons() -> list[str]:
 
 def malformed() -> list[str]:
     """The reasons under which a datagram is dropped without a write."""
-    return [r for r in reasons() if r not in ("placed", "duplicate", *_PASSING)]
+    return [r for r in reasons() if r not in ("placed", "duplicate", *_PASSING, *_SPLIT)]
 
 
 threshold_elements = fraction.threshold_elements  # as the XDP counter computes it
@@ -206,8 +214,13 @@ class Message:
 
     def lower_threshold(self, threshold: int) -> None:
         """Fire at p when the region itself has `threshold` elements (the rest of the
-        message's p came another way: read by the socket before it was bound)."""
-        self._state["threshold"][0] = max(1, min(threshold, self.total))
+        message's p came another way: read by the socket before it was bound). If the
+        region is short of it, the event may fire again (it may have fired at a
+        threshold that counted ranges the socket brought too)."""
+        threshold = max(1, min(threshold, self.total))
+        self._state["threshold"][0] = threshold
+        if self.counted < threshold:
+            self._state["fired"][0] &= np.uint64(~EV_P & 0xFFFF_FFFF_FFFF_FFFF)
 
     def silence(self) -> None:
         """No more events of this message (it was handed over; its region stays bound
@@ -277,7 +290,9 @@ class Ring:
         self.data.flags.writeable = False
         self.state = self._state.view()
         self.state.flags.writeable = False
-        self._free: collections.deque[int] = collections.deque(range(self.regions))
+        # (when released, region), oldest first
+        self._free: collections.deque[tuple[float, int]] = collections.deque(
+            (0.0, r) for r in range(self.regions))
         self._bound: dict[int, Message] = {}
         self._generation = 0
         events = program.table(EVENTS_MAP)
@@ -295,12 +310,13 @@ class Ring:
                                   int(e.ktime_ns)))
 
     def bind(self, message: int, total: int, p: float, kind: int = KINDS[0],
-             zeroed: bool = True) -> Message:
+             zeroed: bool = True, source: int = 0) -> Message:
         """Give `message` (`total` elements) a region, from now on: its datagrams are
         placed there and it fires at ceil(p * total) elements and at completion.
         `zeroed`: its values start at 0; False leaves the last message's where no
         datagram lands (a reader that takes only what ``arrived`` marks saves a pass
-        over the region)."""
+        over the region). `source`: the peer's IPv4 address (as an int, host order:
+        batch.ipv4); a datagram from elsewhere passes to the socket. 0: any."""
         if not 1 <= total <= self.capacity:
             raise ValueError(f"total={total}: a region holds 1..{self.capacity} elements "
                              f"({self.ranges} ranges of {self.stride}); compile with more "
@@ -317,7 +333,10 @@ class Ring:
             if not self._free:
                 raise DatapathError(f"all {self.regions} regions are bound; release one "
                                     "or compile with more regions")
-            region = self._free.popleft()
+            if self._free[0][0] > time.monotonic() - QUARANTINE_S:
+                raise DatapathError(f"no region has been free for {QUARANTINE_S * 1e3:g} "
+                                    "ms yet")
+            region = self._free.popleft()[1]
             self._generation += 1
             st = self._state[region:region + 1]
             st["armed"] = 0
@@ -329,6 +348,7 @@ class Ring:
                 self._data[region, :-(-total // self.stride)] = 0
             st["job"], st["message"], st["port"] = self.job, message, self.port
             st["kind"], st["total"], st["threshold"] = kind, total, threshold
+            st["source"] = int.from_bytes(source.to_bytes(4, "big"), sys.byteorder)
             st["armed"] = self._generation   # last: the binding below makes it live
             self._bind[self._bind.Key(self.job, message, self.port)] = \
                 self._bind.Leaf(region)
@@ -352,7 +372,7 @@ class Ring:
             except KeyError:
                 pass
             self._state["armed"][m.region] = 0
-            self._free.append(m.region)
+            self._free.append((time.monotonic(), m.region))
 
     def bound(self) -> list[int]:
         return list(self._bound)

@@ -279,8 +279,9 @@ class Transport(_Model):
         description="bounded-loss: how a receiver takes its datagrams. socket: its "
                     "receive thread reads every one, the XDP counter saying when p is "
                     "reached; kernel: a tc program at its interface's ingress places each "
-                    "in a buffer the role maps, and wakes it once per message, at p "
-                    "(docs/bounded-loss.md, 'The kernel receive path')")
+                    "in a buffer the role maps, and the thread wakes when a message "
+                    "reaches p, not for its datagrams (docs/bounded-loss.md, 'The kernel "
+                    "receive path')")
     min_p: Optional[float] = Field(
         default=None, gt=0.0, le=1.0,
         description="bounded-loss: early close (adaptive completion, as LTP's Early Close "

@@ -613,6 +613,7 @@ class DatagramTransport(base.Transport):
         with self._lock:
             if self._recv.peers.get(conn.peer_id, (None,))[0] is conn:
                 del self._recv.peers[conn.peer_id]
+                self._recv.forget_peer(conn.peer_id)
 
     def gather(self, conns: Sequence[base.Connection],
                timeout_s: float | None) -> list[Message]:
@@ -868,11 +869,12 @@ class DatagramTransport(base.Transport):
                                     f.iteration, f.sender, f.count, f.sent_at_ns, layout,
                                     start_kbit=f.rate_mbit * 1000)
             rx = self._recv.rx.get(f.message)
-            placed = rx is not None and rx.kernel is not None
+            placed = rx is not None and rx.bound_ahead
         self._finish(done)
         self._regrant()
-        # With XDP on, the receive thread reads only once told; a message the kernel
-        # path places needs no reading: its event says when it is in.
+        # With XDP on, the receive thread reads only once told. A message the kernel
+        # path placed from its first datagram needs no reading: its event says when it
+        # is in; one bound only now may have datagrams in the socket already.
         if not placed:
             self._wake_loop()
 
@@ -1107,7 +1109,8 @@ class _ReceiveLoop:
     def _wait(self, n: int, taken: _Taken, every: float) -> bool:
         """Sleep until something is due or arrives; False: the transport was closed."""
         t, now = self.transport, taken.now
-        due = [d for d in (taken.sweep_at, t._stale_at) if d is not None]
+        due = [d for d in (taken.sweep_at, t._stale_at, t._recv.next_release())
+               if d is not None]
         if t._monitor is not None:
             due.append(self.sampled + every)
         if self.ring is None and self.kernel is None:
@@ -1116,7 +1119,8 @@ class _ReceiveLoop:
                 # arrive rather than pay the per-batch cost on every one or two.
                 time.sleep(COALESCE_S)
                 return True
-        elif taken.live and not taken.hurry and t._coalesce_reads:
+        elif taken.live and not taken.hurry and t._coalesce_reads and (
+                self.kernel is None or taken.unplaced):
             due.append(now + COALESCE_MS / 1e3)  # read what gathered meanwhile
         wait_s = min([IDLE_WAIT_S] + [d - now for d in due])
         # An event whose packet is not read yet: wait for the socket, not a timer. The

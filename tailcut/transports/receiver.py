@@ -28,7 +28,7 @@ STASH_PACKETS = 16384
 FINISHED_REMEMBERED = 4096
 RETIRED_CHECKED = 64   # finished messages whose late packets rxfast.c checks
 KERNEL_LINGER_S = 0.02  # a handed-over message's region stays bound this long
-AHEAD_LAPSE_S = 2.0     # a region bound ahead for a message that does not come
+AHEAD_LAPSE_S = 10.0    # a region bound ahead for a message that does not come
 MAX_ENDS = 256  # END frames a pass may announce (one per TOS it used)
 # Early close (min_p < p): once a pass's LAST packet is read, a message below p is
 # handed over with what arrived (if at least min_p) after QUIET_GAPS of its recent
@@ -98,6 +98,7 @@ class Rx:
     # places the datagrams that arrive once it is bound; those before (stashed, or
     # read by the socket) are in values/mask/seen/count above. Merged at retire.
     kernel: Any = None
+    bound_ahead: bool = False   # its region was bound before its BEGIN (from the last)
 
     def __post_init__(self) -> None:
         self.elements = self.total if self.layout is None else self.layout.elements
@@ -169,8 +170,8 @@ class Receiver:
         # Regions bound ahead of a BEGIN, to the message each peer sends next (its id
         # + 1, the size and kind of its last): a BEGIN is read by a thread that may
         # wake after the message's first datagrams, which would then go to the socket.
-        # By message: (kind, total, when it lapses, monotonic).
-        self._ahead: dict[int, tuple[int, int, float]] = {}
+        # By message: (kind, total, source, when it lapses, monotonic).
+        self._ahead: dict[int, tuple[int, int, int, float]] = {}
 
     @property
     def early_close(self) -> bool:
@@ -489,16 +490,18 @@ class Receiver:
         untagged data message that fits one, without early close (which needs each
         packet's arrival time); otherwise, or with every region bound, its datagrams
         come through the socket as before."""
+        ahead = self._ahead.pop(rx.message, None) if self.ring is not None else None
+        if ahead is not None and self._placeable(rx) and ahead[:3] == (
+                rx.kind, rx.total, rx.source):
+            rx.kernel = self.ring.message(rx.message)   # with what it placed so far
+            rx.bound_ahead = True
+            self.stats["kernel_bound_ahead"] += 1
+            return
+        if ahead is not None:
+            self.ring.release(rx.message)   # guessed wrong: its datagrams went on
         if not self._placeable(rx):
             return
-        ahead = self._ahead.pop(rx.message, None)
-        if ahead is not None:
-            if ahead[:2] == (rx.kind, rx.total):
-                rx.kernel = self.ring.message(rx.message)   # with what it placed so far
-                self.stats["kernel_bound_ahead"] += 1
-                return
-            self.ring.release(rx.message)   # guessed wrong: its datagrams went on
-        rx.kernel = self._region(rx.message, rx.kind, rx.total)
+        rx.kernel = self._region(rx.message, rx.kind, rx.total, rx.source)
         if rx.kernel is None:
             self.stats["kernel_regions_full"] += 1
 
@@ -506,21 +509,26 @@ class Receiver:
         return self.ring is not None and rx.layout is None and not self.early_close \
             and rx.kind in wire.DATA_KINDS and rx.total <= self.ring.capacity
 
-    def _region(self, message: int, kind: int, total: int) -> Any:
-        """A region bound to ``message`` (an rxring.Message), or None: none free."""
+    def _region(self, message: int, kind: int, total: int, source: int) -> Any:
+        """A region bound to ``message`` from ``source`` (an rxring.Message), or None:
+        none free. With every region bound, the oldest lingering one goes early, else
+        the oldest bound ahead into which nothing has come yet."""
         from tailcut.errors import DatapathError
-        if len(self.ring.bound()) >= self.ring.regions:   # the oldest lingering goes early
+        if len(self.ring.bound()) >= self.ring.regions:
             if self._releasing:
                 self.ring.release(self._releasing.popleft()[1])
-            elif self._ahead:
-                oldest = min(self._ahead, key=lambda m: self._ahead[m][2])
-                del self._ahead[oldest]
-                self.ring.release(oldest)
+            else:
+                empty = [m for m in self._ahead if not self.ring.message(m).packets]
+                if empty:
+                    oldest = min(empty, key=lambda m: self._ahead[m][3])
+                    del self._ahead[oldest]
+                    self.ring.release(oldest)
         try:
             # (not zeroed: _take_region copies only the ranges that arrived)
-            return self.ring.bind(message, total, self.p, kind, zeroed=False)
+            return self.ring.bind(message, total, self.p, kind, zeroed=False,
+                                  source=source)
         except DatapathError:
-            return None
+            return None   # none free, or none out of its quarantine yet
 
     def _bind_ahead(self, rx: Rx) -> None:
         """Bind the message ``rx``'s peer sends next, as ``rx`` was, before its BEGIN."""
@@ -528,15 +536,37 @@ class Receiver:
         if following in self.rx or following in self._ahead or \
                 following in self.finished or len(self.ring.bound()) >= self.ring.regions:
             return
-        if self._region(following, rx.kind, rx.total) is not None:
-            self._ahead[following] = (rx.kind, rx.total, time.monotonic() + AHEAD_LAPSE_S)
+        if self._region(following, rx.kind, rx.total, rx.source) is not None:
+            self._ahead[following] = (rx.kind, rx.total, rx.source,
+                                      time.monotonic() + AHEAD_LAPSE_S)
 
     def release_regions(self, now: float) -> None:
         """Release the regions whose messages were handed over KERNEL_LINGER_S ago,
-        and those bound ahead for a message that did not come in AHEAD_LAPSE_S."""
+        and those bound ahead for a message that did not come in AHEAD_LAPSE_S and
+        into which nothing came either (what did is the message's: its BEGIN adopts
+        it, or its peer's going releases it, forget_peer)."""
+        if self.ring is None:
+            return
         while self._releasing and self._releasing[0][0] <= now:
             self.ring.release(self._releasing.popleft()[1])
-        for message in [m for m, (_, _, lapse) in self._ahead.items() if lapse <= now]:
+        for message in [m for m, ahead in self._ahead.items()
+                        if ahead[3] <= now and not self.ring.message(m).packets]:
+            del self._ahead[message]
+            self.ring.release(message)
+
+    def next_release(self) -> float | None:
+        """When release_regions next has a lingering region to release (monotonic)."""
+        return self._releasing[0][0] if self._releasing else None
+
+    def forget_peer(self, peer_id: int) -> None:
+        """The peer is gone: its messages' regions, and the one bound ahead for it, go."""
+        if self.ring is None:
+            return
+        for rx in self.rx.values():
+            if rx.message >> 16 == peer_id and rx.kernel is not None:
+                rx.kernel = None
+                self.ring.release(rx.message)
+        for message in [m for m in self._ahead if m >> 16 == peer_id]:
             del self._ahead[message]
             self.ring.release(message)
 
@@ -551,11 +581,24 @@ class Receiver:
             rx.event_ns = ktime_ns
         self.check(rx, done)
 
-    @staticmethod
-    def counted(rx: Rx) -> int:
-        """The message's elements in so far, by either path (a range comes by one: the
-        socket's before the region was bound, the region's after)."""
-        return rx.count + (rx.kernel.counted if rx.kernel is not None else 0)
+    def counted(self, rx: Rx) -> int:
+        """The message's elements in so far, by either path: the socket's (before the
+        region was bound) and the region's, a range that came both ways once."""
+        if rx.kernel is None:
+            return rx.count
+        return self._socket_share(rx) + int(rx.kernel.counted)
+
+    def _socket_share(self, rx: Rx) -> int:
+        """The elements the socket brought that the region does not hold too."""
+        if not rx.count:
+            return 0
+        both = rx.seen & rx.kernel.arrived
+        if not both.any():
+            return rx.count
+        elements = int(np.count_nonzero(both)) * self.stride
+        if both[-1] and rx.total % self.stride:   # the short last range
+            elements -= self.stride - rx.total % self.stride
+        return rx.count - elements
 
     def check(self, rx: Rx, done: list[Done]) -> None:
         """Complete ``rx`` if it may be."""
@@ -564,7 +607,7 @@ class Receiver:
         if rx.kernel is not None and rx.count:
             # Part came through the socket (before the region was bound): the region's
             # event is due when it holds the rest of p.
-            rx.kernel.lower_threshold(rx.threshold - rx.count)
+            rx.kernel.lower_threshold(rx.threshold - self._socket_share(rx))
         count = self.counted(rx)
         if count >= rx.elements:
             reason = "full"

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tailcut.datapath import bpfsys, clsact, rxring
+from tailcut.errors import DatapathError
 from tailcut.net import netns
 from tailcut.transports import wire
 from tests.datapath.frames import udp_frame
@@ -44,6 +45,7 @@ def fresh(ring: rxring.Ring) -> Iterator[rxring.Ring]:
     """The module's ring with nothing bound and no events left over."""
     for m in ring.bound():
         ring.release(m)
+    time.sleep(rxring.QUARANTINE_S)   # every region bindable again
     ring.poll(0)
     yield ring
     for m in ring.bound():
@@ -122,9 +124,21 @@ def test_a_region_is_zeroed_when_bound_again(fresh: rxring.Ring) -> None:
     # The free list hands out the oldest-free region: cycle until the same one returns.
     for i in range(regions - 1):
         fresh.bind(10_000 + i, 10, p=1.0)
+    time.sleep(rxring.QUARANTINE_S)
     again = fresh.bind(105, 1000, p=1.0)
     assert again.region == first.region
     assert not np.any(again.values) and not np.any(again.arrived) and again.counted == 0
+
+
+def test_a_released_region_is_not_bound_again_at_once(fresh: rxring.Ring) -> None:
+    """A placement that checked the old binding and stalled must not land in the next
+    message's region: a region released is held back QUARANTINE_S."""
+    first = [fresh.bind(20_000 + i, 10, p=1.0) for i in range(fresh.regions)][0]
+    fresh.release(20_000)
+    with pytest.raises(DatapathError, match="no region has been free"):
+        fresh.bind(20_500, 10, p=1.0)
+    time.sleep(rxring.QUARANTINE_S)
+    assert fresh.bind(20_500, 10, p=1.0).region == first.region
 
 
 def test_datagrams_of_unbound_messages_other_jobs_and_ports_pass_untouched(
@@ -180,6 +194,22 @@ def test_a_datagram_not_of_the_bound_messages_kind_or_total_goes_to_the_socket(
     assert run(fresh, bytes(h) + base[wire.HEADER_BYTES:]) == TC_ACT_UNSPEC
     assert delta(before, fresh.stats()) == {reason: 1}
     assert snapshot(fresh) == snap
+
+
+def test_a_datagram_from_another_source_than_the_bound_peers_goes_to_the_socket(
+        fresh: rxring.Ring) -> None:
+    """A message bound with its peer's address takes its datagrams from there only:
+    another host's copy of a range is left to the socket (whose receiver refuses it),
+    so it can neither write a value nor make the real datagram a duplicate."""
+    from tailcut.transports import batch
+    fresh.bind(203, 1000, p=0.5, source=batch.ipv4("10.99.0.7"))
+    first = packets(values_of(1000), 203)[0]
+    before, snap = fresh.stats(), snapshot(fresh)
+    assert run(fresh, first, src="10.99.0.8") == TC_ACT_UNSPEC
+    assert delta(before, fresh.stats()) == {"foreign_source": 1}
+    assert snapshot(fresh) == snap
+    assert run(fresh, first, src="10.99.0.7") == TC_ACT_SHOT
+    assert delta(before, fresh.stats()) == {"foreign_source": 1, "placed": 1}
 
 
 @pytest.mark.parametrize("reason", ["short", "bad_magic", "bad_version", "bad_flags",

@@ -89,7 +89,9 @@ def test_a_message_that_finds_no_free_region_comes_through_the_socket(
     with pair("bounded-loss", 27330, entered(clean_link.receiver),
               entered(clean_link.sender), host=RECEIVER_IP, p=1.0, job="bl-kfull",
               gso=True, receive_path="kernel") as (server, s, client, c):
-        server._recv.begin(c_peer(server), 0, (1 << 16) | 0xFFF0, Kind.PUSH, 0, 1, 64, 0)
+        with server._lock:   # (as the control reader begins a message)
+            server._recv.begin(c_peer(server), 0, (1 << 16) | 0xFFF0, Kind.PUSH, 0, 1, 64,
+                               0)
         for i in range(3):   # the one region is held by the message begun above
             c.send(Message(Kind.PUSH, i, 1, VECTOR), 20)
             assert np.array_equal(s.recv(20).values, VECTOR)
@@ -162,3 +164,57 @@ def test_the_spec_refuses_the_kernel_path_where_it_does_not_apply(field: str, va
     with pytest.raises(Exception, match=says):
         from_dict({"apiVersion": "tailcut.dev/v1alpha1", "kind": "TrainingJob",
                    "metadata": {"name": "k"}, "spec": {"transport": transport}})
+
+
+def test_a_range_that_came_both_ways_counts_once_and_p_is_judged_on_the_union() -> None:
+    """Part of a message through the socket before its region was bound, the rest
+    placed by the program, some ranges both ways (a GSO skb passed whole, a duplicate
+    either side of the bind): the receiver counts each range once, lowers the region's
+    threshold by the socket's own share, and hands over exactly the union."""
+    import collections
+    from types import SimpleNamespace
+
+    from tailcut.datapath import bpfsys, rxring
+    from tailcut.transports import batch, receiver, wire
+    from tests.datapath.frames import udp_frame
+    stride, job, port, message = 360, wire.job_id("bl-both"), 7600, (3 << 16) | 5
+    values = np.random.default_rng(3).standard_normal(3600).astype(np.float32)  # 10 ranges
+    ring = rxring.load(port=port, job=job, stride=stride, ranges=64, regions=2)
+    try:
+        stats: collections.Counter[str] = collections.Counter()
+        recv = receiver.Receiver(job, stride, 0.8, True, False, 1 << 20, stats)
+        recv.ring = ring
+        peer = SimpleNamespace(peer_id=3, udp_addr=("10.99.0.1", 40000))
+        source = batch.ipv4("10.99.0.1")
+        datagrams = list(wire.packets(values, job=job, message=message, stride=stride))
+        done: list[receiver.Done] = []
+        recv.begin(peer, source, message, int(Kind.PUSH), 0, 1, values.size, 0)
+        rx = recv.rx[message]
+        assert rx.kernel is not None
+        # ranges 0-3 through the socket, 2-5 placed by the program (2 and 3 both ways)
+        rows = np.zeros((4, recv.row_bytes), np.uint8)
+        for i, d in enumerate(datagrams[:4]):
+            rows[i, :len(d)] = np.frombuffer(d, np.uint8)
+        recv.accept(rows, np.array([len(d) for d in datagrams[:4]]),
+                    np.full(4, source), done)
+        for d in datagrams[2:6]:
+            assert bpfsys.test_run(ring.program.fds[rxring.FUNCTION],
+                                   udp_frame(d, port, src="10.99.0.1"))[0] != 0xFFFFFFFF
+        assert recv.counted(rx) == 6 * stride, "ranges 2 and 3 counted twice"
+        # The region fired at 4 ranges (its threshold lowered by the socket's 4 when
+        # they were read); p = 0.8 is 8 ranges, of which the socket's own are 2 (0, 1).
+        [event] = ring.consume()
+        recv.kernel_event(event.message, event.ktime_ns, event.at_p, done)
+        assert not done
+        assert int(ring.state["threshold"][rx.kernel.region]) == 6 * stride
+        for d in datagrams[6:8]:
+            bpfsys.test_run(ring.program.fds[rxring.FUNCTION],
+                            udp_frame(d, port, src="10.99.0.1"))
+        [event] = ring.consume()   # at the region's 6 ranges: it fires again
+        recv.kernel_event(event.message, event.ktime_ns, event.at_p, done)
+        [finished] = done
+        assert finished.reason == "p" and rx.count == 8 * stride
+        assert np.array_equal(rx.values[rx.mask], values[:8 * stride])
+        assert not rx.mask[8 * stride:].any()
+    finally:
+        ring.detach()
