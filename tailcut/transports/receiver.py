@@ -555,8 +555,12 @@ class Receiver:
             self.ring.release(message)
 
     def next_release(self) -> float | None:
-        """When release_regions next has a lingering region to release (monotonic)."""
-        return self._releasing[0][0] if self._releasing else None
+        """When release_regions next has a lingering region to release (monotonic), if
+        regions run short (more than half bound): otherwise the receive thread releases
+        them when it wakes anyway, not waking for them (a wake-up a message)."""
+        if not self._releasing or 2 * len(self.ring.bound()) <= self.ring.regions:
+            return None
+        return self._releasing[0][0]
 
     def forget_peer(self, peer_id: int) -> None:
         """The peer is gone: its messages' regions, and the one bound ahead for it, go."""
