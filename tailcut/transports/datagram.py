@@ -1076,8 +1076,8 @@ class _ReceiveLoop:
                     t._recv.kernel_event(kev.message, kev.ktime_ns, kev.at_p, done)
             t._recv.sweep(now, self.read_up_to_ns, t.end_grace_s, done)
             taken = _Taken(now, bool(t._recv.rx), t._recv.next_sweep(t.end_grace_s),
-                           t._recv.fired_short(),
-                           any(rx.kernel is None for rx in t._recv.rx.values()))
+                           t._recv.fired_short(), self.kernel is not None
+                           and any(rx.kernel is None for rx in t._recv.rx.values()))
         t._finish(done)
         return taken
 

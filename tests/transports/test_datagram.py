@@ -74,6 +74,15 @@ def delivered(msg: Message) -> np.ndarray:
     return np.ones(msg.values.size, bool) if msg.mask is None else msg.mask
 
 
+def assert_at_least_p(msg: Message, sent: np.ndarray, p: float) -> np.ndarray:
+    """At least p of ``sent`` arrived, and what is marked delivered is what was sent;
+    returns the mask of what was."""
+    ok = delivered(msg)
+    assert ok.sum() >= datagram.threshold_elements(p, sent.size)
+    assert np.array_equal(msg.values[ok], sent[ok])
+    return ok
+
+
 def test_messages_without_a_vector_travel_on_the_control_channel() -> None:
     with pair("udp", 27201) as (_, s, _client, c):
         c.send(Message(Kind.HELLO, 0, 3))
@@ -120,10 +129,7 @@ def test_bounded_loss_delivers_at_least_p_and_stops_sending_there() -> None:
     with pair("bounded-loss", 27203, p=0.8, xdp=False, job="bl-p") as (_, s, client, c):
         for i in range(5):
             c.send(Message(Kind.PUSH, i, 0, VECTOR), 10)
-            msg = s.recv(10)
-            ok = delivered(msg)
-            assert ok.sum() >= datagram.threshold_elements(0.8, VECTOR.size)
-            assert np.array_equal(msg.values[ok], VECTOR[ok])
+            assert_at_least_p(s.recv(10), VECTOR, 0.8)
         # DONE at p stops the sender before the end of a pass, at least sometimes.
         slots = wire.slots(VECTOR.size, wire.elements_per_packet())
         assert client.stats["packets_sent"] <= 5 * slots
@@ -349,10 +355,7 @@ def test_bounded_loss_over_a_lossy_veth_completes_on_the_xdp_event(lossy_link: A
         assert server.counter.mode == "generic" and client.counter.mode == "generic"
         for i in range(10):
             c.send(Message(Kind.PUSH, i, 1, VECTOR), 20)
-            msg = s.recv(20)
-            ok = delivered(msg)
-            assert ok.sum() >= datagram.threshold_elements(0.8, VECTOR.size)
-            assert np.array_equal(msg.values[ok], VECTOR[ok])
+            assert_at_least_p(s.recv(20), VECTOR, 0.8)
             s.send(Message(Kind.PARAMS, i, -1, VECTOR), 20)  # and back, through XDP too
             back = c.recv(20)
             assert delivered(back).sum() >= datagram.threshold_elements(0.8, VECTOR.size)

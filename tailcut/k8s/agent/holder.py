@@ -271,14 +271,15 @@ class Client:
     def held(self) -> dict[str, Held]:
         """Every namespace held, each with a descriptor now the caller's to close; on
         a connection the holder closed (it restarted), asked once more on a new one."""
-        for attempt in (1, 2):
-            try:
-                return self._list()
-            except _Closed as err:
-                self.close()
-                if attempt == 2:
-                    raise HolderError(f"holder: LIST: {err}") from None
-        raise AssertionError("unreachable")
+        try:
+            return self._list()
+        except _Closed:
+            self.close()
+        try:
+            return self._list()
+        except _Closed as err:
+            self.close()
+            raise HolderError(f"holder: LIST: {err}") from None
 
     def _list(self) -> dict[str, Held]:
         out: dict[str, Held] = {}
